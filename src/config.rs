@@ -1,0 +1,113 @@
+//! Every tunable of the engine, with the defaults GRASP-02 names.
+//!
+//! One plain struct so the binary can map one flag to one field and an
+//! embedding relay can build it in code. All durations are `Duration`s;
+//! the core never interprets them against a clock of its own.
+
+use std::time::Duration;
+
+/// Engine configuration. `Config::new(own_relay)` gives the defaults.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The relay this engine syncs into (`ws://` or `wss://`); never a sync target.
+    pub own_relay: String,
+    /// Host (and port) that remote announcements must list in `relays` to be
+    /// passed on (GRASP-01). Defaults to the own relay's host.
+    pub domain: Option<String>,
+    /// Relays always connected for discovery, never dropped by the disconnect check.
+    pub bootstrap: Vec<String>,
+    /// Subscribe to the own relay to learn repos (off when an embedding relay
+    /// feeds accepted events in through `Engine::handle_local_event`).
+    pub self_subscribe: bool,
+    /// Window that collects own-relay events into one batch; opened by the
+    /// first event and never extended.
+    pub batch_window: Duration,
+    /// First reconnect backoff; doubles per consecutive failure.
+    pub backoff_base: Duration,
+    /// Longest reconnect backoff.
+    pub backoff_max: Duration,
+    /// A reconnect within this window keeps confirmed state and catches up with `since`.
+    pub quick_reconnect: Duration,
+    /// Live filter count of one relay above which its subscriptions are consolidated.
+    pub consolidation_threshold: usize,
+    /// Longest wait for pending batches before consolidating anyway.
+    pub consolidation_timeout: Duration,
+    /// Period of the check that drops relays nothing targets any more.
+    pub disconnect_check: Duration,
+    /// Lower bound of the per-relay daily fresh sync period.
+    pub daily_min: Duration,
+    /// Upper bound of the per-relay daily fresh sync period.
+    pub daily_max: Duration,
+    /// `limit` asked by every historic filter; a page this full asks for the next one.
+    pub page_limit: usize,
+    /// Continuous failure after which a relay is dead.
+    pub dead_after: Duration,
+    /// Retry period of a dead relay.
+    pub dead_retry: Duration,
+    /// Cooldown after a `rate-limited:` refusal.
+    pub rate_limit_cooldown: Duration,
+    /// Starting limit of concurrent subscriptions per relay (lowered on refusal).
+    pub max_subscriptions: usize,
+    /// Starting limit of filters per REQ (lowered on refusal).
+    pub max_filters_per_req: usize,
+    /// Starting limit of bytes per REQ message (lowered on refusal).
+    pub max_message_bytes: usize,
+    /// Values per tag filter (repo refs or root ids).
+    pub chunk_size: usize,
+    /// Time a relay has to finish connecting before the attempt counts as failed.
+    pub connect_timeout: Duration,
+    /// Time a historic page has to reach EOSE before it counts as failed.
+    pub eose_timeout: Duration,
+    /// Relays taken from one announcement at most.
+    pub max_relays_per_announcement: usize,
+    /// Repos a root event may name (`a` tags) at most.
+    pub max_repos_per_root: usize,
+    /// Follow-up pages one subscription may ask before the rest is given up.
+    pub max_pages: u32,
+    /// Event ids remembered for de-duplication (per generation; two are kept).
+    pub seen_capacity: usize,
+    /// Kinds asked by a relay's wide live filter, used once per-id filters
+    /// would pass the consolidation threshold; tags are then matched locally.
+    pub wide_kinds: Vec<u16>,
+    /// Seed of the engine's own RNG (jitter); fixed seeds make runs repeatable.
+    pub seed: u64,
+}
+
+impl Config {
+    /// Defaults for syncing into `own_relay`.
+    pub fn new(own_relay: impl Into<String>) -> Self {
+        Config {
+            own_relay: own_relay.into(),
+            domain: None,
+            bootstrap: Vec::new(),
+            self_subscribe: true,
+            batch_window: Duration::from_millis(5_000),
+            backoff_base: Duration::from_secs(5),
+            backoff_max: Duration::from_secs(3_600),
+            quick_reconnect: Duration::from_secs(900),
+            consolidation_threshold: 70,
+            consolidation_timeout: Duration::from_secs(30),
+            disconnect_check: Duration::from_secs(60),
+            daily_min: Duration::from_secs(82_800),
+            daily_max: Duration::from_secs(90_000),
+            page_limit: 500,
+            dead_after: Duration::from_secs(24 * 3_600),
+            dead_retry: Duration::from_secs(24 * 3_600),
+            rate_limit_cooldown: Duration::from_secs(65),
+            max_subscriptions: 10,
+            max_filters_per_req: 20,
+            max_message_bytes: 64 * 1024,
+            chunk_size: 100,
+            connect_timeout: Duration::from_secs(30),
+            eose_timeout: Duration::from_secs(120),
+            max_relays_per_announcement: 50,
+            max_repos_per_root: 20,
+            max_pages: 10_000,
+            seen_capacity: 100_000,
+            wide_kinds: vec![
+                1, 7, 1111, 1617, 1618, 1619, 1621, 1622, 1630, 1631, 1632, 1633, 30618,
+            ],
+            seed: 0,
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! Messages from relays: events, EOSE, CLOSED, NOTICE.
+//!
+//! Everything here is hostile input. A message that does not parse is
+//! counted and dropped. An event is dropped if it answers no subscription of
+//! ours, if it was seen before (checked before the costly signature
+//! verification), if its id or signature is wrong, or if it does not match
+//! what the subscription asked. Only then does it reach the sink.
+
+use log::{debug, info, warn};
+use nostr::prelude::{Event, EventId, RelayMessage};
+
+use crate::engine::{Engine, Output, Timer};
+use crate::index::{Item, KIND_ANNOUNCEMENT, KIND_STATE, RelayId, is_index_kind};
+use crate::refusal::Refusal;
+use crate::relay::{LiveMode, Status};
+use crate::relay_url::{host_port, normalize};
+use crate::subscription::{Purpose, Scope, Subscription};
+use crate::time::Time;
+
+impl Engine {
+    /// A text frame from `relay`.
+    pub fn handle_message(&mut self, now: Time, relay: RelayId, text: &str) {
+        if relay.index() >= self.relays.len()
+            || self.relays[relay.index()].status != Status::Connected
+        {
+            return;
+        }
+        let message = match RelayMessage::from_json(text) {
+            Ok(m) => m,
+            Err(e) => {
+                self.stats.messages_malformed += 1;
+                debug!("{}: malformed message ({e})", self.relay_url(relay));
+                return;
+            }
+        };
+        match message {
+            RelayMessage::Event {
+                subscription_id,
+                event,
+            } => self.on_event(
+                relay,
+                sub_key(subscription_id.as_str()),
+                event.into_owned(),
+                now,
+            ),
+            RelayMessage::EndOfStoredEvents(sub) => self.on_eose(relay, sub_key(sub.as_str()), now),
+            RelayMessage::Closed {
+                subscription_id,
+                message,
+            } => self.on_closed(relay, sub_key(subscription_id.as_str()), &message, now),
+            RelayMessage::Notice(text) => self.on_notice(relay, &text, now),
+            _ => {}
+        }
+        self.flush(now);
+    }
+
+    fn on_event(&mut self, relay: RelayId, sub: Option<u64>, event: Event, now: Time) {
+        let own = relay == self.own;
+        if !own {
+            self.stats.events_received += 1;
+        }
+        let Some(s) = sub.and_then(|id| self.relays[relay.index()].subs.get_mut(&id)) else {
+            self.stats.events_unwanted += 1;
+            return;
+        };
+        s.heard = true;
+        let matched: Vec<usize> = s.matching(&event).collect();
+        if !s.eose {
+            s.count_stored(event.created_at, &matched);
+        }
+        let scope = s.scope;
+        if matched.is_empty() {
+            self.stats.events_unwanted += 1;
+            debug!(
+                "{}: event {} outside its filter",
+                self.relay_url(relay),
+                event.id
+            );
+            return;
+        }
+        if self.seen.contains(&event.id) {
+            if own {
+                self.push_to_batch(now, event);
+            } else {
+                self.stats.events_duplicate += 1;
+            }
+            return;
+        }
+        if event.verify().is_err() {
+            self.stats.events_invalid += 1;
+            warn!(
+                "{}: event {} has a bad id or signature",
+                self.relay_url(relay),
+                event.id
+            );
+            return;
+        }
+        self.seen.insert(event.id);
+        if own {
+            if is_index_kind(event.kind) {
+                self.push_to_batch(now, event);
+            }
+            return;
+        }
+        if !self.wanted_from_remote(relay, scope, &event) {
+            self.stats.events_unwanted += 1;
+            return;
+        }
+        self.stats.events_ingested += 1;
+        self.outputs.push_back(Output::Ingest {
+            relay,
+            event: Box::new(event),
+        });
+    }
+
+    /// Rules beyond the filter: wide subscriptions must tag something the
+    /// relay targets; announcements must list our domain (GRASP-01).
+    fn wanted_from_remote(&self, relay: RelayId, scope: Scope, event: &Event) -> bool {
+        let kind = event.kind.as_u16();
+        if kind == KIND_ANNOUNCEMENT {
+            return self.lists_our_domain(event);
+        }
+        scope != Scope::Wide || self.tags_target(relay, event)
+    }
+
+    fn lists_our_domain(&self, event: &Event) -> bool {
+        event
+            .tags
+            .iter()
+            .map(|t| t.as_slice())
+            .filter(|t| t.first().map(String::as_str) == Some("relays"))
+            .flat_map(|t| t[1..].iter())
+            .filter_map(|raw| normalize(raw).ok())
+            .any(|url| host_port(&url).eq_ignore_ascii_case(&self.domain))
+    }
+
+    /// True if `event` tags a repo or root that `relay` targets.
+    fn tags_target(&self, relay: RelayId, event: &Event) -> bool {
+        let items = &self.relays[relay.index()].items;
+        let targeted = |item: Option<Item>| item.is_some_and(|i| items.contains_key(&i));
+        if event.kind.as_u16() == KIND_STATE {
+            let d = event.tags.identifier().unwrap_or_default();
+            let coord = format!("{KIND_ANNOUNCEMENT}:{}:{d}", event.pubkey);
+            if targeted(self.index.repo_id(&coord).map(Item::Repo)) {
+                return true;
+            }
+        }
+        event.tags.iter().map(|t| t.as_slice()).any(|t| {
+            let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
+                return false;
+            };
+            match name.as_str() {
+                "a" | "A" => targeted(self.index.repo_id(value).map(Item::Repo)),
+                "e" | "E" => targeted(self.root_item(value)),
+                "q" => {
+                    targeted(self.index.repo_id(value).map(Item::Repo))
+                        || targeted(self.root_item(value))
+                }
+                _ => false,
+            }
+        })
+    }
+
+    fn root_item(&self, hex: &str) -> Option<Item> {
+        let id = EventId::from_hex(hex).ok()?;
+        self.index.root_id(&id).map(Item::Root)
+    }
+
+    fn on_eose(&mut self, relay: RelayId, sub: Option<u64>, now: Time) {
+        let limit = self.config.page_limit;
+        let max_pages = self.config.max_pages;
+        let Some(id) = sub else { return };
+        let state = self.relay(relay);
+        let Some(s) = state.subs.get_mut(&id) else {
+            return;
+        };
+        if s.eose {
+            return;
+        }
+        s.eose = true;
+        s.heard = true;
+        state.health.record_success();
+        let next = s.next_page(limit);
+        let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
+        let work = std::mem::take(&mut s.work);
+        match next {
+            Some(filters) if page < max_pages => {
+                debug!(
+                    "{}: page {page} of {id:x} full; asking the next",
+                    self.relay_url(relay)
+                );
+                self.open_subscription(
+                    relay,
+                    filters,
+                    Purpose::Page,
+                    scope,
+                    work,
+                    page + 1,
+                    started,
+                );
+            }
+            _ => {
+                if next.is_some() {
+                    warn!(
+                        "{}: {id:x} passed {max_pages} pages; rest given up",
+                        self.relay_url(relay)
+                    );
+                }
+                for w in work {
+                    self.complete_chunk(relay, w.batch);
+                }
+            }
+        }
+        if purpose == Purpose::Page {
+            self.close_subscription(relay, id);
+        }
+        self.dirty.push(relay);
+        self.maybe_consolidate(relay, now);
+    }
+
+    fn on_closed(&mut self, relay: RelayId, sub: Option<u64>, reason: &str, now: Time) {
+        let Some(id) = sub else { return };
+        let Some(s) = self.relay(relay).subs.remove(&id) else {
+            return;
+        };
+        let refusal = Refusal::of_closed(reason);
+        info!(
+            "{}: subscription {id:x} closed: {reason}",
+            self.relay_url(relay)
+        );
+        self.refused(relay, s, refusal, now);
+    }
+
+    /// A NOTICE that refuses something names no subscription: the refused
+    /// one is the newest that has heard nothing yet.
+    fn on_notice(&mut self, relay: RelayId, text: &str, now: Time) {
+        let Some(refusal) = Refusal::of_notice(text) else {
+            debug!("{}: notice: {text}", self.relay_url(relay));
+            return;
+        };
+        info!("{}: refusing notice: {text}", self.relay_url(relay));
+        let state = self.relay(relay);
+        let newest_silent = state
+            .subs
+            .iter()
+            .filter(|(_, s)| !s.heard)
+            .map(|(id, _)| *id)
+            .max();
+        match newest_silent.and_then(|id| self.close_subscription(relay, id)) {
+            Some(s) => self.refused(relay, s, refusal, now),
+            None => self.lower_limits(relay, refusal, 0),
+        }
+    }
+
+    /// A subscription ended without finishing: fail its batches, learn from
+    /// the reason, and retry later (never drop the work).
+    pub(crate) fn refused(
+        &mut self,
+        relay: RelayId,
+        sub: Subscription,
+        refusal: Refusal,
+        now: Time,
+    ) {
+        self.stats.refusals += 1;
+        let open_before = self.relays[relay.index()].subs.len() + 1;
+        for w in &sub.work {
+            self.fail_batch(relay, w.batch);
+        }
+        if sub.scope == Scope::Own {
+            self.pause(relay, refusal, now);
+            return;
+        }
+        if sub.purpose == Purpose::Live && self.relays[relay.index()].live_mode != LiveMode::Wide
+            || sub.scope == Scope::Wide
+        {
+            let state = self.relay(relay);
+            let lost = sub.started.min(now);
+            state.uncovered_since = Some(state.uncovered_since.map_or(lost, |t| t.min(lost)));
+        }
+        if refusal.is_limit() {
+            self.lower_limits(
+                relay,
+                refusal,
+                open_before.saturating_sub(1).max(sub.filters.len()),
+            );
+        } else {
+            self.pause(relay, refusal, now);
+        }
+    }
+
+    fn lower_limits(&mut self, relay: RelayId, refusal: Refusal, hint: usize) {
+        let state = self.relay(relay);
+        let limits = &mut state.limits;
+        match refusal {
+            Refusal::TooManySubscriptions => {
+                let open = state.subs.len();
+                limits.subscriptions = open.clamp(1, limits.subscriptions.saturating_sub(1).max(1));
+            }
+            Refusal::TooManyFilters => {
+                limits.filters_per_req = (hint.min(limits.filters_per_req) / 2).max(1)
+            }
+            Refusal::TooLarge => limits.message_bytes = (limits.message_bytes / 2).max(4096),
+            _ => {}
+        }
+        info!(
+            "{}: limits now {:?}",
+            self.relay_url(relay),
+            self.relays[relay.index()].limits
+        );
+        self.dirty.push(relay);
+    }
+
+    /// Stops historic work on `relay` until a backoff (or rate-limit cooldown) ends.
+    fn pause(&mut self, relay: RelayId, refusal: Refusal, now: Time) {
+        let policy = self.policy;
+        let state = &mut self.relays[relay.index()];
+        let until = match refusal {
+            Refusal::RateLimited => state.health.record_rate_limit(now, &policy),
+            _ => state.health.record_failure(now, &policy, &mut self.rng),
+        };
+        state.paused_until = Some(until);
+        let epoch = state.epoch;
+        self.arm(until, Timer::Resume(relay, epoch));
+    }
+}
+
+/// Our subscription ids are lower-case hex counters; anything else is not ours.
+fn sub_key(id: &str) -> Option<u64> {
+    if id.is_empty()
+        || id.len() > 16
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    u64::from_str_radix(id, 16).ok()
+}

@@ -1,0 +1,33 @@
+//! grasp-sync: keeps a GRASP relay in sync with every relay its
+//! repositories live on (GRASP-02 proactive sync).
+//!
+//! The core is [`Engine`], a sans-IO state machine: feed it what happened
+//! (`handle_*` with the current [`Time`]), drain what it wants done
+//! ([`Engine::poll_action`]), what it synced ([`Engine::poll_output`]) and
+//! when to wake it ([`Engine::poll_timeout`]). It never touches a socket or
+//! a clock, so it can be embedded in any event loop and tested with a
+//! simulated clock.
+
+pub mod config;
+mod diff;
+pub mod engine;
+pub mod filters;
+pub mod health;
+mod inbound;
+pub mod index;
+mod lifecycle;
+pub mod refusal;
+pub mod relay;
+pub mod relay_url;
+mod requests;
+pub mod seen;
+pub mod subscription;
+pub mod time;
+pub mod timer;
+
+pub use config::Config;
+pub use engine::{Action, ConfigError, Engine, ItemCounts, ItemKey, Output, Stats};
+pub use health::Health;
+pub use index::{Item, RelayId, RepoId, RootId};
+pub use relay::{ItemState, Status};
+pub use time::Time;

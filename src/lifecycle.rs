@@ -1,0 +1,223 @@
+//! Connection lifecycle: connect, fresh or quick (re)connect, disconnect,
+//! daily fresh sync, and the periodic drop of relays nothing targets.
+//!
+//! One entry point handles every successful connect (GRASP-02's
+//! `handle_connect_or_reconnect`): a relay never connected, or disconnected
+//! for longer than the quick-reconnect window, starts from a blank confirmed
+//! state and fetches full history; a quick reconnect keeps what was
+//! confirmed and catches up with `since = last_connected - window`, a
+//! timestamp. Pending batches are dropped at disconnect, not at reconnect.
+
+use log::{debug, info, warn};
+use nostr::prelude::Timestamp;
+
+use crate::engine::{Action, Engine, Timer};
+use crate::index::RelayId;
+use crate::relay::{ItemState, Role, Status};
+use crate::time::Time;
+
+impl Engine {
+    /// The shell finished connecting `relay`.
+    pub fn handle_connected(&mut self, now: Time, relay: RelayId) {
+        let quick_window = self.config.quick_reconnect;
+        let state = self.relay(relay);
+        if state.status != Status::Connecting {
+            debug!(
+                "connected report for relay {} not connecting; ignored",
+                relay.index()
+            );
+            return;
+        }
+        let fresh = match (state.last_connected, state.disconnected_at) {
+            (Some(_), Some(at)) => now.since(at) > quick_window,
+            _ => true,
+        };
+        let catch_up = state
+            .last_connected
+            .filter(|_| !fresh)
+            .map(|t| t.saturating_sub(quick_window));
+        if fresh {
+            state.requeue_where(|s| s == ItemState::Confirmed);
+        }
+        state.status = Status::Connected;
+        state.epoch = state.epoch.wrapping_add(1);
+        state.last_connected = Some(now);
+        state.disconnected_at = None;
+        state.retry_at = None;
+        let since = catch_up.map(|t| Timestamp::from_secs(t.as_secs()));
+        info!(
+            "{} connected ({})",
+            self.relay_url(relay),
+            if fresh {
+                "fresh sync"
+            } else {
+                "quick reconnect"
+            }
+        );
+        if relay == self.own {
+            self.subscribe_self(since, now);
+            return;
+        }
+        self.subscribe_live(relay, since, !fresh, now);
+        self.requeue_all(relay);
+        if self.relays[relay.index()].daily_timer.is_none() {
+            self.arm_daily(relay, now);
+        }
+    }
+
+    /// A connect attempt for `relay` failed.
+    pub fn handle_connect_failed(&mut self, now: Time, relay: RelayId) {
+        if self.relays[relay.index()].status == Status::Connecting {
+            self.fail_connection(relay, now);
+        }
+    }
+
+    /// The connection to `relay` was lost.
+    pub fn handle_disconnected(&mut self, now: Time, relay: RelayId) {
+        if self.relays[relay.index()].status != Status::Disconnected {
+            self.fail_connection(relay, now);
+        }
+    }
+
+    /// Asks the shell to connect `relay` unless it is connected, connecting,
+    /// or backing off.
+    pub(crate) fn connect(&mut self, relay: RelayId, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.status != Status::Disconnected || state.retry_at.is_some_and(|t| now < t) {
+            return;
+        }
+        let state = self.relay(relay);
+        state.status = Status::Connecting;
+        let epoch = state.epoch;
+        self.stats.connects += 1;
+        let url = self.relay_url(relay).to_owned();
+        debug!("connecting {url}");
+        self.actions.push_back(Action::Connect { relay, url });
+        self.arm(
+            now + self.config.connect_timeout,
+            Timer::ConnectTimeout(relay, epoch),
+        );
+    }
+
+    /// Marks `relay` disconnected after a failure and schedules the retry.
+    fn fail_connection(&mut self, relay: RelayId, now: Time) {
+        self.stats.connect_failures += 1;
+        self.drop_connection(relay, now);
+        let policy = self.policy;
+        let state = &mut self.relays[relay.index()];
+        let retry = state.health.record_failure(now, &policy, &mut self.rng);
+        state.retry_at = Some(retry);
+        warn!(
+            "{} failed; retry in {:?}",
+            self.index.relay_url(relay),
+            retry.since(now)
+        );
+        self.arm(retry, Timer::Reconnect(relay));
+    }
+
+    /// Forgets the connection: subscriptions and batches go, confirmed stays.
+    /// `disconnected_at` marks the loss of a connection, not a failed
+    /// attempt, so retries cannot keep a stale relay looking quick.
+    fn drop_connection(&mut self, relay: RelayId, now: Time) {
+        let daily = {
+            let state = self.relay(relay);
+            if state.status == Status::Connected {
+                state.disconnected_at = Some(now);
+            }
+            state.status = Status::Disconnected;
+            state.epoch = state.epoch.wrapping_add(1);
+            state.clear_in_flight();
+            state.queued.clear();
+            state.paused_until = None;
+            state.daily_timer.take()
+        };
+        if let Some(timer) = daily {
+            self.timers.cancel(timer);
+        }
+    }
+
+    pub(crate) fn on_reconnect_timer(&mut self, relay: RelayId, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.retry_at.is_some_and(|t| now < t) {
+            return;
+        }
+        self.relay(relay).retry_at = None;
+        if self.wants_connection(relay) {
+            self.connect(relay, now);
+        }
+    }
+
+    pub(crate) fn on_connect_timeout(&mut self, relay: RelayId, epoch: u32, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.epoch == epoch && state.status == Status::Connecting {
+            warn!("{} connect timed out", self.relay_url(relay));
+            self.actions.push_back(Action::Disconnect { relay });
+            self.fail_connection(relay, now);
+        }
+    }
+
+    /// True when `relay` should be connected: own (self-subscribing), bootstrap, or targeted.
+    pub(crate) fn wants_connection(&self, relay: RelayId) -> bool {
+        let state = &self.relays[relay.index()];
+        match state.role {
+            Role::Own => self.config.self_subscribe,
+            Role::Remote { bootstrap } => bootstrap || !state.items.is_empty(),
+        }
+    }
+
+    /// Daily fresh sync: close everything, forget pending and confirmed,
+    /// fetch full history again. Catches drift a live stream cannot.
+    pub(crate) fn on_daily(&mut self, relay: RelayId, epoch: u32, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.epoch != epoch || state.status != Status::Connected {
+            return;
+        }
+        info!("{}: daily fresh sync", self.relay_url(relay));
+        self.relay(relay).daily_timer = None;
+        self.close_all_subscriptions(relay);
+        let state = self.relay(relay);
+        state.clear_in_flight();
+        state.requeue_where(|s| s == ItemState::Confirmed);
+        self.subscribe_live(relay, None, false, now);
+        self.requeue_all(relay);
+        self.arm_daily(relay, now);
+    }
+
+    fn arm_daily(&mut self, relay: RelayId, now: Time) {
+        let delay = self.jitter_between(self.config.daily_min, self.config.daily_max);
+        let epoch = self.relays[relay.index()].epoch;
+        let id = self.arm(now + delay, Timer::Daily(relay, epoch));
+        self.relay(relay).daily_timer = Some(id);
+    }
+
+    /// Every `disconnect_check`: drop remote relays that are not bootstrap
+    /// and that nothing targets any more.
+    pub(crate) fn check_disconnects(&mut self, now: Time) {
+        for i in 0..self.relays.len() {
+            let relay = RelayId(i as u32);
+            let state = &self.relays[i];
+            let idle =
+                matches!(state.role, Role::Remote { bootstrap: false }) && state.items.is_empty();
+            if idle && state.status != Status::Disconnected {
+                info!("{}: nothing to sync; disconnecting", self.relay_url(relay));
+                self.actions.push_back(Action::Disconnect { relay });
+                self.drop_connection(relay, now);
+            }
+        }
+        self.arm(now + self.config.disconnect_check, Timer::DisconnectCheck);
+    }
+
+    /// Puts every queued item of a connected relay up for the next diff.
+    pub(crate) fn requeue_all(&mut self, relay: RelayId) {
+        let state = self.relay(relay);
+        state.queued = state
+            .items
+            .iter()
+            .filter(|(_, s)| s.state == ItemState::Queued)
+            .map(|(i, _)| *i)
+            .collect();
+        if !state.queued.is_empty() {
+            self.dirty.push(relay);
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The relay table: per relay, what is confirmed, what is in flight, and the
+//! connection it rides on.
+//!
+//! Each targeted item of a relay has exactly one state — queued, pending in
+//! one batch, or confirmed — so "pending and confirmed overlap" cannot be
+//! represented. An item exists in a relay's map only while the index
+//! targets it there (`refs` counts the repos that make it a target), so
+//! "confirmed but not targeted" cannot be represented either.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::health::HealthTracker;
+use crate::index::Item;
+use crate::subscription::{Purpose, Subscription, WorkRef};
+use crate::time::Time;
+use crate::timer::TimerId;
+
+/// Connection status of a relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// No connection; maybe waiting for a backoff to end.
+    Disconnected,
+    /// Connect asked of the shell, not yet reported.
+    Connecting,
+    /// Connected and subscribed.
+    Connected,
+}
+
+/// Where a targeted item stands on one relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemState {
+    /// Wanted, not yet asked (the three-way diff's "new").
+    Queued,
+    /// Asked in the pending batch with this id.
+    Pending(u64),
+    /// History fetched to EOSE; live events follow.
+    Confirmed,
+}
+
+/// What a relay is to us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The relay we sync into (self-subscription).
+    Own,
+    /// A relay we sync from; bootstrap relays are never dropped.
+    Remote {
+        /// Configured by the operator; kept connected without targets.
+        bootstrap: bool,
+    },
+}
+
+/// How a relay's live traffic is covered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveMode {
+    /// Per-id filters for every confirmed item.
+    PerId,
+    /// One kind-based filter matched locally (per-id filters would not fit).
+    Wide,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot {
+    pub refs: u32,
+    pub state: ItemState,
+}
+
+/// Items of one pending batch and how many of its chunks are still fetching.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    pub items: Vec<Item>,
+    pub chunks_left: u32,
+}
+
+/// Limits of one relay, lowered when it refuses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub subscriptions: usize,
+    pub filters_per_req: usize,
+    pub message_bytes: usize,
+}
+
+/// Everything the engine knows about one relay.
+#[derive(Debug)]
+pub(crate) struct RelayState {
+    pub role: Role,
+    pub status: Status,
+    pub last_connected: Option<Time>,
+    pub disconnected_at: Option<Time>,
+    pub health: HealthTracker,
+    /// Targeted items and their state.
+    pub items: HashMap<Item, Slot>,
+    /// Items that became `Queued` since the last diff (may be stale).
+    pub queued: Vec<Item>,
+    pub batches: HashMap<u64, Batch>,
+    /// Chunks of pending batches waiting for a subscription slot.
+    pub work: VecDeque<WorkRef>,
+    pub subs: HashMap<u64, Subscription>,
+    pub limits: Limits,
+    pub live_mode: LiveMode,
+    /// Confirmed items lack live coverage since this time; the next
+    /// consolidation re-subscribes them from before it.
+    pub uncovered_since: Option<Time>,
+    /// Waiting for pending batches before consolidating.
+    pub consolidating: bool,
+    /// Historic work paused (after a refusal) until this time.
+    pub paused_until: Option<Time>,
+    /// Bumped on every connect and disconnect; timers of an older epoch are stale.
+    pub epoch: u32,
+    /// When the next connect attempt is allowed.
+    pub retry_at: Option<Time>,
+    pub daily_timer: Option<TimerId>,
+    /// Historic REQs sent since connect (for metrics and tests).
+    pub reqs_sent: u64,
+}
+
+impl RelayState {
+    pub fn new(role: Role, limits: Limits) -> Self {
+        RelayState {
+            role,
+            status: Status::Disconnected,
+            last_connected: None,
+            disconnected_at: None,
+            health: HealthTracker::default(),
+            items: HashMap::new(),
+            queued: Vec::new(),
+            batches: HashMap::new(),
+            work: VecDeque::new(),
+            subs: HashMap::new(),
+            limits,
+            live_mode: LiveMode::PerId,
+            uncovered_since: None,
+            consolidating: false,
+            paused_until: None,
+            epoch: 0,
+            retry_at: None,
+            daily_timer: None,
+            reqs_sent: 0,
+        }
+    }
+
+    /// Filters of subscriptions kept open for live events.
+    pub fn live_filter_count(&self) -> usize {
+        self.live_subs().map(|s| s.filters.len()).sum()
+    }
+
+    pub fn live_subs(&self) -> impl Iterator<Item = &Subscription> {
+        self.subs.values().filter(|s| s.purpose == Purpose::Live)
+    }
+
+    /// Counts items per state: (queued, pending, confirmed).
+    pub fn item_counts(&self) -> (usize, usize, usize) {
+        self.items
+            .values()
+            .fold((0, 0, 0), |(q, p, c), slot| match slot.state {
+                ItemState::Queued => (q + 1, p, c),
+                ItemState::Pending(_) => (q, p + 1, c),
+                ItemState::Confirmed => (q, p, c + 1),
+            })
+    }
+
+    /// Moves every item in `state`-matching slots back to `Queued`.
+    pub fn requeue_where(&mut self, pred: impl Fn(ItemState) -> bool) {
+        for (item, slot) in self.items.iter_mut() {
+            if pred(slot.state) {
+                slot.state = ItemState::Queued;
+                self.queued.push(*item);
+            }
+        }
+    }
+
+    /// Forgets everything in flight: batches, queued chunks, subscriptions.
+    /// Pending items go back to `Queued`.
+    pub fn clear_in_flight(&mut self) {
+        self.requeue_where(|s| matches!(s, ItemState::Pending(_)));
+        self.batches.clear();
+        self.work.clear();
+        self.subs.clear();
+        self.consolidating = false;
+        self.uncovered_since = None;
+    }
+}

@@ -1,0 +1,168 @@
+//! Relay URL normalization: one spelling per relay.
+//!
+//! Announcements are written by anyone, so the same relay shows up as
+//! `WSS://Relay.Example.com:443/`, `wss://relay.example.com` and so on. Every
+//! URL is reduced to one canonical string before it is interned, otherwise one
+//! relay would be connected several times and its confirmed state split.
+//! Parsing is nostr's `RelayUrl` (the `url` crate underneath), which already
+//! lower-cases scheme and host and drops default ports.
+
+use std::fmt;
+
+use nostr::prelude::RelayUrl;
+
+/// Longest URL accepted; longer ones are hostile or broken.
+const MAX_URL_LEN: usize = 512;
+
+/// Why a URL was not taken as a relay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlError {
+    /// Longer than the accepted maximum.
+    TooLong,
+    /// Not `ws://` or `wss://`.
+    UnsupportedScheme,
+    /// Carries `user:password@`, which relays never need.
+    Credentials,
+    /// Not a URL at all.
+    Malformed,
+}
+
+impl fmt::Display for UrlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UrlError::TooLong => "URL too long",
+            UrlError::UnsupportedScheme => "not a ws:// or wss:// URL",
+            UrlError::Credentials => "URL carries credentials",
+            UrlError::Malformed => "malformed URL",
+        })
+    }
+}
+
+impl std::error::Error for UrlError {}
+
+/// The canonical form of a relay URL: scheme and host lower-case, default
+/// port, fragment and trailing slash removed.
+pub fn normalize(raw: &str) -> Result<String, UrlError> {
+    let raw = raw.trim();
+    if raw.len() > MAX_URL_LEN {
+        return Err(UrlError::TooLong);
+    }
+    let raw = raw.split('#').next().unwrap_or(raw);
+    let scheme = raw.split("://").next().unwrap_or("").to_ascii_lowercase();
+    if scheme != "ws" && scheme != "wss" {
+        return Err(UrlError::UnsupportedScheme);
+    }
+    if authority(raw).contains('@') {
+        return Err(UrlError::Credentials);
+    }
+    let url = RelayUrl::parse(raw).map_err(|_| UrlError::Malformed)?;
+    if url.host().is_none() {
+        return Err(UrlError::Malformed);
+    }
+    Ok(url.as_str_without_trailing_slash().to_owned())
+}
+
+/// The relay a git `clone` URL names: a GRASP server serves git over
+/// `https://host/...` and its relay at `wss://host` (`http` maps to `ws`).
+/// Other clone URLs (ssh, git, ...) name no relay.
+pub fn relay_of_clone_url(clone: &str) -> Option<String> {
+    let clone = clone.trim();
+    let (scheme, rest) = clone.split_once("://")?;
+    let ws = match scheme.to_ascii_lowercase().as_str() {
+        "https" => "wss",
+        "http" => "ws",
+        _ => return None,
+    };
+    let host = authority(clone);
+    if host.is_empty() || rest.is_empty() {
+        return None;
+    }
+    normalize(&format!("{ws}://{host}")).ok()
+}
+
+/// The `host[:port]` part of a normalized URL, as `--domain` spells it.
+pub fn host_port(url: &str) -> &str {
+    authority(url)
+}
+
+/// The text between `scheme://` and the first `/`, `?` or `#`.
+fn authority(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_case_port_and_slash() {
+        assert_eq!(
+            normalize("WSS://Relay.Example.COM:443/").unwrap(),
+            "wss://relay.example.com"
+        );
+        assert_eq!(
+            normalize("ws://relay.example.com:80").unwrap(),
+            "ws://relay.example.com"
+        );
+        assert_eq!(
+            normalize("wss://relay.example.com:4443/").unwrap(),
+            "wss://relay.example.com:4443"
+        );
+        assert_eq!(
+            normalize(" wss://r.example/path/ ").unwrap(),
+            "wss://r.example/path"
+        );
+        assert_eq!(
+            normalize("wss://r.example/#frag").unwrap(),
+            "wss://r.example"
+        );
+        assert_eq!(
+            normalize("ws://127.0.0.1:7777").unwrap(),
+            "ws://127.0.0.1:7777"
+        );
+        assert_eq!(normalize("ws://[::1]:7777/").unwrap(), "ws://[::1]:7777");
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_relay() {
+        assert_eq!(
+            normalize("https://r.example"),
+            Err(UrlError::UnsupportedScheme)
+        );
+        assert_eq!(normalize("r.example"), Err(UrlError::UnsupportedScheme));
+        assert_eq!(
+            normalize("wss://user:pw@r.example"),
+            Err(UrlError::Credentials)
+        );
+        assert_eq!(normalize("wss://"), Err(UrlError::Malformed));
+        assert_eq!(normalize("wss://a b"), Err(UrlError::Malformed));
+        assert_eq!(
+            normalize(&format!("wss://{}", "a".repeat(600))),
+            Err(UrlError::TooLong)
+        );
+        assert_eq!(normalize("wss://a.example://b"), Err(UrlError::Malformed));
+    }
+
+    #[test]
+    fn clone_urls_name_their_relay() {
+        assert_eq!(
+            relay_of_clone_url("https://Git.Example.com/npub1x/repo.git").as_deref(),
+            Some("wss://git.example.com")
+        );
+        assert_eq!(
+            relay_of_clone_url("http://git.example.com:8080/x").as_deref(),
+            Some("ws://git.example.com:8080")
+        );
+        assert_eq!(relay_of_clone_url("git@github.com:a/b.git"), None);
+        assert_eq!(relay_of_clone_url("ssh://git@host/x"), None);
+        assert_eq!(relay_of_clone_url("https://"), None);
+    }
+
+    #[test]
+    fn host_port_is_the_authority() {
+        assert_eq!(host_port("wss://r.example:4443/x"), "r.example:4443");
+        assert_eq!(host_port("wss://r.example"), "r.example");
+    }
+}

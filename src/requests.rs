@@ -1,0 +1,368 @@
+//! Turning wanted work into REQs within a relay's limits.
+//!
+//! Relays cap concurrent subscriptions (10 is common), filters per REQ and
+//! message size. Historic chunks wait in a per-relay queue and are packed
+//! into as few REQs as the limits allow, started as earlier ones end. Live
+//! coverage is kept small: while the per-id filters of everything confirmed
+//! fit under the consolidation threshold, they stay open as they are;
+//! beyond that a relay's live traffic is one kind-based filter with `since`,
+//! matched against the index locally. Consolidation (GRASP-02) closes the
+//! live subscriptions and re-packs them, `since` reaching back over any gap.
+
+use log::{debug, info};
+use nostr::prelude::{Filter, Timestamp};
+
+use crate::engine::{Action, Engine, Timer};
+use crate::filters::{
+    announcement_filter, chunk_filters, close_message, req_message, self_filter, wide_filter,
+};
+use crate::index::{Item, RelayId};
+use crate::relay::{ItemState, LiveMode, Status};
+use crate::subscription::{Purpose, Scope, Subscription, WorkRef};
+use crate::time::Time;
+
+impl Engine {
+    /// Starts as much queued historic work on `relay` as its limits allow.
+    pub(crate) fn schedule(&mut self, relay: RelayId, now: Time) {
+        loop {
+            let state = &self.relays[relay.index()];
+            if state.status != Status::Connected
+                || state.paused_until.is_some()
+                || state.work.is_empty()
+                || state.subs.len() >= state.limits.subscriptions
+            {
+                break;
+            }
+            let (chunks, filters) = self.take_packed_chunks(relay);
+            let purpose = self.purpose_for(relay, filters.len());
+            if purpose == Purpose::Page && self.relays[relay.index()].live_mode == LiveMode::PerId {
+                let state = self.relay(relay);
+                state.uncovered_since = Some(state.uncovered_since.map_or(now, |t| t.min(now)));
+            }
+            let scope = Scope::Exact;
+            self.open_subscription(relay, filters, purpose, scope, chunks, 1, now);
+        }
+        self.maybe_consolidate(relay, now);
+    }
+
+    /// Pops queued chunks that fit in one REQ (at least one chunk).
+    fn take_packed_chunks(&mut self, relay: RelayId) -> (Vec<WorkRef>, Vec<Filter>) {
+        let limit = self.config.page_limit;
+        let state = &self.relays[relay.index()];
+        let limits = state.limits;
+        let mut chunks = Vec::new();
+        let mut filters: Vec<Filter> = Vec::new();
+        let mut bytes = 32;
+        for work in state.work.iter() {
+            let more: Vec<Filter> = chunk_filters(&self.index, &work.items, None)
+                .into_iter()
+                .map(|f| f.limit(limit))
+                .collect();
+            let more_bytes: usize = more.iter().map(|f| f.as_json().len() + 1).sum();
+            let fits = filters.len() + more.len() <= limits.filters_per_req
+                && bytes + more_bytes <= limits.message_bytes;
+            if !chunks.is_empty() && !fits {
+                break;
+            }
+            bytes += more_bytes;
+            filters.extend(more);
+            chunks.push(work.clone());
+        }
+        let state = self.relay(relay);
+        state.work.drain(..chunks.len());
+        (chunks, filters)
+    }
+
+    /// A new historic REQ stays open for live events when the relay's live
+    /// set is per-id, no consolidation is waiting, and it fits the threshold
+    /// and half the subscription budget (the other half is for history).
+    fn purpose_for(&self, relay: RelayId, filters: usize) -> Purpose {
+        let state = &self.relays[relay.index()];
+        let live_subs = state.live_subs().count();
+        let fits = state.live_mode == LiveMode::PerId
+            && !state.consolidating
+            && state.uncovered_since.is_none()
+            && state.live_filter_count() + filters <= self.config.consolidation_threshold
+            && live_subs < (state.limits.subscriptions / 2).max(1);
+        if fits { Purpose::Live } else { Purpose::Page }
+    }
+
+    /// Sends a REQ and records the subscription.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn open_subscription(
+        &mut self,
+        relay: RelayId,
+        filters: Vec<Filter>,
+        purpose: Purpose,
+        scope: Scope,
+        work: Vec<WorkRef>,
+        page: u32,
+        started: Time,
+    ) {
+        let id = self.next_sub;
+        self.next_sub += 1;
+        let sub_id = format!("{id:x}");
+        let message = req_message(&sub_id, &filters);
+        self.stats.reqs_sent += 1;
+        let state = self.relay(relay);
+        state.reqs_sent += 1;
+        let epoch = state.epoch;
+        state.subs.insert(
+            id,
+            Subscription::new(filters, purpose, scope, work, page, started),
+        );
+        self.actions.push_back(Action::Send { relay, message });
+        self.arm(
+            started.max(Time::from_millis(0)) + self.config.eose_timeout,
+            Timer::EoseTimeout(relay, epoch, id),
+        );
+    }
+
+    /// Sends CLOSE for a subscription and forgets it.
+    pub(crate) fn close_subscription(&mut self, relay: RelayId, id: u64) -> Option<Subscription> {
+        let sub = self.relay(relay).subs.remove(&id)?;
+        self.actions.push_back(Action::Send {
+            relay,
+            message: close_message(&format!("{id:x}")),
+        });
+        Some(sub)
+    }
+
+    /// Sends CLOSE for every subscription of `relay`.
+    pub(crate) fn close_all_subscriptions(&mut self, relay: RelayId) {
+        let ids: Vec<u64> = self.relays[relay.index()].subs.keys().copied().collect();
+        for id in ids {
+            self.close_subscription(relay, id);
+        }
+    }
+
+    /// The own relay's self-subscription.
+    pub(crate) fn subscribe_self(&mut self, since: Option<Timestamp>, now: Time) {
+        let filter = self_filter(since).limit(self.config.page_limit);
+        self.open_subscription(
+            self.own,
+            vec![filter],
+            Purpose::Live,
+            Scope::Own,
+            Vec::new(),
+            1,
+            now,
+        );
+    }
+
+    /// Opens a relay's live set: Layer 1 and, when `with_confirmed`, the
+    /// confirmed items — per-id if they fit the threshold, else one wide
+    /// filter — all with `since`, packed into as few REQs as allowed.
+    pub(crate) fn subscribe_live(
+        &mut self,
+        relay: RelayId,
+        since: Option<Timestamp>,
+        with_confirmed: bool,
+        now: Time,
+    ) {
+        let limit = self.config.page_limit;
+        let confirmed: Vec<Item> = if with_confirmed {
+            let mut items: Vec<Item> = self.relays[relay.index()]
+                .items
+                .iter()
+                .filter(|(_, s)| s.state == ItemState::Confirmed)
+                .map(|(i, _)| *i)
+                .collect();
+            items.sort_unstable();
+            items
+        } else {
+            Vec::new()
+        };
+        let per_id = self.per_id_filters(&confirmed, since);
+        let state = &self.relays[relay.index()];
+        let budget = (state.limits.subscriptions / 2).max(1);
+        let fits = per_id.len() < self.config.consolidation_threshold
+            && (1 + per_id.len()).div_ceil(state.limits.filters_per_req) <= budget;
+        let mode = if fits {
+            LiveMode::PerId
+        } else {
+            LiveMode::Wide
+        };
+        self.relay(relay).live_mode = mode;
+        let mut filters = vec![announcement_filter(since).limit(limit)];
+        let scope = match mode {
+            LiveMode::PerId => {
+                filters.extend(per_id.into_iter().map(|f| f.limit(limit)));
+                Scope::Exact
+            }
+            LiveMode::Wide => {
+                let since = since.unwrap_or_else(|| {
+                    Timestamp::from_secs(now.saturating_sub(self.config.quick_reconnect).as_secs())
+                });
+                filters.push(wide_filter(&self.config.wide_kinds, since).limit(limit));
+                Scope::Wide
+            }
+        };
+        debug!(
+            "{}: live set of {} filters ({mode:?})",
+            self.relay_url(relay),
+            filters.len()
+        );
+        for group in self.pack(relay, filters) {
+            self.open_subscription(relay, group, Purpose::Live, scope, Vec::new(), 1, now);
+        }
+    }
+
+    fn per_id_filters(&self, items: &[Item], since: Option<Timestamp>) -> Vec<Filter> {
+        let chunk = self.config.chunk_size.max(1);
+        let (repos, roots): (Vec<Item>, Vec<Item>) =
+            items.iter().partition(|i| matches!(i, Item::Repo(_)));
+        let mut filters = Vec::new();
+        for part in [repos, roots] {
+            for c in part.chunks(chunk) {
+                filters.extend(chunk_filters(&self.index, c, since));
+            }
+        }
+        filters
+    }
+
+    /// Splits filters into groups that each fit one REQ of `relay`.
+    fn pack(&self, relay: RelayId, filters: Vec<Filter>) -> Vec<Vec<Filter>> {
+        let limits = self.relays[relay.index()].limits;
+        let mut groups: Vec<Vec<Filter>> = Vec::new();
+        let mut bytes = 0;
+        for filter in filters {
+            let size = filter.as_json().len() + 1;
+            let start_new = match groups.last() {
+                None => true,
+                Some(g) => g.len() >= limits.filters_per_req || bytes + size > limits.message_bytes,
+            };
+            if start_new {
+                groups.push(Vec::new());
+                bytes = 32;
+            }
+            bytes += size;
+            if let Some(g) = groups.last_mut() {
+                g.push(filter);
+            }
+        }
+        groups
+    }
+
+    /// Consolidates once confirmed items lack live coverage: at once when no
+    /// batch is pending, else after the pending batches or the timeout.
+    pub(crate) fn maybe_consolidate(&mut self, relay: RelayId, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.status != Status::Connected
+            || state.uncovered_since.is_none()
+            || state.paused_until.is_some()
+        {
+            return;
+        }
+        if state.batches.is_empty() {
+            self.consolidate(relay, now);
+        } else if !state.consolidating {
+            let epoch = state.epoch;
+            self.relay(relay).consolidating = true;
+            self.arm(
+                now + self.config.consolidation_timeout,
+                Timer::Consolidate(relay, epoch),
+            );
+        }
+    }
+
+    /// Closes the live subscriptions and re-subscribes Layer 1 and every
+    /// confirmed item with `since` reaching back over any uncovered gap.
+    /// Confirmed state is kept; historic pages in flight continue.
+    pub(crate) fn consolidate(&mut self, relay: RelayId, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.status != Status::Connected
+            || (!state.consolidating && state.uncovered_since.is_none())
+        {
+            return;
+        }
+        let window_start = now.saturating_sub(self.config.quick_reconnect);
+        let since = state
+            .uncovered_since
+            .map_or(window_start, |t| t.min(window_start));
+        info!(
+            "{}: consolidating live subscriptions",
+            self.relay_url(relay)
+        );
+        self.stats.consolidations += 1;
+        let live: Vec<u64> = state
+            .subs
+            .iter()
+            .filter(|(_, s)| s.purpose == Purpose::Live)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in live {
+            if let Some(sub) = self.close_subscription(relay, id) {
+                self.continue_work_elsewhere(relay, sub, now);
+            }
+        }
+        let state = self.relay(relay);
+        state.consolidating = false;
+        state.uncovered_since = None;
+        self.subscribe_live(
+            relay,
+            Some(Timestamp::from_secs(since.as_secs())),
+            true,
+            now,
+        );
+        let mode = self.relays[relay.index()].live_mode;
+        let state = self.relay(relay);
+        if mode == LiveMode::PerId {
+            state.uncovered_since = state
+                .subs
+                .values()
+                .filter(|s| s.purpose == Purpose::Page && !s.work.is_empty())
+                .map(|s| s.started)
+                .min();
+        }
+        self.schedule(relay, now);
+    }
+
+    /// A live subscription closed before its chain finished: its unfinished
+    /// chunks go back to the front of the work queue.
+    fn continue_work_elsewhere(&mut self, relay: RelayId, sub: Subscription, _now: Time) {
+        if sub.eose || sub.work.is_empty() {
+            return;
+        }
+        let state = self.relay(relay);
+        for work in sub.work.into_iter().rev() {
+            state.work.push_front(work);
+        }
+    }
+
+    /// A page never reached EOSE in time: treat it as refused.
+    pub(crate) fn on_eose_timeout(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.epoch != epoch || state.subs.get(&id).is_none_or(|s| s.eose) {
+            return;
+        }
+        info!(
+            "{}: subscription {id:x} got no EOSE in time",
+            self.relay_url(relay)
+        );
+        if let Some(sub) = self.close_subscription(relay, id) {
+            self.refused(relay, sub, crate::refusal::Refusal::Error, now);
+        }
+    }
+
+    /// A pause after a refusal ended: retry what was refused.
+    pub(crate) fn on_resume(&mut self, relay: RelayId, epoch: u32, now: Time) {
+        let state = self.relay(relay);
+        if state.epoch != epoch || state.status != Status::Connected {
+            return;
+        }
+        state.paused_until = None;
+        if relay == self.own {
+            if self.relays[relay.index()].subs.is_empty() {
+                let since = self.relays[relay.index()]
+                    .last_connected
+                    .map(|t| t.saturating_sub(self.config.quick_reconnect));
+                self.subscribe_self(since.map(|t| Timestamp::from_secs(t.as_secs())), now);
+            }
+            return;
+        }
+        self.requeue_all(relay);
+        self.flush(now);
+        self.maybe_consolidate(relay, now);
+    }
+}

@@ -1,0 +1,152 @@
+//! One open subscription on a relay and the pagination of its stored events.
+//!
+//! Relays return at most `limit` stored events per filter (or per REQ), newest
+//! first. A historic subscription that got a full page before EOSE has more
+//! behind it; the follow-up asks the same filters with `until` = the oldest
+//! `created_at` seen, per filter, until a page comes back short. Without this
+//! a relay with a 500-event cap silently loses everything older.
+
+use nostr::prelude::{Event, Filter, MatchEventOptions, Timestamp};
+
+use crate::index::Item;
+use crate::time::Time;
+
+/// Whether a subscription stays open after its stored events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Kept open for live events after EOSE.
+    Live,
+    /// Closed after EOSE: a follow-up page, or a historic fetch whose live
+    /// coverage comes from elsewhere.
+    Page,
+}
+
+/// How events of a subscription are checked before they are passed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The own relay's self-subscription: events feed the index.
+    Own,
+    /// Per-id or announcement filters: an event must match one of them.
+    Exact,
+    /// Kind-based live filter: an event must also tag an item the relay targets.
+    Wide,
+}
+
+/// Events one filter returned in the current page.
+#[derive(Debug, Clone, Copy, Default)]
+struct PageStats {
+    count: usize,
+    oldest: Option<Timestamp>,
+}
+
+/// An open subscription.
+#[derive(Debug)]
+pub struct Subscription {
+    /// The filters as sent (with `since`/`until`/`limit`).
+    pub filters: Vec<Filter>,
+    /// Live or page.
+    pub purpose: Purpose,
+    /// How its events are checked.
+    pub scope: Scope,
+    /// Work units (chunks of a pending batch) that complete when this
+    /// subscription's last page ends.
+    pub work: Vec<WorkRef>,
+    /// Pages asked so far in this chain (1 for the first).
+    pub page: u32,
+    /// EOSE seen: stored events are over.
+    pub eose: bool,
+    /// Any message seen for it (a refusal by NOTICE targets one that heard nothing).
+    pub heard: bool,
+    /// When the first page of this chain was sent: events after it are
+    /// covered by the chain, events before need another subscription.
+    pub started: Time,
+    stats: Vec<PageStats>,
+    total: usize,
+}
+
+/// A chunk of a pending batch that a subscription (chain) is fetching.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkRef {
+    /// The batch the chunk belongs to.
+    pub batch: u64,
+    /// The chunk's items.
+    pub items: Vec<Item>,
+}
+
+impl Subscription {
+    /// A subscription for `filters`, nothing heard yet.
+    pub fn new(
+        filters: Vec<Filter>,
+        purpose: Purpose,
+        scope: Scope,
+        work: Vec<WorkRef>,
+        page: u32,
+        started: Time,
+    ) -> Self {
+        let stats = vec![PageStats::default(); filters.len()];
+        Subscription {
+            filters,
+            purpose,
+            scope,
+            work,
+            page,
+            eose: false,
+            heard: false,
+            started,
+            stats,
+            total: 0,
+        }
+    }
+
+    /// Indices of the filters `event` matches.
+    pub fn matching<'a>(&'a self, event: &'a Event) -> impl Iterator<Item = usize> + 'a {
+        let opts = MatchEventOptions::new();
+        self.filters
+            .iter()
+            .enumerate()
+            .filter(move |(_, f)| f.match_event(event, opts))
+            .map(|(i, _)| i)
+    }
+
+    /// Counts a stored event (before EOSE) toward the page of the filters it matched.
+    pub fn count_stored(&mut self, created_at: Timestamp, matched: &[usize]) {
+        self.total += 1;
+        for &i in matched {
+            let s = &mut self.stats[i];
+            s.count += 1;
+            s.oldest = Some(s.oldest.map_or(created_at, |o| o.min(created_at)));
+        }
+    }
+
+    /// The filters of the next page, or `None` when this page was the last.
+    ///
+    /// A page is full when the whole REQ or one filter returned `limit`
+    /// events. If the whole REQ was capped, every filter may have been cut
+    /// and all are asked again (below their oldest event if they had one);
+    /// otherwise only the filters that reached `limit` continue. When a
+    /// filter's oldest event is exactly its previous `until` (more than
+    /// `limit` events in one second), `until` steps one second back so the
+    /// chain always ends.
+    pub fn next_page(&self, limit: usize) -> Option<Vec<Filter>> {
+        let capped = self.total >= limit;
+        let next: Vec<Filter> = self
+            .filters
+            .iter()
+            .zip(&self.stats)
+            .filter(|(_, s)| capped || s.count >= limit)
+            .map(|(f, s)| match s.oldest {
+                Some(oldest) => {
+                    let until = if f.until == Some(oldest) {
+                        Timestamp::from_secs(oldest.as_secs().saturating_sub(1))
+                    } else {
+                        oldest
+                    };
+                    f.clone().until(until)
+                }
+                None => f.clone(),
+            })
+            .collect();
+        (!next.is_empty() && (capped || self.stats.iter().any(|s| s.count >= limit)))
+            .then_some(next)
+    }
+}

@@ -1,0 +1,401 @@
+//! A simulated world for the sans-IO engine: fake relays that speak NIP-01
+//! in memory, a clock that jumps to the engine's next deadline, and signed
+//! NIP-34 events built from fixed keys. No sockets, no sleeps.
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use grasp_sync::{Action, Config, Engine, Output, RelayId, Time};
+use nostr::prelude::*;
+
+/// How a fake relay refuses a subscription over its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refuse {
+    /// `CLOSED` with a limit reason.
+    Closed,
+    /// `NOTICE` naming no subscription (nostr-rs-relay).
+    Notice,
+}
+
+/// An in-memory NIP-01 relay.
+#[derive(Debug)]
+pub struct FakeRelay {
+    pub events: Vec<Event>,
+    pub online: bool,
+    /// Stored results returned per REQ at most (all filters together).
+    pub cap: usize,
+    pub max_subs: Option<(usize, Refuse)>,
+    pub subs: HashMap<String, Vec<Filter>>,
+    /// Every REQ received: (sub id, filters).
+    pub reqs: Vec<(String, Vec<Filter>)>,
+    /// Answer the next REQs with CLOSED and these reasons, in order.
+    pub close_next: VecDeque<String>,
+    /// Never send EOSE.
+    pub silent: bool,
+}
+
+impl FakeRelay {
+    pub fn new() -> Self {
+        FakeRelay {
+            events: Vec::new(),
+            online: true,
+            cap: usize::MAX,
+            max_subs: None,
+            subs: HashMap::new(),
+            reqs: Vec::new(),
+            close_next: VecDeque::new(),
+            silent: false,
+        }
+    }
+
+    /// Answers one client message; returns the relay's replies.
+    pub fn handle(&mut self, text: &str) -> Vec<String> {
+        let msg = ClientMessage::from_json(text).expect("engine sends valid client messages");
+        match msg {
+            ClientMessage::Req {
+                subscription_id,
+                filters,
+            } => {
+                let id = subscription_id.to_string();
+                let filters: Vec<Filter> = filters.into_iter().map(|f| f.into_owned()).collect();
+                self.reqs.push((id.clone(), filters.clone()));
+                if let Some(reason) = self.close_next.pop_front() {
+                    return vec![RelayMessage::closed(SubscriptionId::new(&id), reason).as_json()];
+                }
+                if let Some((max, style)) = self.max_subs
+                    && self.subs.len() >= max
+                {
+                    return vec![match style {
+                        Refuse::Closed => RelayMessage::closed(
+                            SubscriptionId::new(&id),
+                            "error: too many concurrent REQs",
+                        )
+                        .as_json(),
+                        Refuse::Notice => {
+                            RelayMessage::notice("Maximum concurrent subscription count reached")
+                                .as_json()
+                        }
+                    }];
+                }
+                let mut out: Vec<String> = self
+                    .stored(&filters)
+                    .into_iter()
+                    .map(|e| RelayMessage::event(SubscriptionId::new(&id), e).as_json())
+                    .collect();
+                if !self.silent {
+                    out.push(RelayMessage::eose(SubscriptionId::new(&id)).as_json());
+                }
+                self.subs.insert(id, filters);
+                out
+            }
+            ClientMessage::Close(id) => {
+                self.subs.remove(&id.to_string());
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Stored events for a REQ: per filter newest first up to its limit,
+    /// merged, newest first, capped.
+    fn stored(&self, filters: &[Filter]) -> Vec<Event> {
+        let mut seen = HashSet::new();
+        let mut all = Vec::new();
+        for f in filters {
+            let mut hits: Vec<&Event> = self
+                .events
+                .iter()
+                .filter(|e| f.match_event(e, MatchEventOptions::new()))
+                .collect();
+            hits.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+            for e in hits.into_iter().take(f.limit.unwrap_or(usize::MAX)) {
+                if seen.insert(e.id) {
+                    all.push(e.clone());
+                }
+            }
+        }
+        all.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+        all.truncate(self.cap);
+        all
+    }
+
+    /// Stores an event and returns the live EVENT messages for open subscriptions.
+    pub fn publish(&mut self, event: Event) -> Vec<String> {
+        if self.events.iter().any(|e| e.id == event.id) {
+            return Vec::new();
+        }
+        let out = self
+            .subs
+            .iter()
+            .filter(|(_, fs)| {
+                fs.iter()
+                    .any(|f| f.match_event(&event, MatchEventOptions::new()))
+            })
+            .map(|(id, _)| RelayMessage::event(SubscriptionId::new(id), event.clone()).as_json())
+            .collect();
+        self.events.push(event);
+        out
+    }
+
+    pub fn has(&self, id: &EventId) -> bool {
+        self.events.iter().any(|e| e.id == *id)
+    }
+}
+
+/// The engine wired to fake relays; the own relay doubles as the sink.
+pub struct Sim {
+    pub engine: Engine,
+    pub now: Time,
+    pub own: String,
+    pub relays: HashMap<String, FakeRelay>,
+    pub connected: HashSet<RelayId>,
+    inbox: VecDeque<(RelayId, String)>,
+    /// Every ingested event with the relay URL it came from.
+    pub ingested: Vec<(String, Event)>,
+    /// Every Connect action seen, with its time.
+    pub connects: Vec<(Time, String)>,
+}
+
+pub const OWN: &str = "wss://own.example";
+pub const T0: u64 = 1_700_000_000;
+
+pub fn config() -> Config {
+    let mut c = Config::new(OWN);
+    c.seed = 7;
+    c
+}
+
+impl Sim {
+    pub fn new(config: Config) -> Sim {
+        let now = Time::from_secs(T0);
+        let own = grasp_sync::relay_url::normalize(&config.own_relay).unwrap();
+        let engine = Engine::new(config, now).expect("valid config");
+        let mut relays = HashMap::new();
+        relays.insert(own.clone(), FakeRelay::new());
+        Sim {
+            engine,
+            now,
+            own,
+            relays,
+            connected: HashSet::new(),
+            inbox: VecDeque::new(),
+            ingested: Vec::new(),
+            connects: Vec::new(),
+        }
+    }
+
+    pub fn add_relay(&mut self, url: &str) -> &mut FakeRelay {
+        self.relays
+            .entry(url.to_owned())
+            .or_insert_with(FakeRelay::new)
+    }
+
+    pub fn relay(&mut self, url: &str) -> &mut FakeRelay {
+        self.relays.get_mut(url).expect("relay exists")
+    }
+
+    pub fn id(&self, url: &str) -> RelayId {
+        self.engine.relay_id(url).expect("engine knows relay")
+    }
+
+    /// Seeds an event on a relay without live delivery.
+    pub fn seed(&mut self, url: &str, event: &Event) {
+        self.add_relay(url).events.push(event.clone());
+    }
+
+    /// Publishes an event on a relay, delivering it live to open subscriptions.
+    pub fn publish(&mut self, url: &str, event: &Event) {
+        let out = self.add_relay(url).publish(event.clone());
+        if let Some(id) = self.engine.relay_id(url)
+            && self.connected.contains(&id)
+        {
+            self.inbox.extend(out.into_iter().map(|m| (id, m)));
+        }
+    }
+
+    /// Processes actions and messages until nothing moves.
+    pub fn settle(&mut self) {
+        for _ in 0..1_000_000 {
+            if let Some(action) = self.engine.poll_action() {
+                self.apply(action);
+            } else if let Some((relay, msg)) = self.inbox.pop_front() {
+                if self.connected.contains(&relay) {
+                    self.engine.handle_message(self.now, relay, &msg);
+                }
+            } else if let Some(Output::Ingest { relay, event }) = self.engine.poll_output() {
+                let url = self.engine.relay_url(relay).to_owned();
+                self.ingested.push((url, (*event).clone()));
+                let own = self.own.clone();
+                self.publish(&own, &event);
+            } else {
+                return;
+            }
+        }
+        panic!("simulation did not settle");
+    }
+
+    fn apply(&mut self, action: Action) {
+        match action {
+            Action::Connect { relay, url } => {
+                self.connects.push((self.now, url.clone()));
+                if self.relays.get(&url).is_some_and(|r| r.online) {
+                    self.connected.insert(relay);
+                    self.engine.handle_connected(self.now, relay);
+                } else {
+                    self.engine.handle_connect_failed(self.now, relay);
+                }
+            }
+            Action::Send { relay, message } => {
+                let url = self.engine.relay_url(relay).to_owned();
+                if !self.connected.contains(&relay) {
+                    return;
+                }
+                let replies = self
+                    .relays
+                    .get_mut(&url)
+                    .map(|r| r.handle(&message))
+                    .unwrap_or_default();
+                self.inbox.extend(replies.into_iter().map(|m| (relay, m)));
+            }
+            Action::Disconnect { relay } => {
+                self.connected.remove(&relay);
+                let url = self.engine.relay_url(relay).to_owned();
+                if let Some(r) = self.relays.get_mut(&url) {
+                    r.subs.clear();
+                }
+                self.inbox.retain(|(r, _)| *r != relay);
+            }
+        }
+    }
+
+    /// Advances the clock by `d`, firing every timer on the way.
+    pub fn advance(&mut self, d: Duration) {
+        let target = self.now + d;
+        self.settle();
+        while let Some(next) = self.engine.poll_timeout() {
+            if next > target {
+                break;
+            }
+            self.now = self.now.max(next);
+            self.engine.handle_timeout(self.now);
+            self.settle();
+        }
+        self.now = target;
+        self.engine.handle_timeout(self.now);
+        self.settle();
+    }
+
+    /// Takes a relay down: the connection drops and connects fail.
+    pub fn stop_relay(&mut self, url: &str) {
+        let r = self.relay(url);
+        r.online = false;
+        r.subs.clear();
+        if let Some(id) = self.engine.relay_id(url)
+            && self.connected.remove(&id)
+        {
+            self.inbox.retain(|(r, _)| *r != id);
+            self.engine.handle_disconnected(self.now, id);
+        }
+        self.settle();
+    }
+
+    pub fn start_relay(&mut self, url: &str) {
+        self.relay(url).online = true;
+    }
+
+    /// True if the own relay (the sink) holds the event.
+    pub fn synced(&self, id: &EventId) -> bool {
+        self.relays[&self.own].has(id)
+    }
+
+    /// Ids from `events` missing from the own relay.
+    pub fn missing<'a>(&self, events: impl IntoIterator<Item = &'a Event>) -> Vec<EventId> {
+        events
+            .into_iter()
+            .filter(|e| !self.synced(&e.id))
+            .map(|e| e.id)
+            .collect()
+    }
+
+    /// REQs a relay has received.
+    pub fn reqs(&self, url: &str) -> &[(String, Vec<Filter>)] {
+        &self.relays[url].reqs
+    }
+}
+
+/// Deterministic keys.
+pub fn keys(n: u8) -> Keys {
+    let mut sk = [0x11u8; 32];
+    sk[0] = n.max(1);
+    Keys::new(SecretKey::from_slice(&sk).expect("valid secret"))
+}
+
+pub fn tag(values: &[&str]) -> Tag {
+    Tag::parse(values.iter().copied()).expect("valid tag")
+}
+
+pub fn sign(k: &Keys, kind: u16, created_at: u64, tags: Vec<Tag>, content: &str) -> Event {
+    EventBuilder::new(Kind::from_u16(kind), content)
+        .tags(tags)
+        .custom_created_at(Timestamp::from_secs(created_at))
+        .finalize(k)
+        .expect("signing works")
+}
+
+/// A repo announcement listing `relays` in one `relays` tag.
+pub fn announcement(k: &Keys, d: &str, relays: &[&str], created_at: u64) -> Event {
+    let mut values = vec!["relays"];
+    values.extend_from_slice(relays);
+    sign(k, 30617, created_at, vec![tag(&["d", d]), tag(&values)], "")
+}
+
+pub fn coord(k: &Keys, d: &str) -> String {
+    format!("30617:{}:{d}", k.public_key().to_hex())
+}
+
+/// A root event (1617 patch, 1618 PR, 1621 issue) under the given repos.
+pub fn root(k: &Keys, kind: u16, repos: &[&str], created_at: u64, content: &str) -> Event {
+    let tags = repos.iter().map(|c| tag(&["a", c])).collect();
+    sign(k, kind, created_at, tags, content)
+}
+
+/// A NIP-22 reply (kind 1111) to a root, scoped with uppercase `E`.
+pub fn reply(k: &Keys, root: &Event, created_at: u64, content: &str) -> Event {
+    let id = root.id.to_hex();
+    sign(
+        k,
+        1111,
+        created_at,
+        vec![tag(&["E", &id]), tag(&["e", &id])],
+        content,
+    )
+}
+
+/// A status event (1630-1633) for a root.
+pub fn status(k: &Keys, root: &Event, kind: u16, created_at: u64) -> Event {
+    sign(
+        k,
+        kind,
+        created_at,
+        vec![tag(&["e", &root.id.to_hex()])],
+        "",
+    )
+}
+
+/// An event tagging a repo with `a` (e.g. a comment on the repo).
+pub fn repo_comment(k: &Keys, coord: &str, created_at: u64, content: &str) -> Event {
+    sign(k, 1111, created_at, vec![tag(&["A", coord])], content)
+}
+
+/// A 30618 state event.
+pub fn state(k: &Keys, d: &str, created_at: u64) -> Event {
+    sign(
+        k,
+        30618,
+        created_at,
+        vec![tag(&["d", d]), tag(&["refs/heads/main", "abc"])],
+        "",
+    )
+}
