@@ -63,6 +63,7 @@ impl Engine {
         if self.relays[relay.index()].daily_timer.is_none() {
             self.arm_daily(relay, now);
         }
+        self.flush(now);
     }
 
     /// A connect attempt for `relay` failed.

@@ -339,9 +339,9 @@ impl<T> TimerWheel<T> {
     /// expire by `now`; the current time is then `max(current, now)`.
     fn advance(&mut self, now: u64) -> bool {
         match self.earliest_slot() {
-            Some((start, levels)) if start <= now => {
+            Some((start, list)) if start <= now => {
                 self.elapsed = start;
-                self.cascade(start, levels);
+                self.refile_list(list);
                 true
             }
             Some(_) => {
@@ -352,19 +352,12 @@ impl<T> TimerWheel<T> {
         }
     }
 
-    /// Re-files the slots starting at `start` on every level set in `levels`.
-    fn cascade(&mut self, start: u64, levels: u8) {
-        for level in (0..LEVELS).filter(|&level| levels & (1 << level) != 0) {
-            self.refile_list(level * SLOTS + slot_digit(start, level));
-        }
-    }
-
     /// Runs when all levels are empty. Moves time into the overflow timers'
     /// block once `now` has reached that block.
     fn advance_overflow(&mut self, now: u64) -> bool {
         match next_block_start(self.elapsed) {
             Some(block) if self.heads[OVERFLOW] != NIL && now >= block => {
-                let min = self.scan_min(iter::once(OVERFLOW)).map_or(now, |(m, _)| m);
+                let min = self.scan_min(OVERFLOW).map_or(now, |(m, _)| m);
                 // Every overflow deadline is >= block > elapsed, so time moves forward.
                 self.elapsed = now.min(min);
                 self.refile_list(OVERFLOW);
@@ -377,26 +370,29 @@ impl<T> TimerWheel<T> {
         }
     }
 
-    /// Start time of the earliest occupied slot over all levels, plus a bitmask
-    /// of the levels whose earliest slot starts then. `None` if all levels are
-    /// empty.
+    /// Start time and list index of the earliest occupied slot over all levels;
+    /// `None` if all levels are empty.
     ///
-    /// Invariant: occupied slots on a level are in the current time's block
-    /// and have a digit strictly greater than the current time's digit, so
-    /// the lowest set bit is the earliest slot, with no wrap-around.
-    fn earliest_slot(&self) -> Option<(u64, u8)> {
-        let mut best: Option<(u64, u8)> = None;
+    /// Invariant: occupied slots on level `L` lie in the current time's
+    /// `64^(L+1)` ms block and have a digit strictly greater than the current
+    /// time's digit. So the lowest set bit is the level's earliest slot (no
+    /// wrap-around), every slot starts after the current time, and two levels
+    /// can never have a slot that starts at the same time: a slot on level
+    /// `L' > L` starts on a `64^(L+1)` boundary, which cannot be after the
+    /// current time while still inside its level-`L` block.
+    fn earliest_slot(&self) -> Option<(u64, usize)> {
+        let mut best: Option<(u64, usize)> = None;
         for (level, &bits) in self.occupied.iter().enumerate() {
             if bits == 0 {
                 continue;
             }
-            let start = slot_start(self.elapsed, level, bits.trailing_zeros() as usize);
+            let digit = bits.trailing_zeros() as usize;
+            let start = slot_start(self.elapsed, level, digit);
             debug_assert!(start > self.elapsed, "timer wheel invariant broken");
-            best = match best {
-                Some((t, mask)) if t < start => Some((t, mask)),
-                Some((t, mask)) if t == start => Some((t, mask | 1 << level)),
-                _ => Some((start, 1 << level)),
-            };
+            debug_assert!(best.is_none_or(|(t, _)| t != start), "slot start tie");
+            if best.is_none_or(|(t, _)| start < t) {
+                best = Some((start, level * SLOTS + digit));
+            }
         }
         best
     }
@@ -405,26 +401,23 @@ impl<T> TimerWheel<T> {
 
     /// Finds the exact earliest deadline and how many timers share it.
     ///
-    /// The minimum is always in one of these places: the ready list; the
-    /// earliest-starting occupied slots, where slots on different levels can
-    /// start at the same time; or, if the levels are empty, the overflow list.
+    /// The minimum is always in exactly one place. If the ready list is not
+    /// empty, it is there. Otherwise it is in the earliest-starting occupied
+    /// slot: that slot's range ends at or before the start of any other
+    /// occupied slot. If the levels are empty, it is in the overflow list.
     fn compute_min(&self) -> Option<(u64, usize)> {
         if self.heads[READY] != NIL {
-            return self.scan_min(iter::once(READY));
+            return self.scan_min(READY);
         }
-        if let Some((start, levels)) = self.earliest_slot() {
-            let lists = (0..LEVELS)
-                .filter(move |&level| levels & (1 << level) != 0)
-                .map(move |level| level * SLOTS + slot_digit(start, level));
-            return self.scan_min(lists);
+        match self.earliest_slot() {
+            Some((_, list)) => self.scan_min(list),
+            None => self.scan_min(OVERFLOW),
         }
-        self.scan_min(iter::once(OVERFLOW))
     }
 
-    /// Minimum deadline over the given lists and how many entries have it.
-    fn scan_min(&self, lists: impl Iterator<Item = usize>) -> Option<(u64, usize)> {
-        lists
-            .flat_map(|list| self.list_iter(list))
+    /// Minimum deadline on `list` and how many entries have it.
+    fn scan_min(&self, list: usize) -> Option<(u64, usize)> {
+        self.list_iter(list)
             .map(|index| self.entries[index as usize].deadline)
             .fold(None, |acc, deadline| match acc {
                 Some((min, count)) if min < deadline => Some((min, count)),
@@ -764,6 +757,31 @@ mod tests {
         assert_eq!(wheel.poll_expired(3 * YEAR + 1).map(|(_, v)| v), Some(3));
         assert!(wheel.poll_expired(10 * YEAR + 2).is_none());
         assert_eq!(wheel.poll_expired(u64::MAX).map(|(_, v)| v), Some(10));
+    }
+
+    #[test]
+    fn jump_across_overflow_blocks_fires_in_order() {
+        let mut wheel = TimerWheel::new(5);
+        let deadlines = [
+            10 * YEAR,
+            3 * YEAR + 5,
+            4 * YEAR,
+            3 * YEAR + 1,
+            9 * YEAR,
+            2 * YEAR,
+        ];
+        for d in deadlines {
+            wheel.insert(d, d);
+        }
+        let fired: Vec<u64> = drain(&mut wheel, 9 * YEAR)
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
+        assert_eq!(
+            fired,
+            vec![2 * YEAR, 3 * YEAR + 1, 3 * YEAR + 5, 4 * YEAR, 9 * YEAR]
+        );
+        assert_eq!(wheel.next_deadline(), Some(10 * YEAR));
     }
 
     #[test]

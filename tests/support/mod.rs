@@ -30,7 +30,8 @@ pub struct FakeRelay {
     pub subs: HashMap<String, Vec<Filter>>,
     /// Every REQ received: (sub id, filters).
     pub reqs: Vec<(String, Vec<Filter>)>,
-    /// Answer the next REQs with CLOSED and these reasons, in order.
+    /// Answer the next REQs that ask tags (Layer 2/3 work, not Layer 1)
+    /// with CLOSED and these reasons, in order.
     pub close_next: VecDeque<String>,
     /// Never send EOSE.
     pub silent: bool,
@@ -61,7 +62,8 @@ impl FakeRelay {
                 let id = subscription_id.to_string();
                 let filters: Vec<Filter> = filters.into_iter().map(|f| f.into_owned()).collect();
                 self.reqs.push((id.clone(), filters.clone()));
-                if let Some(reason) = self.close_next.pop_front() {
+                let tagged = filters.iter().any(|f| !f.generic_tags.is_empty());
+                if let Some(reason) = self.close_next.pop_front_if(|_| tagged) {
                     return vec![RelayMessage::closed(SubscriptionId::new(&id), reason).as_json()];
                 }
                 if let Some((max, style)) = self.max_subs
@@ -213,6 +215,23 @@ impl Sim {
         {
             self.inbox.extend(out.into_iter().map(|m| (id, m)));
         }
+    }
+
+    /// Delivers a raw message from a relay, as if it sent it now.
+    pub fn inject(&mut self, url: &str, text: &str) {
+        let id = self.id(url);
+        self.inbox.push_back((id, text.to_owned()));
+        self.settle();
+    }
+
+    /// An open subscription id on a fake relay whose filters ask `letter`.
+    pub fn sub_asking(&self, url: &str, letter: SingleLetterTag) -> String {
+        self.relays[url]
+            .subs
+            .iter()
+            .find(|(_, fs)| fs.iter().any(|f| f.generic_tags.contains_key(&letter)))
+            .map(|(id, _)| id.clone())
+            .expect("such a subscription is open")
     }
 
     /// Processes actions and messages until nothing moves.
