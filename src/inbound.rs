@@ -274,7 +274,7 @@ impl Engine {
             || sub.scope == Scope::Wide
         {
             let state = self.relay(relay);
-            let lost = sub.started.min(now);
+            let lost = if sub.eose { now } else { sub.started.min(now) };
             state.uncovered_since = Some(state.uncovered_since.map_or(lost, |t| t.min(lost)));
         }
         if refusal.is_limit() {

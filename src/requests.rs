@@ -29,7 +29,11 @@ impl Engine {
             if state.status != Status::Connected
                 || state.paused_until.is_some()
                 || state.work.is_empty()
-                || state.subs.len() >= state.limits.subscriptions
+            {
+                break;
+            }
+            if state.subs.len() >= state.limits.subscriptions
+                && !self.evict_live_for_history(relay, now)
             {
                 break;
             }
@@ -43,6 +47,35 @@ impl Engine {
             self.open_subscription(relay, filters, purpose, scope, chunks, 1, now);
         }
         self.maybe_consolidate(relay, now);
+    }
+
+    /// When live subscriptions fill a relay's whole budget and history is
+    /// waiting, history would never run: close one live subscription and let
+    /// the next consolidation re-cover its gap with `since`.
+    fn evict_live_for_history(&mut self, relay: RelayId, now: Time) -> bool {
+        let state = &self.relays[relay.index()];
+        if state.subs.values().any(|s| s.purpose == Purpose::Page) {
+            return false;
+        }
+        let Some(id) = state
+            .subs
+            .iter()
+            .filter(|(_, s)| s.eose)
+            .map(|(id, _)| *id)
+            .min()
+        else {
+            return false;
+        };
+        debug!(
+            "{}: live subscription {id:x} yields to history",
+            self.relay_url(relay)
+        );
+        if let Some(sub) = self.close_subscription(relay, id) {
+            let state = self.relay(relay);
+            let lost = if sub.eose { now } else { sub.started.min(now) };
+            state.uncovered_since = Some(state.uncovered_since.map_or(lost, |t| t.min(lost)));
+        }
+        true
     }
 
     /// Pops queued chunks that fit in one REQ (at least one chunk).

@@ -103,7 +103,8 @@ pub struct TimerWheel<T> {
 }
 
 impl<T> TimerWheel<T> {
-    /// Creates an empty wheel. `now` is the current time in ms; deadlines before it fire on the next `poll_expired`.
+    /// Creates an empty wheel. `now` is the current time in ms; deadlines
+    /// before it fire on the next `poll_expired`.
     pub fn new(now: u64) -> Self {
         Self {
             entries: Vec::new(),

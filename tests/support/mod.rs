@@ -35,6 +35,10 @@ pub struct FakeRelay {
     pub close_next: VecDeque<String>,
     /// Never send EOSE.
     pub silent: bool,
+    /// Most subscriptions open at once.
+    pub peak_subs: usize,
+    /// Largest REQ message received, in bytes.
+    pub largest_req: usize,
 }
 
 impl FakeRelay {
@@ -48,6 +52,8 @@ impl FakeRelay {
             reqs: Vec::new(),
             close_next: VecDeque::new(),
             silent: false,
+            peak_subs: 0,
+            largest_req: 0,
         }
     }
 
@@ -62,6 +68,7 @@ impl FakeRelay {
                 let id = subscription_id.to_string();
                 let filters: Vec<Filter> = filters.into_iter().map(|f| f.into_owned()).collect();
                 self.reqs.push((id.clone(), filters.clone()));
+                self.largest_req = self.largest_req.max(text.len());
                 let tagged = filters.iter().any(|f| !f.generic_tags.is_empty());
                 if let Some(reason) = self.close_next.pop_front_if(|_| tagged) {
                     return vec![RelayMessage::closed(SubscriptionId::new(&id), reason).as_json()];
@@ -90,6 +97,7 @@ impl FakeRelay {
                     out.push(RelayMessage::eose(SubscriptionId::new(&id)).as_json());
                 }
                 self.subs.insert(id, filters);
+                self.peak_subs = self.peak_subs.max(self.subs.len());
                 out
             }
             ClientMessage::Close(id) => {
@@ -342,6 +350,25 @@ impl Sim {
     pub fn reqs(&self, url: &str) -> &[(String, Vec<Filter>)] {
         &self.relays[url].reqs
     }
+}
+
+/// An event with a made-up id and signature, for the local-feed path that
+/// trusts its input (an embedding relay already verified it). Cheap enough
+/// to build a hundred thousand.
+pub fn unsigned_local(pubkey: PublicKey, n: u64, kind: u16, tags: Vec<Tag>) -> Event {
+    let mut id = [0u8; 32];
+    id[..8].copy_from_slice(&n.to_be_bytes());
+    id[8] = (kind & 0xff) as u8;
+    let sig = Signature::from_slice(&[1u8; 64]).expect("64 bytes");
+    Event::new(
+        EventId::from_byte_array(id),
+        pubkey,
+        Timestamp::from_secs(T0),
+        Kind::from_u16(kind),
+        tags,
+        "",
+        sig,
+    )
 }
 
 /// Deterministic keys.

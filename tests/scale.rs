@@ -1,0 +1,94 @@
+//! One relay carrying 10,000 of our repos and 100,000 of our roots stays
+//! within its limits (10 subscriptions, 20 filters per REQ, 64 KiB per
+//! message), confirms everything, and still delivers live events.
+
+mod support;
+
+use std::time::Duration;
+
+use grasp_sync::Time;
+use nostr::prelude::*;
+use support::*;
+
+const A: &str = "wss://big.example";
+
+#[test]
+fn ten_thousand_repos_and_a_hundred_thousand_roots_fit_one_relays_limits() {
+    let mut cfg = config();
+    cfg.self_subscribe = false;
+    let mut sim = Sim::new(cfg);
+    sim.add_relay(A);
+    let owner = keys(1).public_key();
+    let now = Time::from_secs(T0);
+    let repos: Vec<String> = (0..10_000)
+        .map(|i| format!("30617:{}:r{i}", owner.to_hex()))
+        .collect();
+    for i in 0..10_000u64 {
+        let tags = vec![tag(&["d", &format!("r{i}")]), tag(&["relays", A])];
+        sim.engine
+            .handle_local_event(now, unsigned_local(owner, i, 30617, tags));
+    }
+    let mut roots = Vec::new();
+    for i in 0..100_000u64 {
+        let ev = unsigned_local(
+            owner,
+            1_000_000 + i,
+            1621,
+            vec![tag(&["a", &repos[(i % 10_000) as usize]])],
+        );
+        roots.push(ev.clone());
+        sim.engine.handle_local_event(now, ev);
+    }
+    let history: Vec<Event> = (0..50)
+        .map(|i| reply(&keys(2), &roots[i * 1_999], T0 - 1_000 + i as u64, "old"))
+        .collect();
+    for e in &history {
+        sim.seed(A, e);
+    }
+    sim.advance(Duration::from_secs(600));
+
+    let a = sim.id(A);
+    let counts = sim.engine.item_counts(a);
+    assert_eq!(
+        counts.confirmed, 110_000,
+        "every repo and root confirmed: {counts:?}"
+    );
+    let relay = &sim.relays[A];
+    assert!(
+        relay.peak_subs <= 10,
+        "at most 10 concurrent subscriptions ({})",
+        relay.peak_subs
+    );
+    assert!(
+        relay.largest_req <= 64 * 1024,
+        "REQs within 64 KiB ({})",
+        relay.largest_req
+    );
+    assert!(
+        relay.reqs.iter().all(|(_, fs)| fs.len() <= 20),
+        "at most 20 filters per REQ"
+    );
+    assert_eq!(sim.missing(&history), vec![]);
+    assert!(
+        sim.engine.live_filter_count(a) <= 70,
+        "live set widened, not per-id"
+    );
+
+    let live = reply(&keys(3), &roots[99_999], T0 + 1_000, "live on a root");
+    let unrelated = sign(
+        &keys(3),
+        1111,
+        T0 + 1_000,
+        vec![tag(&["E", &"ab".repeat(32)])],
+        "not ours",
+    );
+    sim.publish(A, &live);
+    sim.publish(A, &unrelated);
+    sim.settle();
+    assert!(sim.synced(&live.id), "live events of any root arrive");
+    assert!(
+        !sim.synced(&unrelated.id),
+        "wide live traffic is matched against the index"
+    );
+    sim.engine.check_invariants().unwrap();
+}
