@@ -56,6 +56,10 @@ pub struct Config {
     pub chunk_size: usize,
     /// Time a relay has to finish connecting before the attempt counts as failed.
     pub connect_timeout: Duration,
+    /// Silence after which a connected relay is pinged.
+    pub keepalive: Duration,
+    /// Time a pinged relay has to answer anything before it counts as dead.
+    pub pong_timeout: Duration,
     /// Time a historic page has to reach EOSE before it counts as failed.
     pub eose_timeout: Duration,
     /// Relays taken from one announcement at most.
@@ -100,6 +104,8 @@ impl Config {
             chunk_size: 100,
             connect_timeout: Duration::from_secs(30),
             eose_timeout: Duration::from_secs(120),
+            keepalive: Duration::from_secs(60),
+            pong_timeout: Duration::from_secs(20),
             max_relays_per_announcement: 50,
             max_repos_per_root: 20,
             max_pages: 10_000,

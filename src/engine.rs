@@ -41,6 +41,11 @@ pub enum Action {
         /// A complete client message (REQ or CLOSE).
         message: String,
     },
+    /// Send a websocket ping; any frame back (pong or message) counts as an answer.
+    Ping {
+        /// The relay.
+        relay: RelayId,
+    },
     /// Close the relay's websocket; no `handle_disconnected` is expected.
     Disconnect {
         /// The relay.
@@ -143,6 +148,7 @@ pub(crate) enum Timer {
     Consolidate(RelayId, u32),
     EoseTimeout(RelayId, u32, u64),
     Resume(RelayId, u32),
+    Keepalive(RelayId, u32),
 }
 
 /// The GRASP-02 sync engine.
@@ -386,6 +392,7 @@ impl Engine {
             }
             Timer::EoseTimeout(relay, epoch, sub) => self.on_eose_timeout(relay, epoch, sub, now),
             Timer::Resume(relay, epoch) => self.on_resume(relay, epoch, now),
+            Timer::Keepalive(relay, epoch) => self.on_keepalive(relay, epoch, now),
         }
     }
 

@@ -42,8 +42,12 @@ impl Engine {
         state.status = Status::Connected;
         state.epoch = state.epoch.wrapping_add(1);
         state.last_connected = Some(now);
+        state.last_heard = now;
         state.disconnected_at = None;
         state.retry_at = None;
+        let epoch = state.epoch;
+        let keepalive_at = whole_second(now + self.config.keepalive);
+        self.arm(keepalive_at, Timer::Keepalive(relay, epoch));
         let since = catch_up.map(|t| Timestamp::from_secs(t.as_secs()));
         info!(
             "{} connected ({})",
@@ -64,6 +68,39 @@ impl Engine {
             self.arm_daily(relay, now);
         }
         self.flush(now);
+    }
+
+    /// The relay answered a ping.
+    pub fn handle_pong(&mut self, now: Time, relay: RelayId) {
+        if let Some(state) = self.relays.get_mut(relay.index())
+            && state.status == Status::Connected
+        {
+            state.last_heard = now;
+        }
+    }
+
+    /// A connected relay silent for `keepalive` is pinged; one silent for
+    /// `pong_timeout` more is dead and dropped (a half-open TCP connection
+    /// would otherwise look connected forever).
+    pub(crate) fn on_keepalive(&mut self, relay: RelayId, epoch: u32, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.epoch != epoch || state.status != Status::Connected {
+            return;
+        }
+        let silent = now.since(state.last_heard);
+        let (keepalive, pong) = (self.config.keepalive, self.config.pong_timeout);
+        let next = if silent >= keepalive + pong {
+            warn!("{} silent for {silent:?}; dropping", self.relay_url(relay));
+            self.actions.push_back(Action::Disconnect { relay });
+            self.fail_connection(relay, now);
+            return;
+        } else if silent >= keepalive {
+            self.actions.push_back(Action::Ping { relay });
+            now + pong
+        } else {
+            state.last_heard + keepalive
+        };
+        self.arm(whole_second(next), Timer::Keepalive(relay, epoch));
     }
 
     /// A connect attempt for `relay` failed.
@@ -221,4 +258,10 @@ impl Engine {
             self.dirty.push(relay);
         }
     }
+}
+
+/// Rounds up to the next whole second, so the keepalive checks of thousands
+/// of relays share wake-ups instead of spreading over every millisecond.
+fn whole_second(t: Time) -> Time {
+    Time::from_millis(t.as_millis().div_ceil(1000) * 1000)
 }

@@ -106,6 +106,8 @@ pub(crate) struct RelayState {
     pub paused_until: Option<Time>,
     /// Bumped on every connect and disconnect; timers of an older epoch are stale.
     pub epoch: u32,
+    /// Last time the relay sent anything (keepalive).
+    pub last_heard: Time,
     /// When the next connect attempt is allowed.
     pub retry_at: Option<Time>,
     pub daily_timer: Option<TimerId>,
@@ -132,6 +134,7 @@ impl RelayState {
             consolidating: false,
             paused_until: None,
             epoch: 0,
+            last_heard: Time::default(),
             retry_at: None,
             daily_timer: None,
             reqs_sent: 0,

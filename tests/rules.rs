@@ -670,3 +670,43 @@ fn roots_count_under_every_a_tag_and_survive_late_announcements() {
     );
     sim.engine.check_invariants().unwrap();
 }
+
+#[test]
+fn keepalive_pings_silent_relays_and_drops_half_open_connections() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    announce(&mut sim, &keys(1), "r", &[A], T0);
+    sim.advance(Duration::from_secs(10));
+    let a = sim.id(A);
+    sim.advance(Duration::from_secs(600));
+    assert!(
+        sim.pings >= 9,
+        "an idle relay is pinged about once a minute ({})",
+        sim.pings
+    );
+    assert_eq!(
+        sim.engine.relay_status(a),
+        Status::Connected,
+        "answered pings keep it"
+    );
+    let connects = sim.connects.len();
+    sim.deaf.insert(a);
+    sim.advance(Duration::from_secs(60));
+    assert_eq!(
+        sim.connects.len(),
+        connects,
+        "not dropped while within the pong timeout"
+    );
+    sim.advance(Duration::from_secs(25));
+    assert_eq!(
+        sim.engine.stats().connect_failures,
+        1,
+        "no answer: dropped as failed"
+    );
+    assert_eq!(
+        sim.connects.len(),
+        connects + 1,
+        "and reconnected after backoff"
+    );
+    assert_eq!(sim.engine.relay_status(a), Status::Connected);
+}

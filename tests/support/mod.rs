@@ -166,6 +166,10 @@ pub struct Sim {
     pub ingested: Vec<(String, Event)>,
     /// Every Connect action seen, with its time.
     pub connects: Vec<(Time, String)>,
+    /// Pings the engine asked for.
+    pub pings: usize,
+    /// Connections that stopped answering (half-open TCP).
+    pub deaf: HashSet<RelayId>,
 }
 
 pub const OWN: &str = "wss://own.example";
@@ -193,6 +197,8 @@ impl Sim {
             inbox: VecDeque::new(),
             ingested: Vec::new(),
             connects: Vec::new(),
+            pings: 0,
+            deaf: HashSet::new(),
         }
     }
 
@@ -285,6 +291,12 @@ impl Sim {
                     .map(|r| r.handle(&message))
                     .unwrap_or_default();
                 self.inbox.extend(replies.into_iter().map(|m| (relay, m)));
+            }
+            Action::Ping { relay } => {
+                self.pings += 1;
+                if self.connected.contains(&relay) && !self.deaf.contains(&relay) {
+                    self.engine.handle_pong(self.now, relay);
+                }
             }
             Action::Disconnect { relay } => {
                 self.connected.remove(&relay);
