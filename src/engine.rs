@@ -94,6 +94,8 @@ pub struct Stats {
     pub events_duplicate: u64,
     /// Dropped for a bad id or signature.
     pub events_invalid: u64,
+    /// Passed id and signature verification.
+    pub events_verified: u64,
     /// Dropped for not matching the subscription (or the GRASP-01 domain rule).
     pub events_unwanted: u64,
     /// Handed to the sink.

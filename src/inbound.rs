@@ -96,6 +96,9 @@ impl Engine {
             return;
         }
         self.seen.insert(event.id);
+        if !own {
+            self.stats.events_verified += 1;
+        }
         if own {
             if is_index_kind(event.kind) {
                 self.push_to_batch(now, event);

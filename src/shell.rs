@@ -1,0 +1,1056 @@
+//! The mio shell: one thread, one `Poll`, every socket.
+//!
+//! It only moves bytes and time. Relay connections live in a `Slab` under
+//! generation-tagged tokens, so a readiness event or a DNS answer for a
+//! dropped connection can never reach the connection that reused its slot.
+//! The poll timeout is the engine's next deadline. DNS runs on worker
+//! threads (`dns`) that wake the loop through one `Waker`. Synced events go
+//! to the sink: the own relay over its own websocket with an outbox, or a
+//! [`Sink`] supplied by an embedding relay. When the outbox is full the shell
+//! stops reading remote relays until it drains, so a slow own relay slows
+//! syncing down instead of losing events.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use log::{debug, info, warn};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use nostr::prelude::{Event, RelayMessage};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use slab::Slab;
+use tungstenite::protocol::WebSocketConfig;
+
+use crate::address::{host_and_port, ip_literal, refusal_reason};
+use crate::config::Config;
+use crate::dns::{Resolved, Resolver};
+use crate::engine::{Action, ConfigError, Engine, Output};
+use crate::index::RelayId;
+use crate::metrics::{ShellStats, SinkView, http_response, render};
+use crate::outbox::Outbox;
+use crate::sink::Sink;
+use crate::time::Time;
+use crate::timer::TimerWheel;
+use crate::ws::{TlsTarget, WsConnection, WsEvent};
+
+const WAKER: Token = Token(usize::MAX);
+const SIGNALS: Token = Token(usize::MAX - 1);
+const METRICS: Token = Token(usize::MAX - 2);
+/// Time a connection (DNS, TCP, TLS, websocket) may take.
+const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
+/// Longest wait before the own-relay sink reconnects.
+const SINK_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Largest HTTP request head the metrics endpoint reads.
+const METRICS_REQUEST_MAX: usize = 8 * 1024;
+
+/// Shell settings besides the engine's.
+#[derive(Debug, Clone)]
+pub struct ShellOptions {
+    /// Connect to relays that resolve to loopback/private/link-local addresses.
+    pub allow_private_addresses: bool,
+    /// Relays connected at once at most.
+    pub max_relays: usize,
+    /// PEM files with extra root certificates (private CAs).
+    pub extra_ca_files: Vec<PathBuf>,
+    /// Largest websocket message and frame accepted.
+    pub max_frame_bytes: usize,
+    /// Longest flush of the outbox at shutdown.
+    pub shutdown_timeout: Duration,
+    /// Serve Prometheus metrics here.
+    pub metrics: Option<SocketAddr>,
+    /// DNS worker threads.
+    pub dns_threads: usize,
+    /// Events the own-relay outbox holds before reading pauses.
+    pub outbox_capacity: usize,
+    /// Stop on SIGINT/SIGTERM (the binary); off for embedding.
+    pub handle_signals: bool,
+}
+
+impl Default for ShellOptions {
+    fn default() -> Self {
+        ShellOptions {
+            allow_private_addresses: false,
+            max_relays: 10_000,
+            extra_ca_files: Vec::new(),
+            max_frame_bytes: 1 << 20,
+            shutdown_timeout: Duration::from_secs(10),
+            metrics: None,
+            dns_threads: 2,
+            outbox_capacity: 10_000,
+            handle_signals: false,
+        }
+    }
+}
+
+/// Where synced events go.
+pub enum SinkTarget {
+    /// Publish to the own relay (`Config::own_relay`) with `EVENT`.
+    OwnRelay,
+    /// Hand to an embedding relay's sink.
+    Custom(Box<dyn Sink + Send>),
+}
+
+/// Why the shell could not start.
+#[derive(Debug)]
+pub enum ShellError {
+    /// The engine configuration is invalid.
+    Config(ConfigError),
+    /// TLS roots could not be loaded.
+    Tls(String),
+    /// A socket or the poll could not be set up.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for ShellError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShellError::Config(e) => write!(f, "{e}"),
+            ShellError::Tls(e) => write!(f, "tls: {e}"),
+            ShellError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ShellError {}
+
+impl From<io::Error> for ShellError {
+    fn from(e: io::Error) -> Self {
+        ShellError::Io(e)
+    }
+}
+
+/// Requests from other threads.
+enum Command {
+    Feed(Box<Event>),
+    Shutdown,
+}
+
+/// A cloneable handle to a running shell, usable from any thread.
+#[derive(Clone)]
+pub struct ShellHandle {
+    tx: Sender<Command>,
+    waker: Arc<Waker>,
+}
+
+impl ShellHandle {
+    /// Feeds an event the embedding relay accepted (instead of the self-subscription).
+    pub fn feed(&self, event: Event) {
+        if self.tx.send(Command::Feed(Box::new(event))).is_ok() {
+            let _ = self.waker.wake();
+        }
+    }
+
+    /// Asks the shell to stop: no new work, outbox flushed within the deadline.
+    pub fn shutdown(&self) {
+        if self.tx.send(Command::Shutdown).is_ok() {
+            let _ = self.waker.wake();
+        }
+    }
+}
+
+/// Monotonic time anchored to the Unix epoch once, so timers ignore wall-clock jumps.
+struct Clock {
+    start: Instant,
+    unix_ms: u64,
+}
+
+impl Clock {
+    fn new() -> Self {
+        let unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Clock {
+            start: Instant::now(),
+            unix_ms,
+        }
+    }
+
+    fn now(&self) -> Time {
+        Time::from_millis(self.unix_ms + self.start.elapsed().as_millis() as u64)
+    }
+}
+
+/// A connection's transport: waiting for DNS, or a websocket in progress.
+enum Conn {
+    Resolving {
+        url: String,
+        port: u16,
+        tls: Option<TlsTarget>,
+        trusted: bool,
+    },
+    Ws(Box<WsConnection>),
+}
+
+struct MetricsConn {
+    stream: TcpStream,
+    request: Vec<u8>,
+    response: Vec<u8>,
+    written: usize,
+}
+
+enum SlotKind {
+    Relay {
+        relay: RelayId,
+        conn: Conn,
+        opened: bool,
+    },
+    OwnSink {
+        conn: Conn,
+        opened: bool,
+    },
+    Metrics(MetricsConn),
+}
+
+struct Slot {
+    generation: u32,
+    kind: SlotKind,
+}
+
+/// The own-relay sink: outbox plus its connection.
+struct OwnSink {
+    url: String,
+    outbox: Outbox,
+    slot: Option<Token>,
+    open: bool,
+    retry_at: Time,
+    failures: u32,
+}
+
+enum SinkState {
+    OwnRelay(OwnSink),
+    Custom(Box<dyn Sink + Send>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ShellTimer {
+    ConnectDeadline(Token),
+    SinkRetry,
+}
+
+/// The event loop.
+pub struct Shell {
+    poll: Poll,
+    engine: Engine,
+    opts: ShellOptions,
+    clock: Clock,
+    slots: Slab<Slot>,
+    generation: u32,
+    relay_slots: HashMap<RelayId, Token>,
+    trusted: HashSet<RelayId>,
+    resolver: Resolver,
+    tls: Arc<ClientConfig>,
+    ws_config: WebSocketConfig,
+    sink: SinkState,
+    deferred: Vec<Token>,
+    metrics: Option<TcpListener>,
+    signals: Option<signal_hook_mio::v1_0::Signals>,
+    commands: Receiver<Command>,
+    handle: ShellHandle,
+    timers: TimerWheel<ShellTimer>,
+    stats: ShellStats,
+    stopping: Option<Time>,
+    scratch: Vec<WsEvent>,
+}
+
+impl Shell {
+    /// Sets up the loop, the engine, DNS workers, TLS roots and the metrics listener.
+    pub fn new(config: Config, opts: ShellOptions, sink: SinkTarget) -> Result<Shell, ShellError> {
+        let clock = Clock::new();
+        let now = clock.now();
+        let own_url = config.own_relay.clone();
+        let bootstrap = config.bootstrap.clone();
+        let engine = Engine::new(config, now).map_err(ShellError::Config)?;
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let resolver = Resolver::new(opts.dns_threads.max(1), 256, waker.clone())?;
+        let tls = crate::tls::client_config(&opts.extra_ca_files).map_err(ShellError::Tls)?;
+        let mut metrics = match opts.metrics {
+            Some(addr) => Some(TcpListener::bind(addr)?),
+            None => None,
+        };
+        if let Some(listener) = metrics.as_mut() {
+            poll.registry()
+                .register(listener, METRICS, Interest::READABLE)?;
+        }
+        let signals = if opts.handle_signals {
+            let mut s = signal_hook_mio::v1_0::Signals::new([
+                signal_hook::consts::SIGINT,
+                signal_hook::consts::SIGTERM,
+            ])?;
+            poll.registry()
+                .register(&mut s, SIGNALS, Interest::READABLE)?;
+            Some(s)
+        } else {
+            None
+        };
+        let mut trusted: HashSet<RelayId> = bootstrap
+            .iter()
+            .filter_map(|u| engine.relay_id(u))
+            .collect();
+        trusted.insert(engine.own_relay());
+        let sink = match sink {
+            SinkTarget::OwnRelay => SinkState::OwnRelay(OwnSink {
+                url: engine.relay_url(engine.own_relay()).to_owned(),
+                outbox: Outbox::new(opts.outbox_capacity, 100),
+                slot: None,
+                open: false,
+                retry_at: now,
+                failures: 0,
+            }),
+            SinkTarget::Custom(s) => SinkState::Custom(s),
+        };
+        let ws_config = WebSocketConfig::default()
+            .read_buffer_size(4 * 1024)
+            .write_buffer_size(0)
+            .max_write_buffer_size(4 << 20)
+            .max_message_size(Some(opts.max_frame_bytes))
+            .max_frame_size(Some(opts.max_frame_bytes));
+        let (tx, commands) = channel();
+        let handle = ShellHandle {
+            tx,
+            waker: waker.clone(),
+        };
+        debug!("shell for {own_url} ready");
+        Ok(Shell {
+            poll,
+            engine,
+            opts,
+            clock,
+            slots: Slab::new(),
+            generation: 0,
+            relay_slots: HashMap::new(),
+            trusted,
+            resolver,
+            tls,
+            ws_config,
+            sink,
+            deferred: Vec::new(),
+            metrics,
+            signals,
+            commands,
+            handle,
+            timers: TimerWheel::new(now.as_millis()),
+            stats: ShellStats::default(),
+            stopping: None,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// A handle for other threads (feed events, shut down).
+    pub fn handle(&self) -> ShellHandle {
+        self.handle.clone()
+    }
+
+    /// The address the metrics endpoint listens on, if any.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Runs until shut down (signal or handle); returns after the outbox is
+    /// flushed or the shutdown deadline passed.
+    pub fn run(mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let now = self.clock.now();
+            self.drive(now);
+            if self.finished(now) {
+                info!("stopped");
+                return Ok(());
+            }
+            let timeout = self.next_deadline().map(|t| t.since(self.clock.now()));
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            let now = self.clock.now();
+            for event in events.iter() {
+                self.on_token(event.token(), now);
+                self.drive(now);
+            }
+            self.engine.handle_timeout(now);
+            self.fire_timers(now);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Time> {
+        [
+            self.engine.poll_timeout(),
+            self.timers.next_deadline().map(Time::from_millis),
+            self.stopping,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Moves everything the engine and the sink want done until nothing moves.
+    fn drive(&mut self, now: Time) {
+        loop {
+            let mut moved = false;
+            while let Some(action) = self.engine.poll_action() {
+                moved = true;
+                if self.stopping.is_none() {
+                    self.apply(action, now);
+                }
+            }
+            while self.sink_has_room() {
+                let Some(Output::Ingest { relay, event }) = self.engine.poll_output() else {
+                    break;
+                };
+                moved = true;
+                self.deliver(relay, *event);
+            }
+            moved |= self.pump_sink(now);
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    fn apply(&mut self, action: Action, now: Time) {
+        match action {
+            Action::Connect { relay, url } => self.connect_relay(relay, &url, now),
+            Action::Send { relay, message } => {
+                self.stats.bytes_out += message.len() as u64;
+                self.with_relay_ws(relay, now, |ws, out| ws.send_text(message, out));
+            }
+            Action::Ping { relay } => self.with_relay_ws(relay, now, |ws, out| ws.ping(out)),
+            Action::Disconnect { relay } => {
+                if let Some(token) = self.relay_slots.remove(&relay) {
+                    self.remove_slot(token);
+                }
+            }
+        }
+    }
+
+    fn connect_relay(&mut self, relay: RelayId, url: &str, now: Time) {
+        if let Some(old) = self.relay_slots.remove(&relay) {
+            self.remove_slot(old);
+        }
+        let remote = self
+            .relay_slots
+            .keys()
+            .filter(|r| **r != self.engine.own_relay())
+            .count();
+        if relay != self.engine.own_relay() && remote >= self.opts.max_relays {
+            warn!(
+                "{url}: relay cap of {} reached; not connecting",
+                self.opts.max_relays
+            );
+            self.stats.relay_cap_refused += 1;
+            self.engine.handle_connect_failed(now, relay);
+            return;
+        }
+        let trusted = self.trusted.contains(&relay);
+        match self.start_conn(url, trusted, now, |conn| SlotKind::Relay {
+            relay,
+            conn,
+            opened: false,
+        }) {
+            Ok(token) => {
+                self.relay_slots.insert(relay, token);
+            }
+            Err(reason) => {
+                warn!("{url}: {reason}");
+                self.engine.handle_connect_failed(now, relay);
+            }
+        }
+    }
+
+    /// Allocates a slot and starts resolving or connecting `url`.
+    fn start_conn(
+        &mut self,
+        url: &str,
+        trusted: bool,
+        now: Time,
+        kind: impl FnOnce(Conn) -> SlotKind,
+    ) -> Result<Token, String> {
+        let (host, port) = host_and_port(url).ok_or_else(|| "unparsable URL".to_owned())?;
+        let tls = if url.starts_with("wss://") {
+            let name =
+                ServerName::try_from(host.clone()).map_err(|e| format!("bad TLS name: {e}"))?;
+            Some(TlsTarget {
+                config: self.tls.clone(),
+                name,
+            })
+        } else {
+            None
+        };
+        let conn = match ip_literal(&host) {
+            Some(ip) => Conn::Ws(Box::new(self.connect_ip(url, ip, port, tls, trusted)?)),
+            None => Conn::Resolving {
+                url: url.to_owned(),
+                port,
+                tls,
+                trusted,
+            },
+        };
+        let resolving = matches!(conn, Conn::Resolving { .. });
+        let token = self.insert_slot(kind(conn))?;
+        if resolving && let Err(e) = self.resolver.resolve(token.0 as u64, &host, port) {
+            self.remove_slot(token);
+            self.stats.dns_failures += 1;
+            return Err(format!("DNS queue: {e:?}"));
+        }
+        self.timers.insert(
+            (now + CONNECT_DEADLINE).as_millis(),
+            ShellTimer::ConnectDeadline(token),
+        );
+        Ok(token)
+    }
+
+    fn connect_ip(
+        &mut self,
+        url: &str,
+        ip: IpAddr,
+        port: u16,
+        tls: Option<TlsTarget>,
+        trusted: bool,
+    ) -> Result<WsConnection, String> {
+        if !trusted
+            && !self.opts.allow_private_addresses
+            && let Some(reason) = refusal_reason(ip)
+        {
+            self.stats.address_refused += 1;
+            return Err(format!(
+                "refused {reason} address {ip} (see --allow-private-addresses)"
+            ));
+        }
+        WsConnection::connect(SocketAddr::new(ip, port), url, tls, self.ws_config)
+            .map_err(|e| format!("connect: {e}"))
+    }
+
+    fn insert_slot(&mut self, mut kind: SlotKind) -> Result<Token, String> {
+        self.generation = (self.generation + 1) & 0x7fff_ffff;
+        let entry = self.slots.vacant_entry();
+        let token = Token(((self.generation as usize) << 32) | entry.key());
+        if let Some(socket) = kind_socket(&mut kind) {
+            self.poll
+                .registry()
+                .register(socket, token, Interest::READABLE | Interest::WRITABLE)
+                .map_err(|e| format!("register: {e}"))?;
+        }
+        entry.insert(Slot {
+            generation: self.generation,
+            kind,
+        });
+        Ok(token)
+    }
+
+    fn slot_mut(&mut self, token: Token) -> Option<&mut Slot> {
+        let (key, generation) = (token.0 & 0xffff_ffff, (token.0 >> 32) as u32);
+        self.slots
+            .get_mut(key)
+            .filter(|s| s.generation == generation)
+    }
+
+    fn remove_slot(&mut self, token: Token) -> Option<SlotKind> {
+        self.slot_mut(token)?;
+        let mut slot = self.slots.remove(token.0 & 0xffff_ffff);
+        match &mut slot.kind {
+            SlotKind::Relay {
+                conn: Conn::Ws(ws), ..
+            }
+            | SlotKind::OwnSink {
+                conn: Conn::Ws(ws), ..
+            } => ws.close(),
+            _ => {}
+        }
+        Some(slot.kind)
+    }
+
+    fn with_relay_ws(
+        &mut self,
+        relay: RelayId,
+        now: Time,
+        f: impl FnOnce(&mut WsConnection, &mut Vec<WsEvent>),
+    ) {
+        let Some(&token) = self.relay_slots.get(&relay) else {
+            return;
+        };
+        let mut out = std::mem::take(&mut self.scratch);
+        if let Some(Slot {
+            kind: SlotKind::Relay {
+                conn: Conn::Ws(ws), ..
+            },
+            ..
+        }) = self.slot_mut(token)
+        {
+            f(ws, &mut out);
+        }
+        self.handle_ws_events(token, &mut out, now);
+        self.scratch = out;
+    }
+
+    fn on_token(&mut self, token: Token, now: Time) {
+        match token {
+            WAKER => self.on_wake(now),
+            SIGNALS => {
+                let got = self
+                    .signals
+                    .as_mut()
+                    .is_some_and(|s| s.pending().next().is_some());
+                if got {
+                    info!("signal received; shutting down");
+                    self.begin_shutdown(now);
+                }
+            }
+            METRICS => self.accept_metrics(),
+            _ => self.on_slot_ready(token, now),
+        }
+    }
+
+    fn on_wake(&mut self, now: Time) {
+        while let Some(resolved) = self.resolver.try_recv() {
+            self.on_resolved(resolved, now);
+        }
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::Feed(event) => self.engine.handle_local_event(now, *event),
+                Command::Shutdown => self.begin_shutdown(now),
+            }
+        }
+    }
+
+    fn on_resolved(&mut self, resolved: Resolved, now: Time) {
+        let token = Token(resolved.id as usize);
+        let Some(slot) = self.slot_mut(token) else {
+            return;
+        };
+        let conn = match &mut slot.kind {
+            SlotKind::Relay { conn, .. } | SlotKind::OwnSink { conn, .. } => conn,
+            SlotKind::Metrics(_) => return,
+        };
+        let Conn::Resolving {
+            url,
+            port,
+            tls,
+            trusted,
+        } = std::mem::replace(
+            conn,
+            Conn::Resolving {
+                url: String::new(),
+                port: 0,
+                tls: None,
+                trusted: false,
+            },
+        )
+        else {
+            return;
+        };
+        let addrs = match resolved.result {
+            Ok(a) if !a.is_empty() => a,
+            Ok(_) | Err(_) => {
+                self.stats.dns_failures += 1;
+                return self.fail_slot(token, "DNS lookup failed", now);
+            }
+        };
+        let allowed = trusted || self.opts.allow_private_addresses;
+        let Some(addr) = addrs
+            .iter()
+            .find(|a| allowed || refusal_reason(a.ip()).is_none())
+        else {
+            self.stats.address_refused += 1;
+            return self.fail_slot(
+                token,
+                "resolves only to private addresses (see --allow-private-addresses)",
+                now,
+            );
+        };
+        match self.connect_ip(&url, addr.ip(), port, tls, true) {
+            Ok(mut ws) => {
+                let registered = ws.socket().map(|s| {
+                    self.poll
+                        .registry()
+                        .register(s, token, Interest::READABLE | Interest::WRITABLE)
+                });
+                if let Some(Err(e)) = registered {
+                    return self.fail_slot(token, &format!("register: {e}"), now);
+                }
+                if let Some(Slot {
+                    kind: SlotKind::Relay { conn, .. } | SlotKind::OwnSink { conn, .. },
+                    ..
+                }) = self.slot_mut(token)
+                {
+                    *conn = Conn::Ws(Box::new(ws));
+                }
+            }
+            Err(reason) => self.fail_slot(token, &reason, now),
+        }
+    }
+
+    fn on_slot_ready(&mut self, token: Token, now: Time) {
+        let sink_full = !self.sink_has_room();
+        let own = self.engine.own_relay();
+        let mut out = std::mem::take(&mut self.scratch);
+        match self.slot_mut(token).map(|s| &mut s.kind) {
+            Some(SlotKind::Relay {
+                relay,
+                conn: Conn::Ws(ws),
+                ..
+            }) => {
+                if sink_full && *relay != own {
+                    self.deferred.push(token);
+                } else {
+                    ws.on_ready(&mut out);
+                }
+            }
+            Some(SlotKind::OwnSink {
+                conn: Conn::Ws(ws), ..
+            }) => ws.on_ready(&mut out),
+            Some(SlotKind::Metrics(_)) => self.serve_metrics(token, now),
+            _ => {}
+        }
+        self.handle_ws_events(token, &mut out, now);
+        self.scratch = out;
+    }
+
+    fn handle_ws_events(&mut self, token: Token, out: &mut Vec<WsEvent>, now: Time) {
+        for event in out.drain(..) {
+            let Some(slot) = self.slot_mut(token) else {
+                return;
+            };
+            match (&mut slot.kind, event) {
+                (SlotKind::Relay { relay, opened, .. }, WsEvent::Open) => {
+                    *opened = true;
+                    let relay = *relay;
+                    self.engine.handle_connected(now, relay);
+                }
+                (SlotKind::Relay { relay, .. }, WsEvent::Text(text)) => {
+                    let relay = *relay;
+                    self.stats.bytes_in += text.len() as u64;
+                    self.engine.handle_message(now, relay, &text);
+                }
+                (SlotKind::Relay { relay, .. }, WsEvent::Pong) => {
+                    let relay = *relay;
+                    self.engine.handle_pong(now, relay);
+                }
+                (SlotKind::OwnSink { opened, .. }, WsEvent::Open) => {
+                    *opened = true;
+                    if let SinkState::OwnRelay(s) = &mut self.sink {
+                        info!("own relay sink connected");
+                        s.open = true;
+                        s.failures = 0;
+                    }
+                }
+                (SlotKind::OwnSink { .. }, WsEvent::Text(text)) => self.on_sink_message(&text, now),
+                (_, WsEvent::Closed(reason)) => return self.fail_slot(token, &reason, now),
+                _ => {}
+            }
+        }
+    }
+
+    /// A connection ended: tell whoever owned it.
+    fn fail_slot(&mut self, token: Token, reason: &str, now: Time) {
+        let Some(kind) = self.remove_slot(token) else {
+            return;
+        };
+        match kind {
+            SlotKind::Relay { relay, opened, .. } => {
+                debug!("{}: {reason}", self.engine.relay_url(relay));
+                if self.relay_slots.get(&relay) == Some(&token) {
+                    self.relay_slots.remove(&relay);
+                }
+                if opened {
+                    self.engine.handle_disconnected(now, relay);
+                } else {
+                    self.engine.handle_connect_failed(now, relay);
+                }
+            }
+            SlotKind::OwnSink { .. } => {
+                if let SinkState::OwnRelay(s) = &mut self.sink {
+                    warn!("own relay sink: {reason}");
+                    s.outbox.handle_disconnect();
+                    s.slot = None;
+                    s.open = false;
+                    s.failures = s.failures.saturating_add(1);
+                    let wait =
+                        Duration::from_millis(250u64 << s.failures.min(7)).min(SINK_BACKOFF_MAX);
+                    s.retry_at = now + wait;
+                    self.timers
+                        .insert(s.retry_at.as_millis(), ShellTimer::SinkRetry);
+                }
+            }
+            SlotKind::Metrics(_) => {}
+        }
+    }
+
+    fn fire_timers(&mut self, now: Time) {
+        while let Some((_, timer)) = self.timers.poll_expired(now.as_millis()) {
+            match timer {
+                ShellTimer::ConnectDeadline(token) => {
+                    let pending = match self.slot_mut(token).map(|s| &s.kind) {
+                        Some(SlotKind::Relay { opened, .. } | SlotKind::OwnSink { opened, .. }) => {
+                            !opened
+                        }
+                        _ => false,
+                    };
+                    if pending {
+                        self.fail_slot(token, "connect timed out", now);
+                    }
+                }
+                ShellTimer::SinkRetry => {}
+            }
+        }
+    }
+
+    // ----- sink -----
+
+    fn sink_has_room(&self) -> bool {
+        match &self.sink {
+            SinkState::OwnRelay(s) => !s.outbox.is_full(),
+            SinkState::Custom(_) => true,
+        }
+    }
+
+    fn deliver(&mut self, relay: RelayId, event: Event) {
+        match &mut self.sink {
+            SinkState::Custom(sink) => {
+                self.stats.sink_stored += 1;
+                sink.store(self.engine.relay_url(relay), event);
+            }
+            SinkState::OwnRelay(s) => s.outbox.push(event),
+        }
+    }
+
+    /// Sends what the outbox allows, connects the sink when needed, and
+    /// resumes deferred reads once there is room. True if anything moved.
+    fn pump_sink(&mut self, now: Time) -> bool {
+        let SinkState::OwnRelay(s) = &mut self.sink else {
+            return false;
+        };
+        let mut moved = false;
+        if s.slot.is_none()
+            && now >= s.retry_at
+            && (!s.outbox.is_empty() || self.stopping.is_none())
+        {
+            let url = s.url.clone();
+            match self.start_conn(&url, true, now, |conn| SlotKind::OwnSink {
+                conn,
+                opened: false,
+            }) {
+                Ok(token) => {
+                    if let SinkState::OwnRelay(s) = &mut self.sink {
+                        s.slot = Some(token);
+                    }
+                }
+                Err(reason) => {
+                    warn!("own relay sink: {reason}");
+                    if let SinkState::OwnRelay(s) = &mut self.sink {
+                        s.retry_at = now + SINK_BACKOFF_MAX;
+                        self.timers
+                            .insert(s.retry_at.as_millis(), ShellTimer::SinkRetry);
+                    }
+                }
+            }
+            return true;
+        }
+        if let Some(until) = s.outbox.paused_until() {
+            self.timers.insert(until.as_millis(), ShellTimer::SinkRetry);
+        }
+        let (Some(token), true) = (s.slot, s.open) else {
+            return moved;
+        };
+        let mut messages = Vec::new();
+        while let Some(m) = s.outbox.next_message(now) {
+            messages.push(m);
+        }
+        let has_room = !s.outbox.is_full();
+        let mut out = std::mem::take(&mut self.scratch);
+        for message in messages {
+            moved = true;
+            self.stats.bytes_out += message.len() as u64;
+            if let Some(Slot {
+                kind:
+                    SlotKind::OwnSink {
+                        conn: Conn::Ws(ws), ..
+                    },
+                ..
+            }) = self.slot_mut(token)
+            {
+                ws.send_text(message, &mut out);
+            }
+        }
+        self.handle_ws_events(token, &mut out, now);
+        self.scratch = out;
+        if has_room && !self.deferred.is_empty() {
+            for token in std::mem::take(&mut self.deferred) {
+                self.on_slot_ready(token, now);
+            }
+            moved = true;
+        }
+        moved
+    }
+
+    fn on_sink_message(&mut self, text: &str, now: Time) {
+        let SinkState::OwnRelay(s) = &mut self.sink else {
+            return;
+        };
+        match RelayMessage::from_json(text) {
+            Ok(RelayMessage::Ok {
+                event_id,
+                status,
+                message,
+            }) => s.outbox.handle_ok(now, &event_id, status, &message),
+            Ok(RelayMessage::Notice(n)) => info!("own relay notice: {n}"),
+            _ => debug!("own relay sink: ignored message"),
+        }
+    }
+
+    // ----- shutdown -----
+
+    fn begin_shutdown(&mut self, now: Time) {
+        if self.stopping.is_some() {
+            return;
+        }
+        self.stopping = Some(now + self.opts.shutdown_timeout);
+        let relays: Vec<Token> = self.relay_slots.drain().map(|(_, t)| t).collect();
+        for token in relays {
+            self.remove_slot(token);
+        }
+    }
+
+    fn finished(&mut self, now: Time) -> bool {
+        let Some(deadline) = self.stopping else {
+            return false;
+        };
+        let drained = match &self.sink {
+            SinkState::OwnRelay(s) => s.outbox.is_empty(),
+            SinkState::Custom(_) => true,
+        };
+        if drained || now >= deadline {
+            if !drained {
+                warn!("shutdown deadline passed with events still in the outbox");
+            }
+            let tokens: Vec<usize> = self.slots.iter().map(|(k, _)| k).collect();
+            for key in tokens {
+                let generation = self.slots[key].generation;
+                self.remove_slot(Token(((generation as usize) << 32) | key));
+            }
+            return true;
+        }
+        false
+    }
+
+    // ----- metrics -----
+
+    fn accept_metrics(&mut self) {
+        loop {
+            let Some(listener) = self.metrics.as_ref() else {
+                return;
+            };
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let conn = MetricsConn {
+                        stream,
+                        request: Vec::new(),
+                        response: Vec::new(),
+                        written: 0,
+                    };
+                    if let Err(e) = self.insert_slot(SlotKind::Metrics(conn)) {
+                        warn!("metrics: {e}");
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    warn!("metrics accept: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn serve_metrics(&mut self, token: Token, now: Time) {
+        let body = {
+            let Some(Slot {
+                kind: SlotKind::Metrics(m),
+                ..
+            }) = self.slot_mut(token)
+            else {
+                return;
+            };
+            if m.response.is_empty() && !read_request(m) {
+                self.remove_slot(token);
+                return;
+            }
+            m.response.is_empty() && m.request.windows(4).any(|w| w == b"\r\n\r\n")
+        };
+        if body {
+            let view = self.sink_view();
+            let text = render(&self.engine, now, &self.stats, &view);
+            if let Some(Slot {
+                kind: SlotKind::Metrics(m),
+                ..
+            }) = self.slot_mut(token)
+            {
+                m.response = http_response(&m.request, || text);
+            }
+        }
+        let Some(Slot {
+            kind: SlotKind::Metrics(m),
+            ..
+        }) = self.slot_mut(token)
+        else {
+            return;
+        };
+        while m.written < m.response.len() {
+            match m.stream.write(&m.response[m.written..]) {
+                Ok(n) => m.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => break,
+            }
+        }
+        if !m.response.is_empty() {
+            self.remove_slot(token);
+        }
+    }
+
+    fn sink_view(&self) -> SinkView {
+        match &self.sink {
+            SinkState::OwnRelay(s) => SinkView {
+                outbox_depth: s.outbox.depth(),
+                outbox: s.outbox.stats,
+            },
+            SinkState::Custom(_) => SinkView::default(),
+        }
+    }
+}
+
+/// Reads a metrics request head; false when the client is gone or too chatty.
+fn read_request(m: &mut MetricsConn) -> bool {
+    let mut buf = [0u8; 1024];
+    loop {
+        match m.stream.read(&mut buf) {
+            Ok(0) => return false,
+            Ok(n) => {
+                m.request.extend_from_slice(&buf[..n]);
+                if m.request.len() > METRICS_REQUEST_MAX {
+                    return false;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn kind_socket(kind: &mut SlotKind) -> Option<&mut TcpStream> {
+    match kind {
+        SlotKind::Relay {
+            conn: Conn::Ws(ws), ..
+        }
+        | SlotKind::OwnSink {
+            conn: Conn::Ws(ws), ..
+        } => ws.socket(),
+        SlotKind::Metrics(m) => Some(&mut m.stream),
+        _ => None,
+    }
+}

@@ -1,0 +1,14 @@
+//! Where synced events go.
+//!
+//! The binary publishes them to the own relay (see `outbox` and the
+//! shell's own-relay connection). A relay embedding this crate implements
+//! [`Sink`] instead and stores events directly, with no websocket to itself.
+
+use nostr::prelude::Event;
+
+/// Takes each verified event the engine synced.
+pub trait Sink {
+    /// Stores one event. Called on the loop thread: must not block (hand the
+    /// event to a channel or an in-memory queue if storing is slow).
+    fn store(&mut self, from_relay: &str, event: Event);
+}

@@ -1,0 +1,794 @@
+//! A small NIP-01 relay over real loopback websockets, for integration tests
+//! of the network shell and for the `grasp-sync demo` command. It is not part
+//! of the engine and the engine never uses it.
+//!
+//! [`TestRelay`] stores events in memory, answers `REQ` with stored events
+//! (newest first, optionally capped like real relays cap them), delivers new
+//! events live to open subscriptions, accepts `EVENT`s from clients after
+//! checking their id and signature, and can refuse subscriptions over a
+//! per-connection limit the two ways real relays do (`CLOSED` or a bare
+//! `NOTICE`). Tests can cut every connection, stop it and restart it on the
+//! same port with the same store, and serve `wss://` with a given TLS config.
+//!
+//! # Why threads
+//!
+//! The relay runs one acceptor thread and one thread per connection, with
+//! blocking sockets and shared state behind a mutex. That would be the wrong
+//! design for the engine's event loop, but here simplicity wins: a test relay
+//! serves a handful of connections, and plain threads keep it obviously
+//! correct and independent of the code under test.
+//!
+//! Each connection thread owns its websocket. Everything written to a client
+//! (replies and live deliveries from other threads) goes through the
+//! connection's outbound channel, which the thread drains between short
+//! socket reads (a 10 ms read timeout). Replies to a `REQ` are
+//! queued under the same lock that live deliveries take, so a client sees
+//! every event either among the stored results (before `EOSE`) or live
+//! (after it), never both and never neither.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use nostr::prelude::{
+    ClientMessage, Event, EventId, Filter, Kind, MatchEventOptions, PublicKey, RelayMessage,
+    SubscriptionId,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ServerConfig, ServerConnection, StreamOwned};
+use tungstenite::handshake::HandshakeError;
+use tungstenite::{Message, WebSocket};
+
+/// How long a connection thread waits for client data before it flushes its
+/// outbound channel again; the worst-case latency of a live delivery.
+const READ_TIMEOUT: Duration = Duration::from_millis(10);
+
+/// How often the acceptor checks for new connections and for `stop`.
+const ACCEPT_POLL: Duration = Duration::from_millis(10);
+
+/// A client that has not finished the websocket (and TLS) handshake by then
+/// is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `CLOSED` reason when a `REQ` is over the subscription limit.
+pub const TOO_MANY_REQS: &str = "error: too many concurrent REQs";
+
+/// `NOTICE` text when a `REQ` is over the subscription limit (nostr-rs-relay
+/// style: it names no subscription).
+pub const MAX_SUBS_NOTICE: &str = "Maximum concurrent subscription count reached";
+
+/// `NOTICE` text for a client message that is not valid NIP-01.
+pub const PARSE_ERROR: &str = "error: could not parse";
+
+/// How a relay refuses a `REQ` over its per-connection subscription limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refuse {
+    /// `["CLOSED", <sub id>, "error: too many concurrent REQs"]`.
+    Closed,
+    /// `["NOTICE", "Maximum concurrent subscription count reached"]`, naming
+    /// no subscription, as nostr-rs-relay does.
+    Notice,
+}
+
+/// How a [`TestRelay`] behaves.
+#[derive(Debug, Clone)]
+pub struct RelayOptions {
+    /// Most stored events returned for one `REQ`, all its filters together
+    /// (real relays cap results, typically at 500). Default: no cap.
+    pub max_results_per_req: usize,
+    /// Most open subscriptions per connection, and how a `REQ` over that
+    /// limit is refused (the subscription is then not opened). Reusing an
+    /// open subscription id replaces it and is never refused. Default: none.
+    pub max_subscriptions: Option<(usize, Refuse)>,
+    /// Serve `wss://` with this TLS configuration (see [`server_tls_config`]);
+    /// the certificate should be for `localhost`. Default: plain `ws://`.
+    pub tls: Option<Arc<ServerConfig>>,
+    /// Store `EVENT`s published by clients. When false they are answered
+    /// with `OK false "blocked: ..."` and dropped. Default: true.
+    pub accept_events: bool,
+}
+
+impl Default for RelayOptions {
+    fn default() -> Self {
+        RelayOptions {
+            max_results_per_req: usize::MAX,
+            max_subscriptions: None,
+            tls: None,
+            accept_events: true,
+        }
+    }
+}
+
+/// Builds a TLS server configuration (ring provider, safe default protocol
+/// versions) from a PEM certificate chain (leaf first) and a PEM private
+/// key, for [`RelayOptions::tls`].
+pub fn server_tls_config(cert_chain_pem: &[u8], key_pem: &[u8]) -> io::Result<Arc<ServerConfig>> {
+    let certs = CertificateDer::pem_slice_iter(cert_chain_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(invalid_input)?;
+    if certs.is_empty() {
+        return Err(invalid_input("no certificate in PEM"));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(invalid_input)?;
+    let config =
+        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(invalid_input)?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(invalid_input)?;
+    Ok(Arc::new(config))
+}
+
+fn invalid_input(e: impl ToString) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
+}
+
+/// A NIP-01 relay on `127.0.0.1`, running on its own threads until
+/// [`stop`](TestRelay::stop) or drop.
+pub struct TestRelay {
+    shared: Arc<Shared>,
+    port: u16,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for TestRelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestRelay")
+            .field("url", &self.url())
+            .field("events", &self.len())
+            .field("connections", &self.connection_count())
+            .finish()
+    }
+}
+
+impl TestRelay {
+    /// Starts an empty relay on a free port of `127.0.0.1`.
+    pub fn start(opts: RelayOptions) -> io::Result<TestRelay> {
+        TestRelay::start_on(0, opts, Vec::new())
+    }
+
+    /// Starts a relay on `127.0.0.1:port` (0 picks a free port) holding
+    /// `events`, e.g. the store a previous [`stop`](TestRelay::stop)
+    /// returned: restarting on the same port right after a stop works (std
+    /// sets `SO_REUSEADDR` on listeners on Unix). The events are trusted, not
+    /// verified, and stored by the same rules as published ones.
+    pub fn start_on(port: u16, opts: RelayOptions, events: Vec<Event>) -> io::Result<TestRelay> {
+        let listener = TcpListener::bind(("127.0.0.1", port))?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let mut store = Store::default();
+        for event in events {
+            store.insert(event);
+        }
+        let shared = Arc::new(Shared {
+            opts,
+            state: Mutex::new(State {
+                store,
+                conns: HashMap::new(),
+                next_conn: 0,
+            }),
+            req_count: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+        });
+        let acceptor = {
+            let shared = Arc::clone(&shared);
+            thread::Builder::new()
+                .name(format!("test-relay-{port}"))
+                .spawn(move || accept_loop(&shared, &listener))?
+        };
+        Ok(TestRelay {
+            shared,
+            port,
+            acceptor: Some(acceptor),
+        })
+    }
+
+    /// The relay's URL: `ws://127.0.0.1:PORT`, or `wss://localhost:PORT`
+    /// when serving TLS (certificates are for `localhost`).
+    pub fn url(&self) -> String {
+        if self.shared.opts.tls.is_some() {
+            format!("wss://localhost:{}", self.port)
+        } else {
+            format!("ws://127.0.0.1:{}", self.port)
+        }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stores `event` (trusted, not verified) and delivers it live to every
+    /// matching open subscription of every connection. An event already
+    /// stored, or an older version of a stored replaceable or addressable
+    /// event, is ignored. Ephemeral kinds (20000-29999) are delivered but
+    /// not stored, as NIP-01 says.
+    pub fn publish(&self, event: Event) {
+        self.shared.state().accept(event);
+    }
+
+    /// Every stored event, in the order stored.
+    pub fn events(&self) -> Vec<Event> {
+        self.shared.state().store.events.clone()
+    }
+
+    /// True if the event with this id is stored.
+    pub fn has(&self, id: &EventId) -> bool {
+        self.shared.state().store.ids.contains(id)
+    }
+
+    /// Number of stored events.
+    pub fn len(&self) -> usize {
+        self.shared.state().store.events.len()
+    }
+
+    /// True if no event is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `REQ`s received since start, refused ones included.
+    pub fn req_count(&self) -> usize {
+        self.shared.req_count.load(Ordering::SeqCst)
+    }
+
+    /// Client connections open now (counted from TCP accept, so a client
+    /// whose websocket handshake succeeded is always counted).
+    pub fn connection_count(&self) -> usize {
+        self.shared.state().conns.len()
+    }
+
+    /// Subscriptions open now, all connections together.
+    pub fn subscription_count(&self) -> usize {
+        self.shared
+            .state()
+            .conns
+            .values()
+            .map(|c| c.subs.len())
+            .sum()
+    }
+
+    /// Cuts every client connection now (TCP shutdown, no websocket close
+    /// frame) and keeps listening for new ones.
+    pub fn drop_connections(&self) {
+        let mut state = self.shared.state();
+        for conn in state.conns.values() {
+            // Already closed by the peer is fine: the goal is a closed socket.
+            let _ = conn.socket.shutdown(Shutdown::Both);
+        }
+        state.conns.clear();
+    }
+
+    /// Stops listening, cuts every connection, waits for all threads and
+    /// returns the store (for [`start_on`](TestRelay::start_on)).
+    pub fn stop(mut self) -> Vec<Event> {
+        self.shutdown();
+        std::mem::take(&mut self.shared.state().store.events)
+    }
+
+    /// Idempotent: the acceptor handle is taken on the first call.
+    fn shutdown(&mut self) {
+        let Some(acceptor) = self.acceptor.take() else {
+            return;
+        };
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // The acceptor polls the flag; once it is gone no connection can be
+        // added, so cutting the registered ones below reaches them all.
+        if acceptor.join().is_err() {
+            log::error!("test relay acceptor thread panicked");
+        }
+        self.drop_connections();
+        let threads = std::mem::take(&mut *lock(&self.shared.threads));
+        for handle in threads {
+            if handle.join().is_err() {
+                log::error!("test relay connection thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for TestRelay {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// State shared by the handle, the acceptor and the connection threads.
+struct Shared {
+    opts: RelayOptions,
+    state: Mutex<State>,
+    req_count: AtomicUsize,
+    stopping: AtomicBool,
+    /// Connection threads, joined by `stop`.
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+}
+
+/// Locks a mutex, recovering from poisoning: every critical section leaves
+/// the state consistent, and a test relay should keep serving.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+struct State {
+    store: Store,
+    conns: HashMap<u64, Conn>,
+    next_conn: u64,
+}
+
+/// One client connection as the other threads see it.
+struct Conn {
+    /// A clone of the connection's socket, to cut it from another thread.
+    socket: TcpStream,
+    /// Text messages for the connection thread to send.
+    outbox: Sender<String>,
+    /// Open subscriptions by id.
+    subs: HashMap<String, Vec<Filter>>,
+}
+
+/// What storing an event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    /// Stored (possibly replacing an older version): deliver it.
+    New,
+    /// Ephemeral: deliver it, do not store it.
+    Ephemeral,
+    /// Already stored.
+    Duplicate,
+    /// A newer version of this replaceable or addressable event is stored.
+    Stale,
+}
+
+impl State {
+    /// Stores an event and delivers it live if it is new.
+    fn accept(&mut self, event: Event) -> Stored {
+        let stored = self.store.insert(event.clone());
+        if matches!(stored, Stored::New | Stored::Ephemeral) {
+            self.deliver(&event);
+        }
+        stored
+    }
+
+    /// Queues `event` for every open subscription it matches.
+    fn deliver(&self, event: &Event) {
+        for conn in self.conns.values() {
+            for (id, filters) in &conn.subs {
+                if filters
+                    .iter()
+                    .any(|f| f.match_event(event, MatchEventOptions::new()))
+                {
+                    let msg = RelayMessage::event(SubscriptionId::new(id), event.clone());
+                    if let Some(text) = to_json(&msg) {
+                        // A closed receiver means the connection thread is
+                        // exiting: nobody to deliver to.
+                        let _ = conn.outbox.send(text);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Serializes a relay message. `None` (logged) only if serde_json fails on
+/// it, which for these plain messages would be a bug in nostr; `as_json`
+/// would panic instead.
+fn to_json(msg: &RelayMessage<'_>) -> Option<String> {
+    match msg.try_as_json() {
+        Ok(text) => Some(text),
+        Err(e) => {
+            log::error!("test relay: cannot serialize a relay message: {e}");
+            None
+        }
+    }
+}
+
+/// The event store: insertion order plus an id index.
+#[derive(Default)]
+struct Store {
+    events: Vec<Event>,
+    ids: HashSet<EventId>,
+}
+
+/// What a replaceable or addressable event replaces: kind, author and, for
+/// addressable kinds, the `d` tag.
+type Address = (Kind, PublicKey, Option<String>);
+
+fn address(event: &Event) -> Option<Address> {
+    let k = event.kind.as_u16();
+    if k == 0 || k == 3 || (10_000..20_000).contains(&k) {
+        Some((event.kind, event.pubkey, None))
+    } else if (30_000..40_000).contains(&k) {
+        let d = event.tags.identifier().unwrap_or_default();
+        Some((event.kind, event.pubkey, Some(d)))
+    } else {
+        None
+    }
+}
+
+/// NIP-01 order of versions of one address: newer `created_at` wins, then
+/// the lowest id.
+fn supersedes(a: &Event, b: &Event) -> bool {
+    a.created_at > b.created_at || (a.created_at == b.created_at && a.id < b.id)
+}
+
+impl Store {
+    fn insert(&mut self, event: Event) -> Stored {
+        if self.ids.contains(&event.id) {
+            return Stored::Duplicate;
+        }
+        if (20_000..30_000).contains(&event.kind.as_u16()) {
+            return Stored::Ephemeral;
+        }
+        if let Some(addr) = address(&event)
+            && let Some(pos) = self
+                .events
+                .iter()
+                .position(|e| address(e).as_ref() == Some(&addr))
+        {
+            if !supersedes(&event, &self.events[pos]) {
+                return Stored::Stale;
+            }
+            let old = self.events.remove(pos);
+            self.ids.remove(&old.id);
+        }
+        self.ids.insert(event.id);
+        self.events.push(event);
+        Stored::New
+    }
+
+    /// Stored results for a `REQ`: per filter newest first (ties by id) up
+    /// to its limit; merged, de-duplicated, newest first, capped.
+    fn query(&self, filters: &[Filter], cap: usize) -> Vec<Event> {
+        let newest_first =
+            |a: &&Event, b: &&Event| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id));
+        let mut seen = HashSet::new();
+        let mut all: Vec<&Event> = Vec::new();
+        for f in filters {
+            let mut hits: Vec<&Event> = self
+                .events
+                .iter()
+                .filter(|e| f.match_event(e, MatchEventOptions::new()))
+                .collect();
+            hits.sort_by(newest_first);
+            for e in hits.into_iter().take(f.limit.unwrap_or(usize::MAX)) {
+                if seen.insert(e.id) {
+                    all.push(e);
+                }
+            }
+        }
+        all.sort_by(newest_first);
+        all.into_iter().take(cap).cloned().collect()
+    }
+}
+
+/// Accepts connections until `stop`, polling a non-blocking listener.
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+    while !shared.stopping() {
+        match listener.accept() {
+            Ok((socket, _)) => spawn_connection(shared, socket),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                // E.g. out of file descriptors: keep serving the others.
+                log::warn!("test relay: accept failed: {e}");
+                thread::sleep(ACCEPT_POLL);
+            }
+        }
+    }
+}
+
+/// Registers a connection and starts its thread.
+fn spawn_connection(shared: &Arc<Shared>, socket: TcpStream) {
+    let setup = socket
+        .set_nonblocking(false)
+        .and_then(|()| socket.set_nodelay(true))
+        .and_then(|()| socket.set_read_timeout(Some(READ_TIMEOUT)))
+        .and_then(|()| socket.try_clone());
+    let handle = match setup {
+        Ok(handle) => handle,
+        Err(e) => {
+            log::warn!("test relay: cannot set up connection: {e}");
+            return;
+        }
+    };
+    let (outbox, inbox) = mpsc::channel();
+    let id = {
+        let mut state = shared.state();
+        let id = state.next_conn;
+        state.next_conn += 1;
+        state.conns.insert(
+            id,
+            Conn {
+                socket: handle,
+                outbox: outbox.clone(),
+                subs: HashMap::new(),
+            },
+        );
+        id
+    };
+    let spawned = {
+        let shared = Arc::clone(shared);
+        thread::Builder::new()
+            .name(format!("test-relay-conn-{id}"))
+            .spawn(move || {
+                let connection = Connection {
+                    shared: &shared,
+                    id,
+                    outbox,
+                    inbox,
+                };
+                connection.serve(socket);
+                shared.state().conns.remove(&id);
+            })
+    };
+    match spawned {
+        Ok(thread) => {
+            let mut threads = lock(&shared.threads);
+            // Finished threads need no join; keep the list short.
+            threads.retain(|t| !t.is_finished());
+            threads.push(thread);
+        }
+        Err(e) => {
+            log::warn!("test relay: cannot spawn connection thread: {e}");
+            if let Some(conn) = shared.state().conns.remove(&id) {
+                let _ = conn.socket.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+/// A TCP socket whose read timeouts always surface as `WouldBlock` (Unix
+/// reports `WouldBlock`, Windows `TimedOut`), which is what tungstenite and
+/// rustls treat as "no data yet, try again".
+struct Socket(TcpStream);
+
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf).map_err(|e| {
+            if e.kind() == io::ErrorKind::TimedOut {
+                io::ErrorKind::WouldBlock.into()
+            } else {
+                e
+            }
+        })
+    }
+}
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// The byte stream under the websocket: plain TCP or TLS over TCP.
+enum Stream {
+    Plain(Socket),
+    Tls(Box<StreamOwned<ServerConnection, Socket>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// True for the errors a read timeout produces: nothing to read yet.
+fn nothing_yet(e: &tungstenite::Error) -> bool {
+    matches!(e, tungstenite::Error::Io(io)
+        if matches!(io.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
+}
+
+/// One connection thread.
+struct Connection<'a> {
+    shared: &'a Shared,
+    id: u64,
+    /// This connection's own outbound channel (also registered in `State`).
+    outbox: Sender<String>,
+    inbox: Receiver<String>,
+}
+
+impl Connection<'_> {
+    /// Serves the connection until the client leaves, it is cut, or the
+    /// relay stops.
+    fn serve(&self, socket: TcpStream) {
+        let socket = Socket(socket);
+        let stream = match &self.shared.opts.tls {
+            None => Stream::Plain(socket),
+            Some(config) => match ServerConnection::new(Arc::clone(config)) {
+                Ok(tls) => Stream::Tls(Box::new(StreamOwned::new(tls, socket))),
+                Err(e) => {
+                    log::warn!("test relay: TLS setup failed: {e}");
+                    return;
+                }
+            },
+        };
+        let Some(mut ws) = self.handshake(stream) else {
+            return;
+        };
+        while !self.shared.stopping() {
+            if let Err(e) = self.flush(&mut ws) {
+                log::debug!("test relay: connection {} write: {e}", self.id);
+                return;
+            }
+            match ws.read() {
+                Ok(Message::Text(text)) => self.handle(text.as_str()),
+                Ok(Message::Binary(_)) => self.send(RelayMessage::notice(PARSE_ERROR)),
+                // Pings are answered by tungstenite; a close is answered too
+                // and the next read reports the connection closed.
+                Ok(_) => {}
+                Err(e) if nothing_yet(&e) => {}
+                Err(e) => {
+                    log::debug!("test relay: connection {} read: {e}", self.id);
+                    return;
+                }
+            }
+        }
+        // Stopping: say goodbye if the socket still works; it is cut anyway.
+        let _ = ws.close(None);
+        let _ = ws.flush();
+    }
+
+    /// Completes the (TLS and) websocket handshake, resuming it across read
+    /// timeouts.
+    fn handshake(&self, stream: Stream) -> Option<WebSocket<Stream>> {
+        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+        let mut attempt = tungstenite::accept_with_config(stream, None);
+        loop {
+            match attempt {
+                Ok(ws) => return Some(ws),
+                Err(HandshakeError::Interrupted(mid)) => {
+                    if self.shared.stopping() || Instant::now() > deadline {
+                        return None;
+                    }
+                    attempt = mid.handshake();
+                }
+                Err(HandshakeError::Failure(e)) => {
+                    log::debug!("test relay: connection {} handshake: {e}", self.id);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Writes everything queued for this client.
+    fn flush(&self, ws: &mut WebSocket<Stream>) -> tungstenite::Result<()> {
+        let mut wrote = false;
+        while let Ok(text) = self.inbox.try_recv() {
+            match ws.write(Message::text(text)) {
+                // A blocked write keeps the frame buffered for the next flush.
+                Err(e) if !nothing_yet(&e) => return Err(e),
+                _ => wrote = true,
+            }
+        }
+        if wrote {
+            match ws.flush() {
+                Err(e) if !nothing_yet(&e) => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues a message to this client.
+    fn send(&self, msg: RelayMessage<'_>) {
+        if let Some(text) = to_json(&msg) {
+            // The receiver lives as long as this thread: sending cannot fail.
+            let _ = self.outbox.send(text);
+        }
+    }
+
+    /// Answers one text message.
+    fn handle(&self, text: &str) {
+        match ClientMessage::from_json(text) {
+            Ok(ClientMessage::Event(event)) => self.on_event(event.into_owned()),
+            Ok(ClientMessage::Req {
+                subscription_id,
+                filters,
+            }) => self.on_req(
+                subscription_id.to_string(),
+                filters.into_iter().map(|f| f.into_owned()).collect(),
+            ),
+            Ok(ClientMessage::Close(id)) => {
+                if let Some(conn) = self.shared.state().conns.get_mut(&self.id) {
+                    conn.subs.remove(&id.to_string());
+                }
+            }
+            Ok(_) => self.send(RelayMessage::notice("error: unsupported message")),
+            Err(_) => self.send(RelayMessage::notice(PARSE_ERROR)),
+        }
+    }
+
+    fn on_event(&self, event: Event) {
+        let id = event.id;
+        if event.verify().is_err() {
+            self.send(RelayMessage::ok(id, false, "invalid: bad signature"));
+            return;
+        }
+        if !self.shared.opts.accept_events {
+            self.send(RelayMessage::ok(
+                id,
+                false,
+                "blocked: this relay does not accept events",
+            ));
+            return;
+        }
+        let stored = self.shared.state().accept(event);
+        let reply = match stored {
+            Stored::New | Stored::Ephemeral => RelayMessage::ok(id, true, ""),
+            Stored::Duplicate => RelayMessage::ok(id, true, "duplicate: already have it"),
+            Stored::Stale => RelayMessage::ok(id, true, "duplicate: have a newer version"),
+        };
+        self.send(reply);
+    }
+
+    fn on_req(&self, sub: String, filters: Vec<Filter>) {
+        self.shared.req_count.fetch_add(1, Ordering::SeqCst);
+        let mut state = self.shared.state();
+        let state = &mut *state;
+        let Some(conn) = state.conns.get_mut(&self.id) else {
+            // Cut by drop_connections: nobody will read the answer.
+            return;
+        };
+        if let Some((max, refuse)) = self.shared.opts.max_subscriptions
+            && !conn.subs.contains_key(&sub)
+            && conn.subs.len() >= max
+        {
+            self.send(match refuse {
+                Refuse::Closed => RelayMessage::closed(SubscriptionId::new(&sub), TOO_MANY_REQS),
+                Refuse::Notice => RelayMessage::notice(MAX_SUBS_NOTICE),
+            });
+            return;
+        }
+        // Queued under the state lock, so live deliveries of events stored
+        // after this query come after the EOSE.
+        let sub_id = SubscriptionId::new(&sub);
+        for event in state
+            .store
+            .query(&filters, self.shared.opts.max_results_per_req)
+        {
+            self.send(RelayMessage::event(sub_id.clone(), event));
+        }
+        self.send(RelayMessage::eose(sub_id));
+        conn.subs.insert(sub, filters);
+    }
+}

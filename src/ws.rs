@@ -1,0 +1,311 @@
+//! One client websocket over a non-blocking socket: TCP connect, optional
+//! TLS, the websocket handshake, then text frames — each step resumed on
+//! readiness, never blocking the loop.
+//!
+//! tungstenite does the websocket protocol; this file only sequences the
+//! phases and maps tungstenite's non-blocking semantics onto the loop: a
+//! frame written while the socket would block stays in tungstenite's buffer
+//! and goes out on the next flush, so it is never sent twice; every read is
+//! drained until `WouldBlock`, because mio readiness is edge-triggered.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use log::debug;
+use mio::net::TcpStream;
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
+use tungstenite::handshake::MidHandshake;
+use tungstenite::handshake::client::ClientHandshake;
+use tungstenite::protocol::WebSocketConfig;
+use tungstenite::{HandshakeError, Message, WebSocket};
+
+/// A TCP stream, plain or wrapped in TLS.
+pub enum Stream {
+    /// `ws://`.
+    Plain(TcpStream),
+    /// `wss://`.
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// Where a connection stands.
+enum Phase {
+    /// TCP connect in flight.
+    Connecting(TcpStream),
+    /// TLS and websocket handshakes in flight.
+    Handshaking(MidHandshake<ClientHandshake<Stream>>),
+    /// Websocket open.
+    Open(WebSocket<Stream>),
+    /// Gone; the slot is about to be freed.
+    Closed,
+}
+
+/// What a connection reports to the loop.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WsEvent {
+    /// The websocket handshake completed.
+    Open,
+    /// A text frame.
+    Text(String),
+    /// A pong (answer to our ping).
+    Pong,
+    /// The connection ended; the reason is for the log.
+    Closed(String),
+}
+
+/// TLS parameters of a `wss://` connection.
+pub struct TlsTarget {
+    /// Shared client config (roots, provider).
+    pub config: Arc<ClientConfig>,
+    /// The name the certificate must carry.
+    pub name: ServerName<'static>,
+}
+
+/// One client websocket.
+pub struct WsConnection {
+    phase: Phase,
+    url: String,
+    tls: Option<TlsTarget>,
+    config: WebSocketConfig,
+    /// Frames refused by a full write buffer, sent on the next flush.
+    backlog: Vec<Message>,
+}
+
+impl WsConnection {
+    /// Starts a non-blocking TCP connect to `addr` for websocket `url`.
+    pub fn connect(
+        addr: SocketAddr,
+        url: &str,
+        tls: Option<TlsTarget>,
+        config: WebSocketConfig,
+    ) -> io::Result<Self> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        Ok(WsConnection {
+            phase: Phase::Connecting(stream),
+            url: url.to_owned(),
+            tls,
+            config,
+            backlog: Vec::new(),
+        })
+    }
+
+    /// The socket, for registering with the poll.
+    pub fn socket(&mut self) -> Option<&mut TcpStream> {
+        match &mut self.phase {
+            Phase::Connecting(s) => Some(s),
+            Phase::Handshaking(m) => Some(stream_tcp_mut(m.get_mut().get_mut())),
+            Phase::Open(ws) => Some(stream_tcp_mut(ws.get_mut())),
+            Phase::Closed => None,
+        }
+    }
+
+    /// True once the websocket is open.
+    pub fn is_open(&self) -> bool {
+        matches!(self.phase, Phase::Open(_))
+    }
+
+    /// Drives the connection after a readiness event; appends what happened.
+    pub fn on_ready(&mut self, out: &mut Vec<WsEvent>) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Closed);
+        self.phase = match phase {
+            Phase::Connecting(tcp) => self.finish_tcp(tcp, out),
+            Phase::Handshaking(mid) => self.resume(mid.handshake(), out),
+            Phase::Open(ws) => self.pump(ws, out),
+            Phase::Closed => Phase::Closed,
+        };
+    }
+
+    /// Queues a text frame; it leaves on this or a later flush.
+    pub fn send_text(&mut self, text: String, out: &mut Vec<WsEvent>) {
+        self.send(Message::text(text), out);
+    }
+
+    /// Queues a ping.
+    pub fn ping(&mut self, out: &mut Vec<WsEvent>) {
+        self.send(Message::Ping(Vec::new().into()), out);
+    }
+
+    /// Starts a clean close (close frame, best effort); the caller drops
+    /// the connection afterwards.
+    pub fn close(&mut self) {
+        if let Phase::Open(ws) = &mut self.phase {
+            let _ = ws.close(None);
+            let _ = ws.flush();
+        }
+        self.phase = Phase::Closed;
+    }
+
+    fn send(&mut self, message: Message, out: &mut Vec<WsEvent>) {
+        let Phase::Open(ws) = &mut self.phase else {
+            self.backlog.push(message);
+            return;
+        };
+        match ws.write(message) {
+            Ok(()) => {}
+            Err(tungstenite::Error::WriteBufferFull(m)) => self.backlog.push(*m),
+            Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => {
+                out.push(WsEvent::Closed(format!("write: {e}")));
+                self.phase = Phase::Closed;
+                return;
+            }
+        }
+        self.flush(out);
+    }
+
+    fn flush(&mut self, out: &mut Vec<WsEvent>) {
+        let Phase::Open(ws) = &mut self.phase else {
+            return;
+        };
+        while !self.backlog.is_empty() {
+            match ws.write(self.backlog.remove(0)) {
+                Ok(()) => {}
+                Err(tungstenite::Error::WriteBufferFull(m)) => {
+                    self.backlog.insert(0, *m);
+                    break;
+                }
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    out.push(WsEvent::Closed(format!("write: {e}")));
+                    self.phase = Phase::Closed;
+                    return;
+                }
+            }
+        }
+        match ws.flush() {
+            Ok(()) => {}
+            Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => {
+                out.push(WsEvent::Closed(format!("flush: {e}")));
+                self.phase = Phase::Closed;
+            }
+        }
+    }
+
+    /// The TCP connect finished (or failed): start TLS and the websocket handshake.
+    fn finish_tcp(&mut self, tcp: TcpStream, out: &mut Vec<WsEvent>) -> Phase {
+        if let Ok(Some(e)) | Err(e) = tcp.take_error() {
+            out.push(WsEvent::Closed(format!("connect: {e}")));
+            return Phase::Closed;
+        }
+        match tcp.peer_addr() {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => return Phase::Connecting(tcp),
+            Err(e) => {
+                out.push(WsEvent::Closed(format!("connect: {e}")));
+                return Phase::Closed;
+            }
+        }
+        let stream = match &self.tls {
+            None => Stream::Plain(tcp),
+            Some(t) => match ClientConnection::new(t.config.clone(), t.name.clone()) {
+                Ok(conn) => Stream::Tls(Box::new(StreamOwned::new(conn, tcp))),
+                Err(e) => {
+                    out.push(WsEvent::Closed(format!("tls: {e}")));
+                    return Phase::Closed;
+                }
+            },
+        };
+        let started = ClientHandshake::start(stream, self.request(), Some(self.config));
+        match started {
+            Ok(mid) => self.resume(mid.handshake(), out),
+            Err(e) => {
+                out.push(WsEvent::Closed(format!("handshake: {e}")));
+                Phase::Closed
+            }
+        }
+    }
+
+    fn request(&self) -> tungstenite::handshake::client::Request {
+        use tungstenite::client::IntoClientRequest;
+        // The URL was normalized and parsed before a connection was made.
+        self.url.as_str().into_client_request().unwrap_or_default()
+    }
+
+    fn resume(
+        &mut self,
+        result: Result<
+            (WebSocket<Stream>, tungstenite::handshake::client::Response),
+            HandshakeError<ClientHandshake<Stream>>,
+        >,
+        out: &mut Vec<WsEvent>,
+    ) -> Phase {
+        match result {
+            Ok((ws, _)) => {
+                debug!("{}: websocket open", self.url);
+                out.push(WsEvent::Open);
+                self.phase = Phase::Open(ws);
+                self.flush(out);
+                // Data may have arrived with the handshake response.
+                let phase = std::mem::replace(&mut self.phase, Phase::Closed);
+                match phase {
+                    Phase::Open(ws) => self.pump(ws, out),
+                    other => other,
+                }
+            }
+            Err(HandshakeError::Interrupted(mid)) => Phase::Handshaking(mid),
+            Err(HandshakeError::Failure(e)) => {
+                out.push(WsEvent::Closed(format!("handshake: {e}")));
+                Phase::Closed
+            }
+        }
+    }
+
+    /// Reads every frame available, then flushes what is waiting.
+    fn pump(&mut self, mut ws: WebSocket<Stream>, out: &mut Vec<WsEvent>) -> Phase {
+        loop {
+            match ws.read() {
+                Ok(Message::Text(t)) => out.push(WsEvent::Text(t.as_str().to_owned())),
+                Ok(Message::Pong(_)) => out.push(WsEvent::Pong),
+                Ok(Message::Binary(_)) | Ok(Message::Ping(_)) | Ok(Message::Frame(_)) => {}
+                Ok(Message::Close(frame)) => {
+                    let _ = ws.flush();
+                    out.push(WsEvent::Closed(format!("closed by relay: {frame:?}")));
+                    return Phase::Closed;
+                }
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    out.push(WsEvent::Closed(format!("read: {e}")));
+                    return Phase::Closed;
+                }
+            }
+        }
+        self.phase = Phase::Open(ws);
+        self.flush(out);
+        std::mem::replace(&mut self.phase, Phase::Closed)
+    }
+}
+
+fn stream_tcp_mut(stream: &mut Stream) -> &mut TcpStream {
+    match stream {
+        Stream::Plain(s) => s,
+        Stream::Tls(s) => &mut s.sock,
+    }
+}

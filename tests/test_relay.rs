@@ -1,0 +1,710 @@
+//! The test relay (`grasp_sync::testing::relay`) against a plain blocking
+//! tungstenite client over real loopback sockets.
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use grasp_sync::testing::relay::{
+    MAX_SUBS_NOTICE, PARSE_ERROR, Refuse, RelayOptions, TOO_MANY_REQS, TestRelay, server_tls_config,
+};
+use nostr::prelude::*;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+use serde_json::{Value, json};
+use tungstenite::stream::MaybeTlsStream;
+use tungstenite::{Message, WebSocket};
+
+const T0: u64 = 1_700_000_000;
+
+/// Longest a test waits for anything; client reads time out after it.
+const WAIT: Duration = Duration::from_secs(5);
+
+// ---------------------------------------------------------------- events
+
+fn keys(n: u8) -> Keys {
+    let mut sk = [0x22u8; 32];
+    sk[0] = n.max(1);
+    Keys::new(SecretKey::from_slice(&sk).expect("valid secret"))
+}
+
+fn tag(values: &[&str]) -> Tag {
+    Tag::parse(values.iter().copied()).expect("valid tag")
+}
+
+fn sign(k: &Keys, kind: u16, created_at: u64, tags: Vec<Tag>, content: &str) -> Event {
+    EventBuilder::new(Kind::from_u16(kind), content)
+        .tags(tags)
+        .custom_created_at(Timestamp::from_secs(created_at))
+        .finalize(k)
+        .expect("signing works")
+}
+
+fn note(k: &Keys, created_at: u64, content: &str) -> Event {
+    sign(k, 1, created_at, Vec::new(), content)
+}
+
+fn letter(c: char) -> SingleLetterTag {
+    SingleLetterTag::from_char(c).expect("a single letter")
+}
+
+fn kinds(k: u16) -> Filter {
+    Filter::new().kind(Kind::from_u16(k))
+}
+
+fn ids(events: &[Event]) -> Vec<EventId> {
+    events.iter().map(|e| e.id).collect()
+}
+
+/// Newest first, ties by id: the order a relay answers a REQ in.
+fn newest_first(mut events: Vec<Event>) -> Vec<Event> {
+    events.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+    events
+}
+
+/// Polls `cond` every 10 ms for up to [`WAIT`].
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ---------------------------------------------------------------- client
+
+struct Client<S: Read + Write> {
+    ws: WebSocket<S>,
+}
+
+fn connect(relay: &TestRelay) -> Client<MaybeTlsStream<TcpStream>> {
+    let (ws, _) = tungstenite::connect(relay.url()).expect("client connects");
+    if let MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(WAIT)).expect("set read timeout");
+    }
+    Client { ws }
+}
+
+fn is_timeout(e: &tungstenite::Error) -> bool {
+    matches!(e, tungstenite::Error::Io(io)
+        if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
+}
+
+impl<S: Read + Write> Client<S> {
+    fn send(&mut self, text: impl Into<String>) {
+        self.ws
+            .send(Message::text(text.into()))
+            .expect("client sends");
+    }
+
+    /// The next text message, as JSON.
+    fn recv(&mut self) -> Value {
+        loop {
+            match self.ws.read().expect("a message within 5 s") {
+                Message::Text(t) => return serde_json::from_str(t.as_str()).expect("relay JSON"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Publishes and returns the OK's status and message.
+    fn publish(&mut self, event: &Event) -> (bool, String) {
+        self.send(ClientMessage::event(event.clone()).as_json());
+        let ok = self.recv();
+        assert_eq!(ok[0], "OK", "{ok}");
+        assert_eq!(ok[1], event.id.to_hex());
+        (
+            ok[2].as_bool().expect("status"),
+            ok[3].as_str().expect("message").to_owned(),
+        )
+    }
+
+    fn send_req(&mut self, sub: &str, filters: Vec<Filter>) {
+        self.send(ClientMessage::req(SubscriptionId::new(sub), filters).as_json());
+    }
+
+    /// Sends a REQ and collects its stored events up to EOSE.
+    fn req(&mut self, sub: &str, filters: Vec<Filter>) -> Vec<Event> {
+        self.send_req(sub, filters);
+        self.until_eose(sub)
+    }
+
+    /// Events for `sub` up to its EOSE; any other message fails the test.
+    fn until_eose(&mut self, sub: &str) -> Vec<Event> {
+        let mut out = Vec::new();
+        loop {
+            let msg = self.recv();
+            match msg[0].as_str() {
+                Some("EVENT") if msg[1] == sub => out.push(event_of(&msg)),
+                Some("EOSE") if msg[1] == sub => return out,
+                _ => panic!("unexpected message while waiting for EOSE of {sub}: {msg}"),
+            }
+        }
+    }
+
+    /// The next message, which must be a live EVENT for `sub`.
+    fn live(&mut self, sub: &str) -> Event {
+        let msg = self.recv();
+        assert_eq!(msg[0], "EVENT", "{msg}");
+        assert_eq!(msg[1], sub, "{msg}");
+        event_of(&msg)
+    }
+
+    fn close(&mut self, sub: &str) {
+        self.send(ClientMessage::close(SubscriptionId::new(sub)).as_json());
+    }
+
+    /// Asserts nothing is pending for this client: a REQ matching nothing
+    /// gets its EOSE first (replies come in order).
+    fn assert_quiet(&mut self) {
+        let probe = Filter::new().id(EventId::from_byte_array([0; 32]));
+        assert!(self.req("probe", vec![probe]).is_empty());
+        self.close("probe");
+    }
+}
+
+fn event_of(msg: &Value) -> Event {
+    let event = Event::from_json(msg[2].to_string()).expect("relay sends valid events");
+    event.verify().expect("relay sends signed events");
+    event
+}
+
+// ---------------------------------------------------------------- EVENT
+
+#[test]
+fn client_event_is_acknowledged_and_stored() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let mut c = connect(&relay);
+    let e = note(&keys(1), T0, "hello");
+    assert_eq!(c.publish(&e), (true, String::new()));
+    assert!(relay.has(&e.id));
+    assert_eq!(relay.len(), 1);
+    assert_eq!(relay.events(), vec![e]);
+}
+
+#[test]
+fn duplicate_event_is_acknowledged_as_duplicate() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let mut c = connect(&relay);
+    let e = note(&keys(1), T0, "hello");
+    assert_eq!(c.publish(&e), (true, String::new()));
+    let (ok, msg) = c.publish(&e);
+    assert!(ok);
+    assert!(msg.starts_with("duplicate:"), "{msg}");
+    assert_eq!(relay.len(), 1);
+}
+
+#[test]
+fn bad_signature_or_id_is_rejected() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let mut c = connect(&relay);
+    let good = note(&keys(1), T0, "good");
+    let other = note(&keys(1), T0, "other");
+
+    let mut wrong_sig: Value = serde_json::from_str(&good.as_json()).unwrap();
+    wrong_sig["sig"] = json!(other.sig.to_string());
+    let mut wrong_content: Value = serde_json::from_str(&good.as_json()).unwrap();
+    wrong_content["content"] = json!("tampered");
+
+    for bad in [wrong_sig, wrong_content] {
+        c.send(json!(["EVENT", bad]).to_string());
+        let ok = c.recv();
+        assert_eq!(ok[0], "OK");
+        assert_eq!(ok[1], good.id.to_hex());
+        assert_eq!(ok[2], false);
+        assert!(ok[3].as_str().unwrap().starts_with("invalid:"), "{ok}");
+    }
+    assert!(relay.is_empty());
+    assert_eq!(c.publish(&good), (true, String::new()));
+}
+
+#[test]
+fn read_only_relay_refuses_client_events() {
+    let opts = RelayOptions {
+        accept_events: false,
+        ..RelayOptions::default()
+    };
+    let relay = TestRelay::start(opts).unwrap();
+    let mut c = connect(&relay);
+    let e = note(&keys(1), T0, "hello");
+    let (ok, msg) = c.publish(&e);
+    assert!(!ok);
+    assert!(msg.starts_with("blocked:"), "{msg}");
+    assert!(relay.is_empty());
+    // The test itself can still seed it.
+    relay.publish(e.clone());
+    assert_eq!(c.req("s", vec![kinds(1)]), vec![e]);
+}
+
+#[test]
+fn replaceable_and_addressable_events_keep_the_newest() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let mut c = connect(&relay);
+    let k = keys(1);
+    let list_old = sign(&k, 10002, T0, Vec::new(), "old");
+    let list_new = sign(&k, 10002, T0 + 10, Vec::new(), "new");
+    let repo_a_old = sign(&k, 30617, T0, vec![tag(&["d", "a"])], "old");
+    let repo_a_new = sign(&k, 30617, T0 + 10, vec![tag(&["d", "a"])], "new");
+    let repo_b = sign(&k, 30617, T0, vec![tag(&["d", "b"])], "b");
+
+    assert!(c.publish(&list_new).0);
+    let (ok, msg) = c.publish(&list_old);
+    assert!(ok);
+    assert!(msg.starts_with("duplicate:"), "{msg}");
+    assert!(c.publish(&repo_a_old).0);
+    assert!(c.publish(&repo_a_new).0);
+    assert!(c.publish(&repo_b).0);
+
+    assert!(relay.has(&list_new.id) && !relay.has(&list_old.id));
+    assert!(relay.has(&repo_a_new.id) && !relay.has(&repo_a_old.id));
+    assert!(relay.has(&repo_b.id));
+    assert_eq!(relay.len(), 3);
+    let got = c.req("s", vec![kinds(30617)]);
+    assert_eq!(ids(&got), vec![repo_a_new.id, repo_b.id]);
+}
+
+// ---------------------------------------------------------------- REQ
+
+#[test]
+fn req_returns_newest_first_per_filter_limits_then_eose() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let (a, b) = (keys(1), keys(2));
+    let by_a: Vec<Event> = (0..10)
+        .map(|i| note(&a, T0 + i, &format!("a{i}")))
+        .collect();
+    let by_b: Vec<Event> = (0..5)
+        .map(|i| note(&b, T0 + 100 + i, &format!("b{i}")))
+        .collect();
+    // Two events at the same second: ties go by id.
+    let tie: Vec<Event> = (0..2)
+        .map(|i| note(&b, T0 + 200, &format!("tie{i}")))
+        .collect();
+    for e in by_a.iter().chain(&by_b).chain(&tie) {
+        relay.publish(e.clone());
+    }
+    let mut c = connect(&relay);
+
+    let got = c.req(
+        "s",
+        vec![
+            Filter::new().author(a.public_key()).limit(3),
+            Filter::new()
+                .author(b.public_key())
+                .kind(Kind::TextNote)
+                .limit(4),
+        ],
+    );
+    let mut expected = newest_first(tie.clone());
+    expected.extend([&by_b[4], &by_b[3]].map(|e| e.clone()));
+    expected.extend([&by_a[9], &by_a[8], &by_a[7]].map(|e| e.clone()));
+    assert_eq!(ids(&got), ids(&expected));
+
+    // Overlapping filters are merged without duplicates.
+    let got = c.req("s2", vec![kinds(1), Filter::new().author(a.public_key())]);
+    let all: Vec<Event> = by_a.iter().chain(&by_b).chain(&tie).cloned().collect();
+    assert_eq!(ids(&got), ids(&newest_first(all)));
+
+    // `since`/`until` bound the results; a zero limit returns nothing.
+    let got = c.req(
+        "s3",
+        vec![
+            kinds(1)
+                .since(Timestamp::from_secs(T0 + 2))
+                .until(Timestamp::from_secs(T0 + 4)),
+        ],
+    );
+    assert_eq!(ids(&got), vec![by_a[4].id, by_a[3].id, by_a[2].id]);
+    assert!(c.req("s4", vec![kinds(1).limit(0)]).is_empty());
+    assert_eq!(relay.req_count(), 4);
+}
+
+#[test]
+fn results_are_capped_and_until_pages_through() {
+    let k = keys(3);
+    let events: Vec<Event> = (0..1_200)
+        .map(|i| note(&k, T0 + i, &i.to_string()))
+        .collect();
+    let opts = RelayOptions {
+        max_results_per_req: 500,
+        ..RelayOptions::default()
+    };
+    let relay = TestRelay::start_on(0, opts, events.clone()).unwrap();
+    assert_eq!(relay.len(), 1_200);
+    let mut c = connect(&relay);
+
+    let mut seen = HashSet::new();
+    let mut pages = Vec::new();
+    let mut filter = kinds(1);
+    loop {
+        let page = c.req("page", vec![filter.clone()]);
+        pages.push(page.len());
+        let Some(oldest) = page.last() else { break };
+        assert_eq!(ids(&page), ids(&newest_first(page.clone())));
+        for e in &page {
+            assert!(seen.insert(e.id), "no event twice");
+        }
+        filter = filter.until(oldest.created_at - 1);
+    }
+    assert_eq!(pages, vec![500, 500, 200, 0]);
+    assert_eq!(seen.len(), 1_200);
+    // The first page is the newest 500.
+    assert_eq!(relay.req_count(), 4);
+
+    // The cap applies to all filters of a REQ together.
+    let half = |lo: u64, hi: u64| {
+        kinds(1)
+            .since(Timestamp::from_secs(T0 + lo))
+            .until(Timestamp::from_secs(T0 + hi))
+    };
+    let got = c.req("two", vec![half(0, 399), half(800, 1_199)]);
+    assert_eq!(got.len(), 500);
+    assert_eq!(got[0].id, events[1_199].id);
+    assert_eq!(got[399].id, events[800].id);
+    assert_eq!(got[400].id, events[399].id);
+    assert_eq!(got[499].id, events[300].id);
+}
+
+#[test]
+fn tag_filters_match_e_and_a() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let k = keys(4);
+    let coord = format!("30617:{}:repo", k.public_key().to_hex());
+    let repo = sign(&k, 30617, T0, vec![tag(&["d", "repo"])], "");
+    let patch = sign(&k, 1617, T0 + 1, vec![tag(&["a", &coord])], "patch");
+    let reply = sign(
+        &k,
+        1111,
+        T0 + 2,
+        vec![
+            tag(&["E", &patch.id.to_hex()]),
+            tag(&["e", &patch.id.to_hex()]),
+        ],
+        "reply",
+    );
+    let unrelated = sign(&k, 1111, T0 + 3, vec![tag(&["e", &repo.id.to_hex()])], "x");
+    for e in [&repo, &patch, &reply, &unrelated] {
+        relay.publish(e.clone());
+    }
+    let mut c = connect(&relay);
+
+    let by_e = Filter::new().custom_tag(letter('e'), patch.id.to_hex());
+    assert_eq!(ids(&c.req("e", vec![by_e])), vec![reply.id]);
+    let by_a = Filter::new().custom_tag(letter('a'), coord.clone());
+    assert_eq!(ids(&c.req("a", vec![by_a])), vec![patch.id]);
+    let by_upper_e = Filter::new().custom_tag(letter('E'), patch.id.to_hex());
+    assert_eq!(ids(&c.req("E", vec![by_upper_e])), vec![reply.id]);
+    let nothing = Filter::new().custom_tag(letter('a'), "30617:x:y");
+    assert!(c.req("none", vec![nothing]).is_empty());
+}
+
+#[test]
+fn replacing_a_subscription_replaces_its_filters() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let mut c = connect(&relay);
+    let k = keys(5);
+    assert!(c.req("s", vec![kinds(1)]).is_empty());
+    assert!(c.req("s", vec![kinds(7)]).is_empty());
+    assert_eq!(relay.subscription_count(), 1);
+    let text = note(&k, T0, "not asked anymore");
+    let reaction = sign(&k, 7, T0 + 1, Vec::new(), "+");
+    relay.publish(text);
+    relay.publish(reaction.clone());
+    assert_eq!(c.live("s").id, reaction.id);
+    c.assert_quiet();
+}
+
+// ---------------------------------------------------------------- live
+
+#[test]
+fn live_delivery_from_publish_and_from_other_clients() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let k = keys(6);
+    let old = note(&k, T0, "old");
+    relay.publish(old.clone());
+    let mut reader = connect(&relay);
+    assert_eq!(ids(&reader.req("live", vec![kinds(1)])), vec![old.id]);
+
+    let e1 = note(&k, T0 + 1, "from the test");
+    relay.publish(e1.clone());
+    assert_eq!(reader.live("live").id, e1.id);
+
+    // An event the subscription does not ask for is not delivered: the next
+    // delivery is the matching one published after it.
+    relay.publish(sign(&k, 7, T0 + 2, Vec::new(), "+"));
+    let e2 = note(&k, T0 + 3, "after the reaction");
+    relay.publish(e2.clone());
+    assert_eq!(reader.live("live").id, e2.id);
+
+    let mut writer = connect(&relay);
+    let e3 = note(&keys(7), T0 + 4, "from another client");
+    assert_eq!(writer.publish(&e3), (true, String::new()));
+    assert_eq!(reader.live("live").id, e3.id);
+
+    // Publishing the same event again delivers nothing new.
+    relay.publish(e3.clone());
+    assert!(writer.publish(&e3).1.starts_with("duplicate:"));
+    reader.assert_quiet();
+}
+
+#[test]
+fn close_stops_live_delivery() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let mut c = connect(&relay);
+    assert!(c.req("s", vec![kinds(1)]).is_empty());
+    assert_eq!(relay.subscription_count(), 1);
+    c.close("s");
+    wait_until("the CLOSE", || relay.subscription_count() == 0);
+    relay.publish(note(&keys(8), T0, "nobody listens"));
+    // A live EVENT for "s" would arrive before the probe's EOSE.
+    c.assert_quiet();
+    assert_eq!(relay.len(), 1);
+}
+
+// ---------------------------------------------------------------- limits
+
+#[test]
+fn subscription_limit_refused_with_closed() {
+    let opts = RelayOptions {
+        max_subscriptions: Some((2, Refuse::Closed)),
+        ..RelayOptions::default()
+    };
+    let relay = TestRelay::start(opts).unwrap();
+    let mut c = connect(&relay);
+    c.req("a", vec![kinds(1)]);
+    c.req("b", vec![kinds(1)]);
+    c.send_req("c", vec![kinds(1)]);
+    assert_eq!(c.recv(), json!(["CLOSED", "c", TOO_MANY_REQS]));
+    assert_eq!(relay.subscription_count(), 2);
+
+    // Reusing an open id replaces it and is not refused.
+    c.req("a", vec![kinds(7)]);
+    assert_eq!(relay.subscription_count(), 2);
+
+    // The limit is per connection.
+    let mut other = connect(&relay);
+    other.req("c", vec![kinds(1)]);
+    assert_eq!(relay.subscription_count(), 3);
+
+    c.close("b");
+    wait_until("the CLOSE", || relay.subscription_count() == 2);
+    c.req("c", vec![kinds(1)]);
+    assert_eq!(relay.subscription_count(), 3);
+    assert_eq!(relay.req_count(), 6);
+}
+
+#[test]
+fn subscription_limit_refused_with_notice() {
+    let opts = RelayOptions {
+        max_subscriptions: Some((1, Refuse::Notice)),
+        ..RelayOptions::default()
+    };
+    let relay = TestRelay::start(opts).unwrap();
+    let mut c = connect(&relay);
+    c.req("a", vec![kinds(1)]);
+    c.send_req("b", vec![kinds(1)]);
+    assert_eq!(c.recv(), json!(["NOTICE", MAX_SUBS_NOTICE]));
+    assert_eq!(relay.subscription_count(), 1);
+    // The refused subscription gets no live events.
+    let e = note(&keys(9), T0, "only for a");
+    relay.publish(e.clone());
+    assert_eq!(c.live("a").id, e.id);
+    c.assert_quiet();
+    assert_eq!(relay.req_count(), 3);
+}
+
+// ---------------------------------------------------------------- robustness
+
+#[test]
+fn garbage_gets_a_notice_and_the_connection_survives() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let mut c = connect(&relay);
+    for garbage in [
+        "hello",
+        "",
+        "[]",
+        "[\"REQ\"]",
+        "{\"kind\":1}",
+        "[\"EVENT\",{\"id\":\"zz\"}]",
+        "[\"CLOSE\",42]",
+        "[\"REQ\",\"s\",{\"kinds\":\"nope\"}]",
+    ] {
+        c.send(garbage);
+        assert_eq!(c.recv(), json!(["NOTICE", PARSE_ERROR]), "for {garbage:?}");
+    }
+    c.ws.send(Message::binary(vec![0xff, 0x00])).unwrap();
+    assert_eq!(c.recv(), json!(["NOTICE", PARSE_ERROR]));
+
+    let e = note(&keys(10), T0, "still works");
+    assert_eq!(c.publish(&e), (true, String::new()));
+    assert_eq!(ids(&c.req("s", vec![kinds(1)])), vec![e.id]);
+    assert_eq!(relay.connection_count(), 1);
+}
+
+#[test]
+fn connection_count_follows_clients() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    assert_eq!(relay.connection_count(), 0);
+    let mut a = connect(&relay);
+    let b = connect(&relay);
+    assert_eq!(relay.connection_count(), 2);
+    a.ws.close(None).unwrap();
+    // The close handshake completes and the relay drops the connection.
+    while a.ws.read().is_ok() {}
+    wait_until("one connection", || relay.connection_count() == 1);
+    drop(b);
+    wait_until("no connection", || relay.connection_count() == 0);
+}
+
+#[test]
+fn drop_connections_cuts_clients_and_keeps_accepting() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let mut a = connect(&relay);
+    let mut b = connect(&relay);
+    a.req("s", vec![kinds(1)]);
+    assert_eq!(relay.connection_count(), 2);
+
+    relay.drop_connections();
+    assert_eq!(relay.connection_count(), 0);
+    assert_eq!(relay.subscription_count(), 0);
+    for c in [&mut a, &mut b] {
+        let err = c.ws.read().expect_err("the connection is cut");
+        assert!(!is_timeout(&err), "cut, not silent: {err}");
+    }
+
+    let mut c = connect(&relay);
+    let e = note(&keys(11), T0, "after the cut");
+    assert_eq!(c.publish(&e), (true, String::new()));
+    assert_eq!(ids(&c.req("s", vec![kinds(1)])), vec![e.id]);
+    assert_eq!(relay.connection_count(), 1);
+}
+
+#[test]
+fn stop_then_start_on_the_same_port_serves_the_old_store() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let port = relay.port();
+    assert_eq!(relay.url(), format!("ws://127.0.0.1:{port}"));
+    let mut c = connect(&relay);
+    let e = note(&keys(12), T0, "survives restarts");
+    assert_eq!(c.publish(&e), (true, String::new()));
+    c.req("s", vec![kinds(1)]);
+
+    let store = relay.stop();
+    assert_eq!(ids(&store), vec![e.id]);
+    let err = c.ws.read().expect_err("stop cuts the connection");
+    assert!(!is_timeout(&err), "{err}");
+
+    // Right away, with the old connection's socket in TIME_WAIT.
+    let relay = TestRelay::start_on(port, RelayOptions::default(), store).unwrap();
+    assert_eq!(relay.port(), port);
+    assert_eq!(relay.req_count(), 0);
+    let mut c = connect(&relay);
+    assert_eq!(ids(&c.req("s", vec![kinds(1)])), vec![e.id]);
+}
+
+#[test]
+fn drop_stops_the_relay() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let port = relay.port();
+    let mut c = connect(&relay);
+    c.req("s", vec![kinds(1)]);
+    drop(relay);
+    let err = c.ws.read().expect_err("drop cuts the connection");
+    assert!(!is_timeout(&err), "{err}");
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+// ---------------------------------------------------------------- TLS
+
+/// A test CA and a `localhost` certificate it signed, valid 2000-2100.
+const CA_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBbjCCAROgAwIBAgIBATAKBggqhkjOPQQDAjAdMRswGQYDVQQDDBJncmFzcC1z
+eW5jIHRlc3QgQ0EwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMB0x
+GzAZBgNVBAMMEmdyYXNwLXN5bmMgdGVzdCBDQTBZMBMGByqGSM49AgEGCCqGSM49
+AwEHA0IABD8IxiOfn42E6zuTE4jnw9sV+6a+tv5O7QEjdr4aH8tnfQwRu9HXNoir
+WyQEfV+i6MNPZPV6HgCUi7zXtjGScFijQjBAMA8GA1UdEwEB/wQFMAMBAf8wDgYD
+VR0PAQH/BAQDAgIEMB0GA1UdDgQWBBQqD9p6NJTHjRdxdOt7yEqfTtXbOjAKBggq
+hkjOPQQDAgNJADBGAiEAwfHvxZecE32YIbr+ncPO2tBvibLFa43/wgK2MWmzEiYC
+IQD07EGfthpSe2vXA6MEei7FljiqX1tAtcJS2+6z4tSQCA==
+-----END CERTIFICATE-----
+";
+
+const LEAF_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBrzCCAVWgAwIBAgIBAjAKBggqhkjOPQQDAjAdMRswGQYDVQQDDBJncmFzcC1z
+eW5jIHRlc3QgQ0EwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMBQx
+EjAQBgNVBAMMCWxvY2FsaG9zdDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABOe7
+fZODX2gXm7KID8/98s/Itc2lHjNobCnu/IEU4v5iI+OtQrWQho+GOVplZ1n6HPfQ
+GaIN6KL1VJ332SndA9ejgYwwgYkwDAYDVR0TAQH/BAIwADAUBgNVHREEDTALggls
+b2NhbGhvc3QwEwYDVR0lBAwwCgYIKwYBBQUHAwEwDgYDVR0PAQH/BAQDAgeAMB0G
+A1UdDgQWBBQmTUfj34qhtp/hShyptyfy3OIwqzAfBgNVHSMEGDAWgBQqD9p6NJTH
+jRdxdOt7yEqfTtXbOjAKBggqhkjOPQQDAgNIADBFAiAPmGuo9ju7QjxwRkhuCRrX
++9imkgFeeEn/XUTPcgLrSQIhAK5GJH4qMcOGDwcBVS33SVqfGZOhEoYcUJoCOFtD
+22br
+-----END CERTIFICATE-----
+";
+
+const LEAF_KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgk1JRgBy2L6JE7qnt
+QWxsYFlq4ORrZuIkm6IqdHh62PahRANCAATnu32Tg19oF5uyiA/P/fLPyLXNpR4z
+aGwp7vyBFOL+YiPjrUK1kIaPhjlaZWdZ+hz30BmiDeii9VSd99kp3QPX
+-----END PRIVATE KEY-----
+";
+
+type TlsClient = Client<StreamOwned<ClientConnection, TcpStream>>;
+
+fn connect_tls(relay: &TestRelay) -> TlsClient {
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(CA_PEM.as_bytes()).unwrap())
+        .unwrap();
+    let config =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let tcp = TcpStream::connect(("127.0.0.1", relay.port())).unwrap();
+    tcp.set_read_timeout(Some(WAIT)).unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let tls = ClientConnection::new(Arc::new(config), name).unwrap();
+    let (ws, _) = tungstenite::client(relay.url(), StreamOwned::new(tls, tcp))
+        .expect("wss handshake with a trusted localhost certificate");
+    Client { ws }
+}
+
+#[test]
+fn tls_relay_serves_wss() {
+    let chain = format!("{LEAF_PEM}{CA_PEM}");
+    let opts = RelayOptions {
+        tls: Some(server_tls_config(chain.as_bytes(), LEAF_KEY_PEM.as_bytes()).unwrap()),
+        ..RelayOptions::default()
+    };
+    let relay = TestRelay::start(opts).unwrap();
+    assert_eq!(relay.url(), format!("wss://localhost:{}", relay.port()));
+
+    let mut reader = connect_tls(&relay);
+    assert!(reader.req("s", vec![kinds(1)]).is_empty());
+    let mut writer = connect_tls(&relay);
+    let e = note(&keys(13), T0, "over TLS");
+    assert_eq!(writer.publish(&e), (true, String::new()));
+    assert_eq!(reader.live("s").id, e.id);
+    assert_eq!(relay.connection_count(), 2);
+
+    // A plain websocket client does not get through.
+    let plain = tungstenite::connect(format!("ws://127.0.0.1:{}", relay.port()));
+    assert!(plain.is_err());
+
+    relay.drop_connections();
+    let err = reader.ws.read().expect_err("cut");
+    assert!(!is_timeout(&err), "{err}");
+    let mut again = connect_tls(&relay);
+    assert_eq!(ids(&again.req("s", vec![kinds(1)])), vec![e.id]);
+}
+
+#[test]
+fn tls_config_rejects_bad_pem() {
+    assert!(server_tls_config(b"not a cert", LEAF_KEY_PEM.as_bytes()).is_err());
+    assert!(server_tls_config(LEAF_PEM.as_bytes(), b"not a key").is_err());
+}
