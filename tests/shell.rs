@@ -3,72 +3,13 @@
 
 mod support;
 
-use std::thread::JoinHandle;
+use support::running::*;
+
 use std::time::{Duration, Instant};
 
 use grasp_sync::testing::relay::{RelayOptions, TestRelay};
-use grasp_sync::{Config, Shell, ShellHandle, ShellOptions, SinkTarget};
 use nostr::prelude::*;
 use support::*;
-
-/// The engine running on its own thread against `own`.
-struct Running {
-    handle: ShellHandle,
-    thread: Option<JoinHandle<std::io::Result<()>>>,
-}
-
-impl Running {
-    fn start(own: &TestRelay, tune: impl FnOnce(&mut Config, &mut ShellOptions)) -> Running {
-        let mut config = Config::new(own.url());
-        config.batch_window = Duration::from_millis(200);
-        config.backoff_base = Duration::from_millis(200);
-        let mut opts = ShellOptions {
-            allow_private_addresses: true,
-            ..ShellOptions::default()
-        };
-        tune(&mut config, &mut opts);
-        let shell = Shell::new(config, opts, SinkTarget::OwnRelay).expect("shell starts");
-        let handle = shell.handle();
-        let thread = Some(std::thread::spawn(move || shell.run()));
-        Running { handle, thread }
-    }
-
-    fn stop(mut self) {
-        self.handle.shutdown();
-        let result = self
-            .thread
-            .take()
-            .expect("running")
-            .join()
-            .expect("no panic");
-        result.expect("clean exit");
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            self.handle.shutdown();
-            let _ = t.join();
-        }
-    }
-}
-
-/// Waits until `cond` holds, at most `secs` seconds.
-fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
-}
-
-fn missing(own: &TestRelay, events: &[Event]) -> usize {
-    events.iter().filter(|e| !own.has(&e.id)).count()
-}
 
 #[test]
 fn discovery_history_then_live_over_real_sockets() {
@@ -114,5 +55,150 @@ fn discovery_history_then_live_over_real_sockets() {
         "live within 2 s: {:?}",
         published.elapsed()
     );
+    running.stop();
+}
+
+#[test]
+fn remote_restart_events_published_while_away_arrive_after_quick_reconnect() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let a = TestRelay::start(RelayOptions::default()).unwrap();
+    let owner = keys(1);
+    own.publish(announcement(&owner, "repo", &[&a.url()], T0));
+    let repo = coord(&owner, "repo");
+    let issue = root(&owner, 1621, &[&repo], T0, "issue");
+    own.publish(issue.clone());
+    let running = Running::start(&own, |_, _| {});
+    let first = reply(&keys(2), &issue, T0 + 1, "before restart");
+    a.publish(first.clone());
+    assert!(wait_for(20, || own.has(&first.id)));
+
+    let port = a.port();
+    let stored = a.stop();
+    let a = TestRelay::start_on(port, RelayOptions::default(), stored).unwrap();
+    // Published before the engine reconnects: only the catch-up REQ can find it.
+    let away = reply(
+        &keys(3),
+        &issue,
+        Timestamp::now().as_secs() - 5,
+        "while away",
+    );
+    a.publish(away.clone());
+    assert!(
+        wait_for(20, || own.has(&away.id)),
+        "event published during the restart arrives"
+    );
+    running.stop();
+}
+
+#[test]
+fn twelve_hundred_events_through_a_500_cap() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let a = TestRelay::start(RelayOptions {
+        max_results_per_req: 500,
+        ..RelayOptions::default()
+    })
+    .unwrap();
+    let owner = keys(1);
+    own.publish(announcement(&owner, "repo", &[&a.url()], T0));
+    let repo = coord(&owner, "repo");
+    let issue = root(&owner, 1621, &[&repo], T0, "issue");
+    own.publish(issue.clone());
+    let replies: Vec<Event> = (0..1_200)
+        .map(|i| reply(&keys(2), &issue, T0 + 10 + i, &format!("r{i}")))
+        .collect();
+    for r in &replies {
+        a.publish(r.clone());
+    }
+    let running = Running::start(&own, |_, _| {});
+    assert!(
+        wait_for(30, || missing(&own, &replies) == 0),
+        "{} of 1,200 missing",
+        missing(&own, &replies)
+    );
+    running.stop();
+}
+
+#[test]
+fn recursive_discovery_of_a_repo_announced_only_remotely() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let a = TestRelay::start(RelayOptions::default()).unwrap();
+    let c = TestRelay::start(RelayOptions::default()).unwrap();
+    own.publish(announcement(&keys(1), "seed", &[&a.url()], T0));
+    let remote_owner = keys(2);
+    let ann = announcement(&remote_owner, "remote", &[&own.url(), &c.url()], T0);
+    a.publish(ann.clone());
+    let repo = coord(&remote_owner, "remote");
+    let issue = root(&keys(3), 1621, &[&repo], T0, "issue on C");
+    let answer = reply(&remote_owner, &issue, T0 + 1, "reply on C");
+    c.publish(issue.clone());
+    c.publish(answer.clone());
+    let running = Running::start(&own, |_, _| {});
+    assert!(wait_for(30, || own.has(&ann.id)
+        && own.has(&issue.id)
+        && own.has(&answer.id)));
+    running.stop();
+}
+
+#[test]
+fn own_relay_restart_while_events_flow_loses_nothing() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let a = TestRelay::start(RelayOptions::default()).unwrap();
+    let owner = keys(1);
+    own.publish(announcement(&owner, "repo", &[&a.url()], T0));
+    let repo = coord(&owner, "repo");
+    let issue = root(&owner, 1621, &[&repo], T0, "issue");
+    own.publish(issue.clone());
+    let running = Running::start(&own, |_, _| {});
+    let first = reply(&keys(2), &issue, T0 + 1, "first");
+    a.publish(first.clone());
+    assert!(wait_for(20, || own.has(&first.id)));
+
+    let port = own.port();
+    let stored = own.stop();
+    let mut flow = Vec::new();
+    for i in 0..50 {
+        let e = reply(
+            &keys(2),
+            &issue,
+            Timestamp::now().as_secs(),
+            &format!("during own restart {i}"),
+        );
+        a.publish(e.clone());
+        flow.push(e);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let own = TestRelay::start_on(port, RelayOptions::default(), stored).unwrap();
+    assert!(
+        wait_for(30, || missing(&own, &flow) == 0),
+        "{} of 50 lost",
+        missing(&own, &flow)
+    );
+    running.stop();
+}
+
+#[test]
+fn metrics_endpoint_serves_prometheus_text() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let a = TestRelay::start(RelayOptions::default()).unwrap();
+    let owner = keys(1);
+    own.publish(announcement(&owner, "repo", &[&a.url()], T0));
+    let repo = coord(&owner, "repo");
+    let comment = repo_comment(&keys(2), &repo, T0, "hello");
+    a.publish(comment.clone());
+    let running = Running::start(&own, |_, _| {});
+    assert!(wait_for(20, || own.has(&comment.id)));
+    let text = http_get(running.metrics, "/metrics");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    for needle in [
+        "grasp_sync_relays{status=\"connected\"} 2",
+        "grasp_sync_events_total{outcome=\"ingested\"} 1",
+        "grasp_sync_sink_events_total{outcome=\"stored\"} 1",
+        "grasp_sync_outbox_depth 0",
+        "grasp_sync_subscriptions_open",
+        "grasp_sync_bytes_total{direction=\"in\"}",
+    ] {
+        assert!(text.contains(needle), "missing {needle} in\n{text}");
+    }
+    assert!(http_get(running.metrics, "/other").starts_with("HTTP/1.1 404"));
     running.stop();
 }

@@ -511,6 +511,9 @@ fn subscription_limit_refused_with_notice() {
     let e = note(&keys(9), T0, "only for a");
     relay.publish(e.clone());
     assert_eq!(c.live("a").id, e.id);
+    // Room for the probe; a delivery to "b" would have been queued already.
+    c.close("a");
+    wait_until("the CLOSE", || relay.subscription_count() == 0);
     c.assert_quiet();
     assert_eq!(relay.req_count(), 3);
 }

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod running;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
