@@ -202,3 +202,45 @@ fn metrics_endpoint_serves_prometheus_text() {
     assert!(http_get(running.metrics, "/other").starts_with("HTTP/1.1 404"));
     running.stop();
 }
+
+#[test]
+fn embedded_sink_fed_with_accepted_events_instead_of_self_subscription() {
+    use std::sync::mpsc;
+    struct Collect(mpsc::Sender<Event>);
+    impl grasp_sync::Sink for Collect {
+        fn store(&mut self, _from: &str, event: Event) {
+            let _ = self.0.send(event);
+        }
+    }
+    let a = TestRelay::start(RelayOptions::default()).unwrap();
+    let owner = keys(1);
+    let repo = coord(&owner, "repo");
+    let comment = repo_comment(&keys(2), &repo, T0, "history");
+    a.publish(comment.clone());
+    let mut config = grasp_sync::Config::new("ws://127.0.0.1:1");
+    config.self_subscribe = false;
+    config.batch_window = Duration::from_millis(100);
+    let (tx, rx) = mpsc::channel();
+    let opts = grasp_sync::ShellOptions {
+        allow_private_addresses: true,
+        ..Default::default()
+    };
+    let shell = grasp_sync::Shell::new(
+        config,
+        opts,
+        grasp_sync::SinkTarget::Custom(Box::new(Collect(tx))),
+    )
+    .unwrap();
+    let handle = shell.handle();
+    let thread = std::thread::spawn(move || shell.run());
+    handle.feed(announcement(&owner, "repo", &[&a.url()], T0));
+    let got = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("synced into the embedded sink");
+    assert_eq!(got.id, comment.id);
+    let live = repo_comment(&keys(3), &repo, Timestamp::now().as_secs(), "live");
+    a.publish(live.clone());
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap().id, live.id);
+    handle.shutdown();
+    thread.join().unwrap().unwrap();
+}

@@ -1,0 +1,115 @@
+//! The `grasp-sync` binary: flags, environment, exit codes, SIGTERM.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use grasp_sync::testing::relay::{RelayOptions, TestRelay};
+use support::running::wait_for;
+
+const BIN: &str = env!("CARGO_BIN_EXE_grasp-sync");
+
+#[test]
+fn usage_errors_are_one_line_with_exit_code_2() {
+    for args in [
+        vec!["--bogus"],
+        vec![],
+        vec!["--own-relay", "http://x"],
+        vec!["--own-relay", "ws://x", "--page-limit", "abc"],
+    ] {
+        let out = Command::new(BIN)
+            .args(&args)
+            .env_remove("GRASP_SYNC_OWN_RELAY")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: one line: {err}"
+        );
+    }
+    let out = Command::new(BIN)
+        .env("GRASP_SYNC_OWN_RELAY", "not a url")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("GRASP_SYNC_OWN_RELAY"));
+}
+
+#[test]
+fn help_documents_every_flag_and_its_env_var() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--own-relay",
+        "--domain",
+        "--bootstrap",
+        "--metrics",
+        "--allow-private-addresses",
+        "--batch-window-ms",
+        "--backoff-base-secs",
+        "--backoff-max-secs",
+        "--quick-reconnect-secs",
+        "--consolidation-threshold",
+        "--consolidation-timeout-secs",
+        "--disconnect-check-secs",
+        "--daily-min-secs",
+        "--daily-max-secs",
+        "--page-limit",
+    ] {
+        assert!(help.contains(flag), "{flag}");
+        let env = format!(
+            "GRASP_SYNC_{}",
+            flag.trim_start_matches('-')
+                .to_uppercase()
+                .replace('-', "_")
+        );
+        assert!(help.contains(&env), "{env}");
+    }
+}
+
+#[test]
+fn sigterm_exits_cleanly_within_the_deadline() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "--own-relay",
+            &own.url(),
+            "--allow-private-addresses",
+            "--shutdown-timeout-secs",
+            "3",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(10, || own.connection_count() >= 2),
+        "self-subscription and sink connected"
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let start = Instant::now();
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "exited within the deadline"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(exit.code(), Some(0));
+    assert!(
+        wait_for(5, || own.connection_count() == 0),
+        "sockets closed"
+    );
+}

@@ -1,0 +1,138 @@
+//! A relay that sends bad events and an oversized frame: the bad events are
+//! dropped and counted, its connection is cut, and an honest relay next to
+//! it is unaffected.
+
+mod support;
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use grasp_sync::testing::relay::{RelayOptions, TestRelay};
+use nostr::prelude::*;
+use support::running::*;
+use support::*;
+use tungstenite::Message;
+
+/// Answers every REQ asking tags with: a forged-signature event, an event
+/// outside the filter, one good event, then a frame over the size cap.
+fn start_hostile(good: Event, forged: Event, outside: Event) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let (good, forged, outside) = (good.clone(), forged.clone(), outside.clone());
+            std::thread::spawn(move || {
+                let Ok(mut ws) = tungstenite::accept(stream) else {
+                    return;
+                };
+                while let Ok(msg) = ws.read() {
+                    let Message::Text(text) = msg else { continue };
+                    let Ok(ClientMessage::Req {
+                        subscription_id,
+                        filters,
+                    }) = ClientMessage::from_json(text.as_str())
+                    else {
+                        continue;
+                    };
+                    let id = subscription_id.to_string();
+                    if filters.iter().any(|f| !f.generic_tags.is_empty()) {
+                        for e in [&forged, &outside, &good] {
+                            let _ = ws.send(Message::text(format!(
+                                r#"["EVENT","{id}",{}]"#,
+                                e.as_json()
+                            )));
+                        }
+                        let _ = ws.send(Message::text(format!(
+                            r#"["NOTICE","{}"]"#,
+                            "x".repeat(100_000)
+                        )));
+                    }
+                    let _ = ws.send(Message::text(format!(r#"["EOSE","{id}"]"#)));
+                }
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn bad_events_are_dropped_and_a_flooding_relay_is_cut_without_harming_others() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let honest = TestRelay::start(RelayOptions::default()).unwrap();
+    let owner = keys(1);
+    let repo = coord(&owner, "repo");
+    let good = repo_comment(&keys(2), &repo, T0, "good");
+    let other = repo_comment(&keys(2), &repo, T0 + 1, "other");
+    let forged = Event::new(
+        good.id,
+        good.pubkey,
+        good.created_at,
+        good.kind,
+        good.tags.clone(),
+        good.content.clone(),
+        other.sig,
+    );
+    let forged = Event::new(
+        EventId::compute(
+            &forged.pubkey,
+            &forged.created_at,
+            &forged.kind,
+            &forged.tags,
+            "forged",
+        ),
+        forged.pubkey,
+        forged.created_at,
+        forged.kind,
+        forged.tags.clone(),
+        "forged",
+        forged.sig,
+    );
+    let outside = sign(
+        &keys(3),
+        1111,
+        T0,
+        vec![tag(&["a", "30617:00:not-ours"])],
+        "outside",
+    );
+    let hostile = start_hostile(good.clone(), forged.clone(), outside.clone());
+    own.publish(announcement(&owner, "repo", &[&hostile, &honest.url()], T0));
+    let honest_event = repo_comment(&keys(4), &repo, T0 + 2, "from the honest relay");
+    honest.publish(honest_event.clone());
+
+    let running = Running::start(&own, |_, o| o.max_frame_bytes = 64 * 1024);
+    assert!(wait_for(20, || own.has(&good.id) && own.has(&honest_event.id)));
+    assert!(
+        wait_for(10, || running
+            .metric("grasp_sync_events_total{outcome=\"invalid\"}")
+            >= 1),
+        "forged event counted"
+    );
+    assert!(
+        running.metric("grasp_sync_events_total{outcome=\"unwanted\"}") >= 1,
+        "outside-filter event counted"
+    );
+    assert!(
+        !own.has(&forged.id) && !own.has(&outside.id),
+        "neither reached the sink"
+    );
+    assert!(
+        wait_for(10, || running.metric(
+            "grasp_sync_connection_attempts_total{result=\"failed\"}"
+        ) >= 1),
+        "oversized frame cut the connection"
+    );
+
+    let live = repo_comment(
+        &keys(5),
+        &repo,
+        Timestamp::now().as_secs(),
+        "live on the honest relay",
+    );
+    honest.publish(live.clone());
+    assert!(
+        wait_for(5, || own.has(&live.id)),
+        "the honest relay is unaffected"
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    running.stop();
+}

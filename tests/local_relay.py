@@ -1,0 +1,29 @@
+"""Starts rust-nostr's LocalRelay (from the nostr-sdk wheel) on 127.0.0.1 at
+the port given as the first argument (the test asks the OS for a free one;
+LocalRelay reports port 0 back when given 0), prints its URL on the first line of stdout, and runs until
+killed or stdin closes. Used by tests/local_relay.rs; limits are raised so the
+relay's own defaults (60 events/min) do not throttle test setup."""
+
+import asyncio
+import sys
+
+from nostr_sdk import LocalRelayBuilder, RateLimit
+
+
+async def main():
+    relay = (
+        LocalRelayBuilder()
+        .addr("127.0.0.1")
+        .port(int(sys.argv[1]))
+        .rate_limit(RateLimit(max_reqs=5000, notes_per_minute=1_000_000))
+        .build()
+    )
+    await relay.run()
+    print(await relay.url(), flush=True)
+    loop = asyncio.get_running_loop()
+    # Exit when the test closes our stdin (or dies), so no relay outlives it.
+    await loop.run_in_executor(None, sys.stdin.read)
+    relay.shutdown()
+
+
+asyncio.run(main())
