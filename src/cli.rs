@@ -1,16 +1,16 @@
 //! Command line and environment of the `grasp-sync` binary.
 //!
-//! Every flag is one row of [`FLAGS`]: its name, whether it takes a value,
+//! Every flag is one row of `FLAGS`: its name, whether it takes a value,
 //! its default as the help page shows it, a one-line meaning and a setter.
 //! The environment variable is derived from the name, so the flag, its
 //! variable and its help line cannot drift apart.
 //!
 //! Parsing runs in three short steps:
-//! 1. [`scan_args`] splits argv into the raw values of each flag (structural
+//! 1. `scan_args` splits argv into the raw values of each flag (structural
 //!    errors: unknown flag, missing value, positional argument);
-//! 2. [`resolve`] fills in every flag argv did not give from its
+//! 2. `resolve` fills in every flag argv did not give from its
 //!    `GRASP_SYNC_*` variable, so a flag always beats its variable;
-//! 3. [`build`] runs the setters in table order and the cross-checks.
+//! 3. `build` runs the setters in table order and the cross-checks.
 //!
 //! Each step remembers where a value came from (`--flag` or the variable),
 //! so every error names what the user has to fix. Errors are one line: the
@@ -131,7 +131,7 @@ struct Flag {
 }
 
 /// Every flag, in help-page order. Setters run in this order too, which
-/// only matters for cross-checks done in [`build`] afterwards.
+/// only matters for cross-checks done in `build` afterwards.
 static FLAGS: &[Flag] = &[
     Flag {
         name: "own-relay",
@@ -363,7 +363,7 @@ struct Input {
     given: Given,
 }
 
-/// Splits argv into the raw values of each flag, indexed like [`FLAGS`].
+/// Splits argv into the raw values of each flag, indexed like `FLAGS`.
 fn scan_args(args: &[String]) -> Result<Vec<Option<Given>>, CliError> {
     let mut given: Vec<Option<Given>> = FLAGS.iter().map(|_| None).collect();
     let mut rest = args.iter();
@@ -572,7 +572,7 @@ pub fn version_text() -> String {
     format!("grasp-sync {}", env!("CARGO_PKG_VERSION"))
 }
 
-/// The `--help` page, generated from [`FLAGS`].
+/// The `--help` page, generated from `FLAGS`.
 pub fn help_text() -> String {
     let mut out = String::new();
     out.push_str(

@@ -8,6 +8,8 @@
 //! a clock, so it can be embedded in any event loop and tested with a
 //! simulated clock.
 
+#![warn(missing_docs)]
+
 pub mod address;
 pub mod cli;
 pub mod config;

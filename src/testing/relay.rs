@@ -280,8 +280,9 @@ impl TestRelay {
             return;
         };
         self.shared.stopping.store(true, Ordering::SeqCst);
+        self.drop_connections();
         // The acceptor polls the flag; once it is gone no connection can be
-        // added, so cutting the registered ones below reaches them all.
+        // added, so cutting again reaches any accepted meanwhile.
         if acceptor.join().is_err() {
             log::error!("test relay acceptor thread panicked");
         }
@@ -663,9 +664,8 @@ impl Connection<'_> {
                 }
             }
         }
-        // Stopping: say goodbye if the socket still works; it is cut anyway.
-        let _ = ws.close(None);
-        let _ = ws.flush();
+        // Stopping: no close frame, the socket is cut like a crashed relay's
+        // (`stop` shuts it down; dropping `ws` closes it).
     }
 
     /// Completes the (TLS and) websocket handshake, resuming it across read
