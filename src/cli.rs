@@ -272,6 +272,33 @@ static FLAGS: &[Flag] = &[
         help: "The limit of every historic request; a full page asks for the next one.",
     },
     Flag {
+        name: "max-subscriptions",
+        kind: Kind::Single("<n>", |o, v| {
+            o.config.max_subscriptions = integer(v, 1)?;
+            Ok(())
+        }),
+        default: "10",
+        help: "Concurrent subscriptions per relay to start with (lowered when a relay refuses).",
+    },
+    Flag {
+        name: "max-filters-per-req",
+        kind: Kind::Single("<n>", |o, v| {
+            o.config.max_filters_per_req = integer(v, 1)?;
+            Ok(())
+        }),
+        default: "20",
+        help: "Filters per REQ to start with (lowered when a relay refuses).",
+    },
+    Flag {
+        name: "chunk-size",
+        kind: Kind::Single("<n>", |o, v| {
+            o.config.chunk_size = integer(v, 1)?;
+            Ok(())
+        }),
+        default: "100",
+        help: "Repo refs or root ids per tag filter.",
+    },
+    Flag {
         name: "max-relays",
         kind: Kind::Single("<n>", |o, v| {
             o.max_relays = integer(v, 1)?;
@@ -672,6 +699,9 @@ mod tests {
         ("daily-min-secs", "1000"),
         ("daily-max-secs", "2000"),
         ("page-limit", "50"),
+        ("max-subscriptions", "32"),
+        ("max-filters-per-req", "4"),
+        ("chunk-size", "7"),
         ("max-relays", "33"),
         ("max-frame-bytes", "4096"),
         ("extra-ca-file", "/etc/ca/private.pem"),
@@ -695,6 +725,9 @@ mod tests {
         assert_eq!(c.backoff_max, Duration::from_secs(600));
         assert_eq!(c.quick_reconnect, Duration::from_secs(120));
         assert_eq!(c.consolidation_threshold, 12);
+        assert_eq!(c.max_subscriptions, 32);
+        assert_eq!(c.max_filters_per_req, 4);
+        assert_eq!(c.chunk_size, 7);
         assert_eq!(c.consolidation_timeout, Duration::from_secs(45));
         assert_eq!(c.disconnect_check, Duration::from_secs(90));
         assert_eq!(c.daily_min, Duration::from_secs(1000));
@@ -1175,6 +1208,6 @@ mod tests {
                 flag.name
             );
         }
-        assert_eq!(numeric, 13);
+        assert_eq!(numeric, 16);
     }
 }

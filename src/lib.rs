@@ -1,18 +1,65 @@
 //! grasp-sync: keeps a GRASP relay in sync with every relay its
 //! repositories live on (GRASP-02 proactive sync).
 //!
-//! The core is [`Engine`], a sans-IO state machine: feed it what happened
-//! (`handle_*` with the current [`Time`]), drain what it wants done
-//! ([`Engine::poll_action`]), what it synced ([`Engine::poll_output`]) and
-//! when to wake it ([`Engine::poll_timeout`]). It never touches a socket or
-//! a clock, so it can be embedded in any event loop and tested with a
-//! simulated clock.
+//! Two layers:
+//!
+//! - [`Engine`] is the sans-IO core: feed it what happened (`handle_*` with
+//!   the current [`Time`]), drain what it wants done
+//!   ([`Engine::poll_action`]), what it synced ([`Engine::poll_output`]) and
+//!   when to wake it ([`Engine::poll_timeout`]). It never touches a socket
+//!   or a clock, so it runs in any event loop and under a simulated clock.
+//! - [`Shell`] is the single-threaded mio loop that runs the engine over
+//!   real websockets (TLS, DNS off the loop, metrics, signals).
+//!
+//! Embedding in a relay: supply a [`Sink`] and feed the events the relay
+//! accepts instead of a websocket to itself.
+//!
+//! ```no_run
+//! use grasp_sync::{Config, Shell, ShellOptions, Sink, SinkTarget};
+//! use nostr::prelude::Event;
+//!
+//! struct Store(std::sync::mpsc::Sender<Event>);
+//!
+//! impl Sink for Store {
+//!     fn store(&mut self, _from_relay: &str, event: Event) {
+//!         let _ = self.0.send(event); // the relay's writer stores it
+//!     }
+//! }
+//!
+//! let (tx, _rx) = std::sync::mpsc::channel();
+//! let mut config = Config::new("wss://my-relay.example");
+//! config.self_subscribe = false; // the relay feeds accepted events instead
+//! let shell = Shell::new(config, ShellOptions::default(), SinkTarget::Custom(Box::new(Store(tx))))?;
+//! let handle = shell.handle(); // handle.feed(event) from the relay's threads
+//! std::thread::spawn(move || shell.run());
+//! # handle.shutdown();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Driving the core directly, with a clock of your own:
+//!
+//! ```
+//! use grasp_sync::{Action, Config, Engine, Time};
+//!
+//! let now = Time::from_secs(1_700_000_000);
+//! let mut engine = Engine::new(Config::new("ws://127.0.0.1:7777"), now)?;
+//! // The engine first asks to connect the own relay for its self-subscription.
+//! let Some(Action::Connect { relay, url }) = engine.poll_action() else { unreachable!() };
+//! assert_eq!(url, "ws://127.0.0.1:7777");
+//! engine.handle_connected(now, relay);
+//! // ...and then subscribes to announcements and root events on it.
+//! assert!(matches!(engine.poll_action(), Some(Action::Send { message, .. }) if message.starts_with("[\"REQ\"")));
+//! // Call `handle_timeout` at `poll_timeout()`; nothing reads a real clock.
+//! assert!(engine.poll_timeout().is_some());
+//! # Ok::<(), grasp_sync::ConfigError>(())
+//! ```
 
 #![warn(missing_docs)]
 
 pub mod address;
 pub mod cli;
 pub mod config;
+pub mod demo;
 mod diff;
 pub mod dns;
 pub mod engine;
@@ -27,6 +74,7 @@ pub mod refusal;
 pub mod relay;
 pub mod relay_url;
 mod requests;
+pub mod rlimit;
 pub mod seen;
 pub mod shell;
 pub mod sink;

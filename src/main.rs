@@ -6,8 +6,15 @@ use grasp_sync::cli::{self, Command, Options};
 use grasp_sync::{Shell, ShellOptions, SinkTarget};
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let is_demo = std::env::args().nth(1).as_deref() == Some("demo");
+    // The demo prints its own progress; engine logs would drown it unless asked for.
+    let default_level = if is_demo { "error" } else { "info" };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
+        .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("demo") {
+        return demo(&args[1..]);
+    }
     let command = match cli::parse(args, &|name| std::env::var(name).ok()) {
         Ok(c) => c,
         Err(e) => {
@@ -28,7 +35,33 @@ fn main() -> ExitCode {
     }
 }
 
+/// `grasp-sync demo ...`: exit 0 only if every expected event arrived.
+fn demo(args: &[String]) -> ExitCode {
+    let opts = match grasp_sync::demo::parse_args(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("grasp-sync: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match grasp_sync::demo::run(&opts) {
+        Ok(summary) => {
+            println!("{}", summary.line());
+            if summary.synced == summary.expected {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("grasp-sync: demo: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn run(mut options: Options) -> ExitCode {
+    let _ = grasp_sync::rlimit::raise_fd_limit();
     if !options.seed_given {
         // Jitter only needs to differ between instances, not to be secret.
         let nanos = std::time::SystemTime::now()

@@ -5,104 +5,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use grasp_sync::{Config, Shell, ShellOptions, SinkTarget};
 use nostr::prelude::*;
+use support::real::PyRelay;
 use support::running::wait_for;
 use support::*;
-use tungstenite::Message;
-
-/// A LocalRelay in a Python child process, killed on drop.
-struct PyRelay {
-    child: Child,
-    url: String,
-}
-
-impl PyRelay {
-    fn start() -> PyRelay {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/local_relay.py");
-        let mut child = Command::new("python3")
-            .args([script, &port.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 runs");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(
-            line.starts_with("ws://"),
-            "LocalRelay did not start (is the nostr-sdk==0.45.1 wheel installed? `pip install nostr-sdk==0.45.1`)"
-        );
-        let url = format!("ws://127.0.0.1:{port}");
-        assert!(wait_for(10, || std::net::TcpStream::connect((
-            "127.0.0.1",
-            port
-        ))
-        .is_ok()));
-        PyRelay { child, url }
-    }
-
-    fn publish(&self, events: &[Event]) {
-        let (mut ws, _) = tungstenite::connect(&self.url).unwrap();
-        for e in events {
-            ws.send(Message::text(ClientMessage::event(e.clone()).as_json()))
-                .unwrap();
-        }
-        let mut acked = 0;
-        while acked < events.len() {
-            if let Message::Text(t) = ws.read().unwrap()
-                && let Ok(RelayMessage::Ok {
-                    status, message, ..
-                }) = RelayMessage::from_json(t.as_str())
-            {
-                assert!(status, "LocalRelay refused a test event: {message}");
-                acked += 1;
-            }
-        }
-    }
-
-    /// How many of `ids` the relay does not hold.
-    fn missing(&self, ids: &[EventId]) -> usize {
-        let (mut ws, _) = tungstenite::connect(&self.url).unwrap();
-        let mut found = 0;
-        for (n, chunk) in ids.chunks(400).enumerate() {
-            let filter = Filter::new().ids(chunk.iter().copied()).limit(500);
-            ws.send(Message::text(
-                ClientMessage::req(SubscriptionId::new(format!("q{n}")), vec![filter]).as_json(),
-            ))
-            .unwrap();
-            loop {
-                let Message::Text(t) = ws.read().unwrap() else {
-                    continue;
-                };
-                match RelayMessage::from_json(t.as_str()) {
-                    Ok(RelayMessage::Event { .. }) => found += 1,
-                    Ok(RelayMessage::EndOfStoredEvents(_)) => break,
-                    _ => {}
-                }
-            }
-        }
-        ids.len() - found
-    }
-}
-
-impl Drop for PyRelay {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[test]
 fn syncs_history_past_the_cap_and_live_events_between_local_relays() {

@@ -5,4 +5,6 @@
 //! these helpers are the "other side of the wire" that a test or a demo
 //! needs to talk to.
 
+pub mod farm;
 pub mod relay;
+pub mod store;

@@ -26,7 +26,7 @@
 //! every event either among the stored results (before `EOSE`) or live
 //! (after it), never both and never neither.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -36,14 +36,15 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use nostr::prelude::{
-    ClientMessage, Event, EventId, Filter, Kind, MatchEventOptions, PublicKey, RelayMessage,
-    SubscriptionId,
+    ClientMessage, Event, EventId, Filter, MatchEventOptions, RelayMessage, SubscriptionId,
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use tungstenite::handshake::HandshakeError;
 use tungstenite::{Message, WebSocket};
+
+use super::store::{Store, Stored};
 
 /// How long a connection thread waits for client data before it flushes its
 /// outbound channel again; the worst-case latency of a live delivery.
@@ -217,17 +218,17 @@ impl TestRelay {
 
     /// Every stored event, in the order stored.
     pub fn events(&self) -> Vec<Event> {
-        self.shared.state().store.events.clone()
+        self.shared.state().store.iter().cloned().collect()
     }
 
     /// True if the event with this id is stored.
     pub fn has(&self, id: &EventId) -> bool {
-        self.shared.state().store.ids.contains(id)
+        self.shared.state().store.contains(id)
     }
 
     /// Number of stored events.
     pub fn len(&self) -> usize {
-        self.shared.state().store.events.len()
+        self.shared.state().store.len()
     }
 
     /// True if no event is stored.
@@ -271,7 +272,7 @@ impl TestRelay {
     /// returns the store (for [`start_on`](TestRelay::start_on)).
     pub fn stop(mut self) -> Vec<Event> {
         self.shutdown();
-        std::mem::take(&mut self.shared.state().store.events)
+        std::mem::take(&mut self.shared.state().store).into_events()
     }
 
     /// Idempotent: the acceptor handle is taken on the first call.
@@ -344,19 +345,6 @@ struct Conn {
     subs: HashMap<String, Vec<Filter>>,
 }
 
-/// What storing an event did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stored {
-    /// Stored (possibly replacing an older version): deliver it.
-    New,
-    /// Ephemeral: deliver it, do not store it.
-    Ephemeral,
-    /// Already stored.
-    Duplicate,
-    /// A newer version of this replaceable or addressable event is stored.
-    Stale,
-}
-
 impl State {
     /// Stores an event and delivers it live if it is new.
     fn accept(&mut self, event: Event) -> Stored {
@@ -397,85 +385,6 @@ fn to_json(msg: &RelayMessage<'_>) -> Option<String> {
             log::error!("test relay: cannot serialize a relay message: {e}");
             None
         }
-    }
-}
-
-/// The event store: insertion order plus an id index.
-#[derive(Default)]
-struct Store {
-    events: Vec<Event>,
-    ids: HashSet<EventId>,
-}
-
-/// What a replaceable or addressable event replaces: kind, author and, for
-/// addressable kinds, the `d` tag.
-type Address = (Kind, PublicKey, Option<String>);
-
-fn address(event: &Event) -> Option<Address> {
-    let k = event.kind.as_u16();
-    if k == 0 || k == 3 || (10_000..20_000).contains(&k) {
-        Some((event.kind, event.pubkey, None))
-    } else if (30_000..40_000).contains(&k) {
-        let d = event.tags.identifier().unwrap_or_default();
-        Some((event.kind, event.pubkey, Some(d)))
-    } else {
-        None
-    }
-}
-
-/// NIP-01 order of versions of one address: newer `created_at` wins, then
-/// the lowest id.
-fn supersedes(a: &Event, b: &Event) -> bool {
-    a.created_at > b.created_at || (a.created_at == b.created_at && a.id < b.id)
-}
-
-impl Store {
-    fn insert(&mut self, event: Event) -> Stored {
-        if self.ids.contains(&event.id) {
-            return Stored::Duplicate;
-        }
-        if (20_000..30_000).contains(&event.kind.as_u16()) {
-            return Stored::Ephemeral;
-        }
-        if let Some(addr) = address(&event)
-            && let Some(pos) = self
-                .events
-                .iter()
-                .position(|e| address(e).as_ref() == Some(&addr))
-        {
-            if !supersedes(&event, &self.events[pos]) {
-                return Stored::Stale;
-            }
-            let old = self.events.remove(pos);
-            self.ids.remove(&old.id);
-        }
-        self.ids.insert(event.id);
-        self.events.push(event);
-        Stored::New
-    }
-
-    /// Stored results for a `REQ`: per filter newest first (ties by id) up
-    /// to its limit; merged, de-duplicated, newest first, capped.
-    fn query(&self, filters: &[Filter], cap: usize) -> Vec<Event> {
-        let newest_first =
-            |a: &&Event, b: &&Event| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id));
-        let mut seen = HashSet::new();
-        let mut all: Vec<&Event> = Vec::new();
-        for f in filters {
-            let mut hits: Vec<&Event> = self
-                .events
-                .iter()
-                .filter(|e| f.match_event(e, MatchEventOptions::new()))
-                .collect();
-            hits.sort_by(newest_first);
-            for e in hits.into_iter().take(f.limit.unwrap_or(usize::MAX)) {
-                if seen.insert(e.id) {
-                    all.push(e);
-                }
-            }
-        }
-        all.sort_by(newest_first);
-        all.into_iter().take(cap).cloned().collect()
     }
 }
 
@@ -786,7 +695,7 @@ impl Connection<'_> {
             .store
             .query(&filters, self.shared.opts.max_results_per_req)
         {
-            self.send(RelayMessage::event(sub_id.clone(), event));
+            self.send(RelayMessage::event(sub_id.clone(), event.clone()));
         }
         self.send(RelayMessage::eose(sub_id));
         conn.subs.insert(sub, filters);

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod real;
 pub mod running;
 
 use std::collections::{HashMap, HashSet, VecDeque};

@@ -1,0 +1,243 @@
+//! The in-memory event store behind the test relays ([`TestRelay`] and
+//! [`RelayFarm`]): NIP-01 storage rules and `REQ` answers, shared so both
+//! relays behave exactly alike.
+//!
+//! Events are kept in three indexes: by `created_at` (newest first, ties by
+//! id: the order a relay answers a `REQ` in), by insertion (the order they
+//! were stored) and by id; replaceable and addressable events are also
+//! indexed by address. Inserting, replacing and looking up are logarithmic
+//! or constant; a `REQ` walks the time index from its `until` and stops at
+//! its `since` or once it has enough results, so a capped `REQ` costs about
+//! its cap, not the store size.
+//!
+//! [`TestRelay`]: crate::testing::relay::TestRelay
+//! [`RelayFarm`]: crate::testing::farm::RelayFarm
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
+
+use nostr::prelude::{Event, EventId, Filter, Kind, MatchEventOptions, PublicKey, Timestamp};
+
+/// What storing an event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// Stored (possibly replacing an older version): deliver it.
+    New,
+    /// Ephemeral (kinds 20000-29999): deliver it, do not store it.
+    Ephemeral,
+    /// Already stored.
+    Duplicate,
+    /// A newer version of this replaceable or addressable event is stored.
+    Stale,
+}
+
+/// Where a stored event sits in the `REQ` order: newest first, then by id.
+/// Opaque; get the event back with [`Store::get_by_key`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventKey(Reverse<Timestamp>, EventId);
+
+impl EventKey {
+    fn of(event: &Event) -> EventKey {
+        EventKey(Reverse(event.created_at), event.id)
+    }
+}
+
+/// What a replaceable or addressable event replaces: kind, author and, for
+/// addressable kinds, the `d` tag.
+type Address = (Kind, PublicKey, Option<String>);
+
+/// The address of a replaceable (kinds 0, 3, 10000-19999) or addressable
+/// (30000-39999) event; `None` for other kinds.
+fn address(event: &Event) -> Option<Address> {
+    let k = event.kind.as_u16();
+    if k == 0 || k == 3 || (10_000..20_000).contains(&k) {
+        Some((event.kind, event.pubkey, None))
+    } else if (30_000..40_000).contains(&k) {
+        let d = event.tags.identifier().unwrap_or_default();
+        Some((event.kind, event.pubkey, Some(d)))
+    } else {
+        None
+    }
+}
+
+/// NIP-01 order of versions of one address: newer `created_at` wins, then
+/// the lowest id.
+fn supersedes(a: &Event, b: &Event) -> bool {
+    a.created_at > b.created_at || (a.created_at == b.created_at && a.id < b.id)
+}
+
+/// True for ephemeral kinds, which are delivered but never stored.
+fn is_ephemeral(kind: Kind) -> bool {
+    (20_000..30_000).contains(&kind.as_u16())
+}
+
+/// An in-memory NIP-01 event store. Events are trusted: verifying them is
+/// the caller's job.
+#[derive(Debug, Default)]
+pub struct Store {
+    /// The events, in `REQ` order.
+    by_time: BTreeMap<EventKey, Event>,
+    /// Insertion sequence number to event, for the order stored.
+    by_seq: BTreeMap<u64, EventKey>,
+    /// Id to insertion sequence number and `REQ` key.
+    ids: HashMap<EventId, (u64, EventKey)>,
+    /// Address to the id of the version stored.
+    addresses: HashMap<Address, EventId>,
+    next_seq: u64,
+}
+
+impl Store {
+    /// An empty store (allocates nothing until the first event).
+    pub fn new() -> Store {
+        Store::default()
+    }
+
+    /// Stores an event by NIP-01 rules: an id already stored is a
+    /// duplicate; ephemeral kinds are not stored; of the versions of a
+    /// replaceable or addressable event only the newest is kept.
+    pub fn insert(&mut self, event: Event) -> Stored {
+        if self.ids.contains_key(&event.id) {
+            return Stored::Duplicate;
+        }
+        if is_ephemeral(event.kind) {
+            return Stored::Ephemeral;
+        }
+        if let Some(addr) = address(&event) {
+            if let Some(old_id) = self.addresses.get(&addr).copied()
+                && let Some(old) = self.get(&old_id)
+            {
+                if !supersedes(&event, old) {
+                    return Stored::Stale;
+                }
+                self.remove(&old_id);
+            }
+            self.addresses.insert(addr, event.id);
+        }
+        let key = EventKey::of(&event);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.ids.insert(event.id, (seq, key));
+        self.by_seq.insert(seq, key);
+        self.by_time.insert(key, event);
+        Stored::New
+    }
+
+    /// Removes an event from the id, insertion and time indexes (not from
+    /// the address index: the caller replaces that entry).
+    fn remove(&mut self, id: &EventId) {
+        if let Some((seq, key)) = self.ids.remove(id) {
+            self.by_seq.remove(&seq);
+            self.by_time.remove(&key);
+        }
+    }
+
+    /// True if the event with this id is stored.
+    pub fn contains(&self, id: &EventId) -> bool {
+        self.ids.contains_key(id)
+    }
+
+    /// The stored event with this id.
+    pub fn get(&self, id: &EventId) -> Option<&Event> {
+        let (_, key) = self.ids.get(id)?;
+        self.by_time.get(key)
+    }
+
+    /// The stored event at `key` (from [`query_keys`](Store::query_keys)),
+    /// unless it was replaced since.
+    pub fn get_by_key(&self, key: &EventKey) -> Option<&Event> {
+        self.by_time.get(key)
+    }
+
+    /// Number of stored events.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True if no event is stored.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The stored events in the order they were stored.
+    pub fn iter(&self) -> impl Iterator<Item = &Event> + '_ {
+        self.by_seq.values().filter_map(|key| self.by_time.get(key))
+    }
+
+    /// The stored events in the order they were stored, consuming the store.
+    pub fn into_events(mut self) -> Vec<Event> {
+        let order = std::mem::take(&mut self.by_seq);
+        order
+            .into_values()
+            .filter_map(|key| self.by_time.remove(&key))
+            .collect()
+    }
+
+    /// Stored results for a `REQ`: per filter newest first (ties by id) up
+    /// to its limit; merged, de-duplicated, newest first, at most `cap`.
+    pub fn query(&self, filters: &[Filter], cap: usize) -> Vec<&Event> {
+        self.query_keys(filters, cap)
+            .iter()
+            .filter_map(|key| self.by_time.get(key))
+            .collect()
+    }
+
+    /// [`query`](Store::query) as keys, to send the events later without
+    /// holding a borrow of the store (see [`get_by_key`](Store::get_by_key)).
+    pub fn query_keys(&self, filters: &[Filter], cap: usize) -> Vec<EventKey> {
+        let mut seen = HashSet::new();
+        let mut all = Vec::new();
+        for f in filters {
+            // The first `cap` of the merged results can only hold a
+            // filter's first `cap` matches: every event before those in the
+            // common order precedes them in the merge too.
+            let take = f.limit.unwrap_or(usize::MAX).min(cap);
+            if take == 0 {
+                continue;
+            }
+            for key in self.matches(f, take) {
+                if seen.insert(key) {
+                    all.push(key);
+                }
+            }
+        }
+        all.sort_unstable();
+        all.truncate(cap);
+        all
+    }
+
+    /// The first `take` events matching `f`, in `REQ` order.
+    fn matches(&self, f: &Filter, take: usize) -> Vec<EventKey> {
+        let matching = |e: &Event| f.match_event(e, MatchEventOptions::new());
+        if let Some(ids) = &f.ids {
+            let mut hits: Vec<EventKey> = ids
+                .iter()
+                .filter_map(|id| self.ids.get(id))
+                .map(|(_, key)| *key)
+                .filter(|key| self.by_time.get(key).is_some_and(matching))
+                .collect();
+            hits.sort_unstable();
+            hits.truncate(take);
+            return hits;
+        }
+        let start = match f.until {
+            Some(until) => {
+                Bound::Included(EventKey(Reverse(until), EventId::from_byte_array([0; 32])))
+            }
+            None => Bound::Unbounded,
+        };
+        let mut hits = Vec::new();
+        for (key, event) in self.by_time.range((start, Bound::Unbounded)) {
+            if f.since.is_some_and(|since| event.created_at < since) {
+                break;
+            }
+            if matching(event) {
+                hits.push(*key);
+                if hits.len() == take {
+                    break;
+                }
+            }
+        }
+        hits
+    }
+}

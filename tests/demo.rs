@@ -1,0 +1,63 @@
+//! `grasp-sync demo` end to end: exits 0 with the summary line scripts parse.
+
+use std::process::Command;
+
+#[test]
+fn demo_syncs_everything_and_prints_the_summary_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
+        .args([
+            "demo",
+            "--relays",
+            "6",
+            "--seed",
+            "3",
+            "--timeout-secs",
+            "120",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    let fields: Vec<(&str, &str)> = last
+        .strip_prefix("demo: ")
+        .expect("summary line")
+        .split(' ')
+        .map(|kv| kv.split_once('=').expect("key=value"))
+        .collect();
+    let keys: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        keys,
+        [
+            "relays",
+            "expected",
+            "synced",
+            "missing",
+            "seconds",
+            "peak_rss_kib",
+            "reqs"
+        ]
+    );
+    let get = |k: &str| fields.iter().find(|(n, _)| *n == k).unwrap().1;
+    assert_eq!(get("relays"), "6");
+    assert_eq!(get("missing"), "0");
+    assert_eq!(get("expected"), get("synced"));
+    assert!(get("expected").parse::<u64>().unwrap() > 100);
+    assert!(
+        stdout.contains("restarting relay"),
+        "a relay restarts midway"
+    );
+}
+
+#[test]
+fn demo_rejects_unknown_flags_with_exit_code_2() {
+    let out = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
+        .args(["demo", "--bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
