@@ -234,9 +234,41 @@ fn drive(farm: &RelayFarm, scenario: &Scenario, deadline: Instant, started: Inst
             if tty {
                 println!();
             }
+            if !done {
+                report_missing(farm, scenario);
+            }
             return synced;
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Names up to ten events that never arrived, with where they were put.
+fn report_missing(farm: &RelayFarm, scenario: &Scenario) {
+    let placed = scenario
+        .remote
+        .iter()
+        .enumerate()
+        .flat_map(|(i, events)| events.iter().map(move |e| (i + 1, e)))
+        .chain(scenario.live.iter().map(|(r, e)| (*r, e)));
+    let mut shown = 0;
+    for (relay, event) in placed {
+        if shown < 10 && farm.count_present(0, &[event.id]) == 0 {
+            let root = event
+                .tags
+                .iter()
+                .map(|t| t.as_slice())
+                .find(|t| t.len() > 1 && (t[0] == "e" || t[0] == "E"))
+                .and_then(|t| EventId::from_hex(&t[1]).ok());
+            let root_synced = root.map(|r| farm.count_present(0, &[r]) == 1);
+            println!(
+                "demo: missing {} (kind {}) from {} (root {root:?} synced: {root_synced:?})",
+                event.id,
+                event.kind.as_u16(),
+                farm.url(relay)
+            );
+            shown += 1;
+        }
     }
 }
 
@@ -316,7 +348,7 @@ fn generate(opts: &DemoOptions, own_url: &str, urls: &[String]) -> Scenario {
         let mut relay_tag = vec!["relays".to_owned(), own_url.to_owned()];
         relay_tag.extend(repo.relays.iter().map(|&r| urls[r].clone()));
         tags.push(Tag::parse(relay_tag).expect("the relays tag has a name"));
-        let ann = sign(&repo.owner, 30617, now - 86_400, tags, "");
+        let ann = sign(&repo.owner, 30617, now - 86_400 + i as u64, tags, "");
         let remote_only = i % 5 == 4 && !listed.is_empty();
         if remote_only {
             let host = *listed
@@ -344,7 +376,13 @@ fn generate(opts: &DemoOptions, own_url: &str, urls: &[String]) -> Scenario {
         let repo = &mut repos[r];
         let coord = format!("30617:{}:{}", repo.owner.public_key().to_hex(), repo.d);
         let author = &authors[rng.gen_range(0..authors.len())];
-        let at = now - 70_000 + i as u64;
+        // History is backdated; live events carry the time they are published
+        // at (within seconds), as real clients stamp them.
+        let at = if i >= live_from {
+            now + ((i - live_from) / 50) as u64
+        } else {
+            now - 70_000 + i as u64
+        };
         let event = if repo.roots.is_empty() || rng.gen_bool(0.3) {
             let kind = [1621, 1617, 1618][rng.gen_range(0..3)];
             sign(

@@ -11,6 +11,9 @@ use nostr::prelude::{Event, Filter, MatchEventOptions, Timestamp};
 use crate::index::Item;
 use crate::time::Time;
 
+/// How far a filter's `limit` may grow to page through events that share one second.
+pub const MAX_LIMIT_FACTOR: usize = 16;
+
 /// Whether a subscription stays open after its stored events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose {
@@ -120,33 +123,37 @@ impl Subscription {
 
     /// The filters of the next page, or `None` when this page was the last.
     ///
-    /// A page is full when the whole REQ or one filter returned `limit`
-    /// events. If the whole REQ was capped, every filter may have been cut
-    /// and all are asked again (below their oldest event if they had one);
-    /// otherwise only the filters that reached `limit` continue. When a
-    /// filter's oldest event is exactly its previous `until` (more than
-    /// `limit` events in one second), `until` steps one second back so the
-    /// chain always ends.
+    /// A page is full when the whole REQ reached `limit` events or one
+    /// filter reached its own `limit`. If the whole REQ was capped, every
+    /// filter may have been cut and all are asked again (below their oldest
+    /// event if they had one); otherwise only the filters that reached their
+    /// limit continue. `until` is inclusive, so a page whose oldest event is
+    /// exactly its `until` made no progress: more events share that second
+    /// than one page holds. Such a filter first asks the same second again
+    /// with a doubled `limit` (up to [`MAX_LIMIT_FACTOR`] times the page
+    /// limit, which relays that allow larger pages will honour), and only
+    /// then steps one second back, so the chain always ends.
     pub fn next_page(&self, limit: usize) -> Option<Vec<Filter>> {
         let capped = self.total >= limit;
         let next: Vec<Filter> = self
             .filters
             .iter()
             .zip(&self.stats)
-            .filter(|(_, s)| capped || s.count >= limit)
+            .filter(|(f, s)| capped || s.count >= f.limit.unwrap_or(limit))
             .map(|(f, s)| match s.oldest {
-                Some(oldest) => {
-                    let until = if f.until == Some(oldest) {
-                        Timestamp::from_secs(oldest.as_secs().saturating_sub(1))
+                Some(oldest) if f.until == Some(oldest) => {
+                    let asked = f.limit.unwrap_or(limit);
+                    if asked < limit.saturating_mul(MAX_LIMIT_FACTOR) {
+                        f.clone().limit(asked.saturating_mul(2))
                     } else {
-                        oldest
-                    };
-                    f.clone().until(until)
+                        let back = Timestamp::from_secs(oldest.as_secs().saturating_sub(1));
+                        f.clone().until(back).limit(limit)
+                    }
                 }
+                Some(oldest) => f.clone().until(oldest),
                 None => f.clone(),
             })
             .collect();
-        (!next.is_empty() && (capped || self.stats.iter().any(|s| s.count >= limit)))
-            .then_some(next)
+        (!next.is_empty()).then_some(next)
     }
 }

@@ -710,3 +710,55 @@ fn keepalive_pings_silent_relays_and_drops_half_open_connections() {
     );
     assert_eq!(sim.engine.relay_status(a), Status::Connected);
 }
+
+#[test]
+fn rule5_more_events_in_one_second_than_a_page_holds() {
+    // A relay that honours larger limits: the stuck second is re-asked with a
+    // doubled limit until it fits, so nothing is lost.
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    let owner = keys(1);
+    let repo = announce(&mut sim, &owner, "r", &[A], T0);
+    let comments: Vec<Event> = (0..1_200)
+        .map(|i| repo_comment(&keys(2), &repo, T0 - 10, &format!("c{i}")))
+        .collect();
+    for c in &comments {
+        sim.seed(A, c);
+    }
+    sim.advance(Duration::from_secs(60));
+    assert_eq!(
+        sim.missing(&comments).len(),
+        0,
+        "1,200 events of one second, limit 500"
+    );
+    let widened = sim
+        .reqs(A)
+        .iter()
+        .flat_map(|(_, fs)| fs)
+        .filter_map(|f| f.limit)
+        .max();
+    assert!(
+        widened >= Some(1_200),
+        "limit widened to fit the second ({widened:?})"
+    );
+
+    // A relay with a hard cap below the second's size: the chain still ends.
+    let mut sim = Sim::new(config());
+    sim.add_relay(A).cap = 500;
+    let repo = announce(&mut sim, &owner, "r", &[A], T0);
+    for i in 0..1_200 {
+        sim.seed(A, &repo_comment(&keys(2), &repo, T0 - 10, &format!("c{i}")));
+    }
+    sim.advance(Duration::from_secs(60));
+    let a = sim.id(A);
+    assert_eq!(
+        sim.engine.item_state(a, &ItemKey::Repo(repo)),
+        Some(ItemState::Confirmed),
+        "confirmed: the chain ended"
+    );
+    assert!(
+        sim.reqs(A).len() < 50,
+        "a bounded number of pages ({})",
+        sim.reqs(A).len()
+    );
+}

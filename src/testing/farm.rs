@@ -219,8 +219,10 @@ enum Command {
 }
 
 /// Many NIP-01 relays on `127.0.0.1`, each on its own port, served by one
-/// thread until [`stop`](RelayFarm::stop) or drop. Relays are numbered
-/// `0..len()`.
+/// thread until [`stop`](RelayFarm::stop) or drop.
+///
+/// Relays are numbered `0..len()`; every method taking a relay number
+/// panics if it is out of range, like slice indexing.
 pub struct RelayFarm {
     ports: Vec<u16>,
     tls: bool,
@@ -317,10 +319,6 @@ impl RelayFarm {
     }
 
     /// The port relay `relay` listens on (the same after a restart).
-    ///
-    /// # Panics
-    ///
-    /// If `relay >= len()`, like every method taking a relay number.
     pub fn port(&self, relay: usize) -> u16 {
         self.check(relay);
         self.ports[relay]

@@ -1,0 +1,830 @@
+//! The relay farm (`grasp_sync::testing::farm`) against plain blocking
+//! tungstenite clients over real loopback sockets: NIP-01 behaviour per
+//! relay (compared with `TestRelay`), isolation between relays, restarts,
+//! slow readers, TLS, and a farm of 2,000 relays.
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use grasp_sync::testing::farm::{FarmOptions, RelayFarm};
+use grasp_sync::testing::relay::{
+    MAX_SUBS_NOTICE, PARSE_ERROR, Refuse, RelayOptions, TOO_MANY_REQS, TestRelay, server_tls_config,
+};
+use nostr::prelude::*;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+use serde_json::{Value, json};
+use tungstenite::protocol::WebSocketConfig;
+use tungstenite::stream::MaybeTlsStream;
+use tungstenite::{Message, WebSocket};
+
+const T0: u64 = 1_700_000_000;
+
+/// Longest a test waits for anything; client reads time out after it.
+const WAIT: Duration = Duration::from_secs(5);
+
+// ---------------------------------------------------------------- events
+
+fn keys(n: u8) -> Keys {
+    let mut sk = [0x33u8; 32];
+    sk[0] = n.max(1);
+    Keys::new(SecretKey::from_slice(&sk).expect("valid secret"))
+}
+
+fn tag(values: &[&str]) -> Tag {
+    Tag::parse(values.iter().copied()).expect("valid tag")
+}
+
+fn sign(k: &Keys, kind: u16, created_at: u64, tags: Vec<Tag>, content: &str) -> Event {
+    EventBuilder::new(Kind::from_u16(kind), content)
+        .tags(tags)
+        .custom_created_at(Timestamp::from_secs(created_at))
+        .finalize(k)
+        .expect("signing works")
+}
+
+fn note(k: &Keys, created_at: u64, content: &str) -> Event {
+    sign(k, 1, created_at, Vec::new(), content)
+}
+
+fn kinds(k: u16) -> Filter {
+    Filter::new().kind(Kind::from_u16(k))
+}
+
+fn ids(events: &[Event]) -> Vec<EventId> {
+    events.iter().map(|e| e.id).collect()
+}
+
+/// Polls `cond` every 10 ms for up to [`WAIT`].
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn farm(count: usize) -> RelayFarm {
+    RelayFarm::start(count, FarmOptions::default()).expect("farm starts")
+}
+
+/// Resident set size of this process, KiB.
+fn vm_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+// ---------------------------------------------------------------- client
+
+struct Client<S: Read + Write> {
+    ws: WebSocket<S>,
+}
+
+type PlainClient = Client<MaybeTlsStream<TcpStream>>;
+
+fn connect(url: &str) -> PlainClient {
+    // A small read buffer keeps the RSS measured below about the farm.
+    let config = WebSocketConfig::default().read_buffer_size(4 * 1024);
+    let (ws, _) =
+        tungstenite::client::connect_with_config(url, Some(config), 0).expect("client connects");
+    if let MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(WAIT)).expect("set read timeout");
+    }
+    Client { ws }
+}
+
+fn is_timeout(e: &tungstenite::Error) -> bool {
+    matches!(e, tungstenite::Error::Io(io)
+        if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
+}
+
+impl<S: Read + Write> Client<S> {
+    fn send(&mut self, text: impl Into<String>) {
+        self.ws
+            .send(Message::text(text.into()))
+            .expect("client sends");
+    }
+
+    /// The next text message, as JSON.
+    fn recv(&mut self) -> Value {
+        loop {
+            match self.ws.read().expect("a message within 5 s") {
+                Message::Text(t) => return serde_json::from_str(t.as_str()).expect("relay JSON"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Publishes and returns the OK's status and message.
+    fn publish(&mut self, event: &Event) -> (bool, String) {
+        self.send(ClientMessage::event(event.clone()).as_json());
+        let ok = self.recv();
+        assert_eq!(ok[0], "OK", "{ok}");
+        assert_eq!(ok[1], event.id.to_hex());
+        (
+            ok[2].as_bool().expect("status"),
+            ok[3].as_str().expect("message").to_owned(),
+        )
+    }
+
+    fn send_req(&mut self, sub: &str, filters: Vec<Filter>) {
+        self.send(ClientMessage::req(SubscriptionId::new(sub), filters).as_json());
+    }
+
+    /// Sends a REQ and collects its stored events up to EOSE.
+    fn req(&mut self, sub: &str, filters: Vec<Filter>) -> Vec<Event> {
+        self.send_req(sub, filters);
+        self.until_eose(sub)
+    }
+
+    /// Events for `sub` up to its EOSE; any other message fails the test.
+    fn until_eose(&mut self, sub: &str) -> Vec<Event> {
+        let mut out = Vec::new();
+        loop {
+            let msg = self.recv();
+            match msg[0].as_str() {
+                Some("EVENT") if msg[1] == sub => out.push(event_of(&msg)),
+                Some("EOSE") if msg[1] == sub => return out,
+                _ => panic!("unexpected message while waiting for EOSE of {sub}: {msg}"),
+            }
+        }
+    }
+
+    /// The next message, which must be a live EVENT for `sub`.
+    fn live(&mut self, sub: &str) -> Event {
+        let msg = self.recv();
+        assert_eq!(msg[0], "EVENT", "{msg}");
+        assert_eq!(msg[1], sub, "{msg}");
+        event_of(&msg)
+    }
+
+    fn close(&mut self, sub: &str) {
+        self.send(ClientMessage::close(SubscriptionId::new(sub)).as_json());
+    }
+
+    /// Asserts nothing is pending for this client: a REQ matching nothing
+    /// gets its EOSE first (replies come in order).
+    fn assert_quiet(&mut self) {
+        let probe = Filter::new().id(EventId::from_byte_array([0; 32]));
+        assert!(self.req("probe", vec![probe]).is_empty());
+        self.close("probe");
+    }
+
+    /// Asserts the relay cut the connection (an error that is no timeout).
+    fn assert_cut(&mut self) {
+        loop {
+            match self.ws.read() {
+                Ok(_) => continue,
+                Err(e) => {
+                    assert!(!is_timeout(&e), "cut, not silent: {e}");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn event_of(msg: &Value) -> Event {
+    let event = Event::from_json(msg[2].to_string()).expect("relay sends valid events");
+    event.verify().expect("relay sends signed events");
+    event
+}
+
+// ---------------------------------------------------------------- start
+
+#[test]
+fn fifty_relays_have_distinct_urls_and_serve() {
+    let farm = farm(50);
+    assert_eq!(farm.len(), 50);
+    assert!(!farm.is_empty());
+    let urls: HashSet<String> = (0..50).map(|i| farm.url(i)).collect();
+    assert_eq!(urls.len(), 50);
+    for i in 0..50 {
+        assert_eq!(farm.url(i), format!("ws://127.0.0.1:{}", farm.port(i)));
+    }
+    for i in [0, 17, 49] {
+        let mut c = connect(&farm.url(i));
+        assert!(c.req("s", vec![kinds(1)]).is_empty());
+    }
+    assert_eq!(farm.stats().reqs, 3);
+    assert!(
+        RelayFarm::start(0, FarmOptions::default())
+            .unwrap()
+            .is_empty()
+    );
+}
+
+// ---------------------------------------------------------------- REQ
+
+#[test]
+fn seeded_events_come_newest_first_capped_and_page_with_until() {
+    let k = keys(3);
+    let events: Vec<Event> = (0..1_200)
+        .map(|i| note(&k, T0 + i, &i.to_string()))
+        .collect();
+    let opts = FarmOptions {
+        max_results_per_req: Some(500),
+        ..FarmOptions::default()
+    };
+    let farm = RelayFarm::start(3, opts).unwrap();
+    // Seeded out of order: answers are sorted anyway.
+    farm.seed(1, events.iter().rev().cloned().collect());
+    assert_eq!(farm.count_present(1, &ids(&events)), 1_200);
+    assert_eq!(farm.count_present(0, &ids(&events)), 0);
+    let mut c = connect(&farm.url(1));
+
+    let first = c.req("all", vec![kinds(1)]);
+    let newest_500: Vec<EventId> = events.iter().rev().take(500).map(|e| e.id).collect();
+    assert_eq!(ids(&first), newest_500);
+
+    let mut seen = HashSet::new();
+    let mut pages = Vec::new();
+    let mut filter = kinds(1);
+    loop {
+        let page = c.req("page", vec![filter.clone()]);
+        pages.push(page.len());
+        let Some(oldest) = page.last() else { break };
+        for e in &page {
+            assert!(seen.insert(e.id), "no event twice");
+        }
+        filter = filter.until(oldest.created_at - 1);
+    }
+    assert_eq!(pages, vec![500, 500, 200, 0]);
+    assert_eq!(seen.len(), 1_200);
+
+    // A filter limit below the cap wins.
+    let got = c.req("ten", vec![kinds(1).limit(10)]);
+    assert_eq!(ids(&got), newest_500[..10].to_vec());
+
+    // The cap applies to all filters of a REQ together.
+    let part = |lo: u64, hi: u64| {
+        kinds(1)
+            .since(Timestamp::from_secs(T0 + lo))
+            .until(Timestamp::from_secs(T0 + hi))
+    };
+    let got = c.req("two", vec![part(0, 399), part(800, 1_199)]);
+    assert_eq!(got.len(), 500);
+    assert_eq!(got[0].id, events[1_199].id);
+    assert_eq!(got[399].id, events[800].id);
+    assert_eq!(got[400].id, events[399].id);
+    assert_eq!(got[499].id, events[300].id);
+
+    // The other relays hold nothing.
+    let mut other = connect(&farm.url(2));
+    assert!(other.req("all", vec![kinds(1)]).is_empty());
+}
+
+/// The same events and REQs, answered by a farm relay and by a TestRelay.
+#[test]
+fn answers_match_the_test_relay() {
+    let (a, b) = (keys(1), keys(2));
+    let mut events: Vec<Event> = (0..30)
+        .map(|i| note(&a, T0 + i % 7, &format!("a{i}")))
+        .collect();
+    events.extend((0..20).map(|i| sign(&b, 7, T0 + 3 + i % 4, Vec::new(), &format!("b{i}"))));
+    // Replaceable and addressable versions, older ones after newer ones.
+    events.push(sign(&a, 10002, T0 + 10, Vec::new(), "new list"));
+    events.push(sign(&a, 10002, T0 + 5, Vec::new(), "old list"));
+    events.push(sign(&b, 30617, T0, vec![tag(&["d", "r"])], "old repo"));
+    events.push(sign(&b, 30617, T0 + 1, vec![tag(&["d", "r"])], "new repo"));
+    events.push(sign(&b, 30617, T0, vec![tag(&["d", "s"])], "other repo"));
+    let coord = format!("30617:{}:r", b.public_key().to_hex());
+    events.push(sign(&a, 1617, T0 + 2, vec![tag(&["a", &coord])], "patch"));
+
+    let relay = TestRelay::start_on(0, RelayOptions::default(), events.clone()).unwrap();
+    let farm = farm(1);
+    farm.seed(0, events.clone());
+    let mut t = connect(&relay.url());
+    let mut f = connect(&farm.url(0));
+
+    let letter = |c| SingleLetterTag::from_char(c).unwrap();
+    let some_ids: Vec<EventId> = events.iter().step_by(3).map(|e| e.id).collect();
+    let reqs: Vec<Vec<Filter>> = vec![
+        vec![Filter::new()],
+        vec![kinds(1).limit(5), kinds(7).limit(3)],
+        vec![Filter::new().author(a.public_key()).limit(12), kinds(7)],
+        vec![
+            kinds(1)
+                .since(Timestamp::from_secs(T0 + 2))
+                .until(Timestamp::from_secs(T0 + 4)),
+        ],
+        vec![Filter::new().ids(some_ids.clone()).limit(4)],
+        vec![Filter::new().ids(some_ids), kinds(30617)],
+        vec![kinds(10002), kinds(30617)],
+        vec![Filter::new().custom_tag(letter('a'), coord.clone())],
+        vec![kinds(1).limit(0)],
+        vec![
+            kinds(1).until(Timestamp::from_secs(T0 + 3)).limit(9),
+            kinds(1).limit(2),
+        ],
+    ];
+    for (i, filters) in reqs.into_iter().enumerate() {
+        let sub = format!("q{i}");
+        let expected = t.req(&sub, filters.clone());
+        assert_eq!(ids(&f.req(&sub, filters)), ids(&expected), "{sub}");
+    }
+}
+
+#[test]
+fn replaceable_and_addressable_events_keep_the_newest() {
+    let farm = farm(1);
+    let mut c = connect(&farm.url(0));
+    let k = keys(1);
+    let list_old = sign(&k, 10002, T0, Vec::new(), "old");
+    let list_new = sign(&k, 10002, T0 + 10, Vec::new(), "new");
+    let repo_a_old = sign(&k, 30617, T0, vec![tag(&["d", "a"])], "old");
+    let repo_a_new = sign(&k, 30617, T0 + 10, vec![tag(&["d", "a"])], "new");
+    let repo_b = sign(&k, 30617, T0, vec![tag(&["d", "b"])], "b");
+
+    assert!(c.publish(&list_new).0);
+    let (ok, msg) = c.publish(&list_old);
+    assert!(ok);
+    assert!(msg.starts_with("duplicate:"), "{msg}");
+    assert!(c.publish(&repo_a_old).0);
+    assert!(c.publish(&repo_a_new).0);
+    assert!(c.publish(&repo_b).0);
+    assert_eq!(
+        farm.count_present(0, &ids(&[list_new, repo_a_new.clone(), repo_b.clone()])),
+        3
+    );
+    assert_eq!(farm.count_present(0, &ids(&[list_old, repo_a_old])), 0);
+    let got = c.req("s", vec![kinds(30617)]);
+    assert_eq!(ids(&got), vec![repo_a_new.id, repo_b.id]);
+}
+
+// ---------------------------------------------------------------- live
+
+#[test]
+fn publish_is_delivered_live_on_that_relay_only() {
+    let farm = farm(2);
+    let k = keys(6);
+    let old = note(&k, T0, "old");
+    farm.seed(0, vec![old.clone()]);
+    let mut here = connect(&farm.url(0));
+    let mut there = connect(&farm.url(1));
+    assert_eq!(ids(&here.req("live", vec![kinds(1)])), vec![old.id]);
+    assert!(there.req("live", vec![kinds(1)]).is_empty());
+
+    let e1 = note(&k, T0 + 1, "live");
+    farm.publish(0, e1.clone());
+    assert_eq!(here.live("live").id, e1.id);
+
+    // Not asked for: not delivered; the next delivery is the matching one.
+    farm.publish(0, sign(&k, 7, T0 + 2, Vec::new(), "+"));
+    let e2 = note(&k, T0 + 3, "after the reaction");
+    farm.publish(0, e2.clone());
+    assert_eq!(here.live("live").id, e2.id);
+
+    // Ephemeral: delivered, not stored.
+    let flash = sign(&k, 20001, T0 + 4, Vec::new(), "flash");
+    let mut eph = connect(&farm.url(0));
+    assert!(eph.req("eph", vec![kinds(20001)]).is_empty());
+    farm.publish(0, flash.clone());
+    assert_eq!(eph.live("eph").id, flash.id);
+    assert_eq!(farm.count_present(0, &[flash.id]), 0);
+
+    // A second publish of the same event delivers nothing; the other relay
+    // got nothing at all.
+    farm.publish(0, e2.clone());
+    here.assert_quiet();
+    there.assert_quiet();
+    assert_eq!(farm.count_present(1, &[old.id, e1.id, e2.id]), 0);
+    assert_eq!(farm.count_present(0, &[old.id, e1.id, e2.id]), 3);
+}
+
+#[test]
+fn client_events_are_verified_stored_and_delivered() {
+    let farm = farm(2);
+    let mut reader = connect(&farm.url(0));
+    assert!(reader.req("s", vec![kinds(1)]).is_empty());
+    let mut writer = connect(&farm.url(0));
+    let good = note(&keys(1), T0, "good");
+    assert_eq!(writer.publish(&good), (true, String::new()));
+    assert_eq!(farm.count_present(0, &[good.id]), 1);
+    assert_eq!(farm.count_present(1, &[good.id]), 0);
+    assert_eq!(reader.live("s").id, good.id);
+
+    let (ok, msg) = writer.publish(&good);
+    assert!(ok);
+    assert!(msg.starts_with("duplicate:"), "{msg}");
+
+    let other = note(&keys(1), T0, "other");
+    let mut wrong_sig: Value = serde_json::from_str(&good.as_json()).unwrap();
+    wrong_sig["sig"] = json!(other.sig.to_string());
+    let mut wrong_content: Value = serde_json::from_str(&other.as_json()).unwrap();
+    wrong_content["content"] = json!("tampered");
+    for (bad, id) in [(wrong_sig, good.id), (wrong_content, other.id)] {
+        writer.send(json!(["EVENT", bad]).to_string());
+        let ok = writer.recv();
+        assert_eq!(ok[0], "OK");
+        assert_eq!(ok[1], id.to_hex());
+        assert_eq!(ok[2], false);
+        assert!(ok[3].as_str().unwrap().starts_with("invalid:"), "{ok}");
+    }
+    assert_eq!(farm.count_present(0, &[other.id]), 0);
+    reader.assert_quiet();
+    let stats = farm.stats();
+    assert_eq!(stats.events_received, 4);
+    assert_eq!(stats.events_stored, 1);
+    assert_eq!(stats.connections, 2);
+    assert!(stats.bytes_out > 0);
+}
+
+#[test]
+fn close_stops_live_delivery() {
+    let farm = farm(1);
+    let mut c = connect(&farm.url(0));
+    assert!(c.req("s", vec![kinds(1)]).is_empty());
+    c.close("s");
+    // Replies come in order: once the probe's EOSE is in, the CLOSE was
+    // handled.
+    c.assert_quiet();
+    farm.publish(0, note(&keys(8), T0, "nobody listens"));
+    c.assert_quiet();
+}
+
+// ---------------------------------------------------------------- limits
+
+#[test]
+fn subscription_limit_refused_with_closed() {
+    let opts = FarmOptions {
+        max_subscriptions: Some((2, Refuse::Closed)),
+        ..FarmOptions::default()
+    };
+    let farm = RelayFarm::start(1, opts).unwrap();
+    let mut c = connect(&farm.url(0));
+    c.req("a", vec![kinds(1)]);
+    c.req("b", vec![kinds(1)]);
+    c.send_req("c", vec![kinds(1)]);
+    assert_eq!(c.recv(), json!(["CLOSED", "c", TOO_MANY_REQS]));
+    // Reusing an open id replaces it and is not refused.
+    c.req("a", vec![kinds(7)]);
+    // The limit is per connection.
+    let mut other = connect(&farm.url(0));
+    other.req("c", vec![kinds(1)]);
+    // Closing one makes room.
+    c.close("b");
+    c.req("c", vec![kinds(1)]);
+    assert_eq!(farm.stats().reqs, 6);
+}
+
+#[test]
+fn subscription_limit_refused_with_notice() {
+    let opts = FarmOptions {
+        max_subscriptions: Some((1, Refuse::Notice)),
+        ..FarmOptions::default()
+    };
+    let farm = RelayFarm::start(1, opts).unwrap();
+    let mut c = connect(&farm.url(0));
+    c.req("a", vec![kinds(1)]);
+    c.send_req("b", vec![kinds(1)]);
+    assert_eq!(c.recv(), json!(["NOTICE", MAX_SUBS_NOTICE]));
+    // The refused subscription gets no live events.
+    let e = note(&keys(9), T0, "only for a");
+    farm.publish(0, e.clone());
+    assert_eq!(c.live("a").id, e.id);
+    c.close("a");
+    c.assert_quiet();
+}
+
+// ---------------------------------------------------------------- robustness
+
+#[test]
+fn garbage_gets_a_notice_pings_get_pongs() {
+    let farm = farm(1);
+    let mut c = connect(&farm.url(0));
+    for garbage in [
+        "hello",
+        "",
+        "[]",
+        "[\"REQ\"]",
+        "{\"kind\":1}",
+        "[\"EVENT\",{\"id\":\"zz\"}]",
+        "[\"CLOSE\",42]",
+        "[\"REQ\",\"s\",{\"kinds\":\"nope\"}]",
+    ] {
+        c.send(garbage);
+        assert_eq!(c.recv(), json!(["NOTICE", PARSE_ERROR]), "for {garbage:?}");
+    }
+    c.ws.send(Message::binary(vec![0xff, 0x00])).unwrap();
+    assert_eq!(c.recv(), json!(["NOTICE", PARSE_ERROR]));
+
+    c.ws.send(Message::Ping(b"hi".to_vec().into())).unwrap();
+    match c.ws.read().expect("a pong") {
+        Message::Pong(p) => assert_eq!(&p[..], b"hi"),
+        other => panic!("expected a pong, got {other:?}"),
+    }
+
+    // Not a websocket at all: dropped, the farm keeps serving.
+    let mut raw = TcpStream::connect(("127.0.0.1", farm.port(0))).unwrap();
+    raw.set_read_timeout(Some(WAIT)).unwrap();
+    raw.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut buf = Vec::new();
+    let _ = raw.read_to_end(&mut buf);
+
+    let e = note(&keys(10), T0, "still works");
+    assert_eq!(c.publish(&e), (true, String::new()));
+    assert_eq!(ids(&c.req("s", vec![kinds(1)])), vec![e.id]);
+    wait_until("one connection", || farm.stats().connections == 1);
+}
+
+#[test]
+fn connections_come_and_go() {
+    let farm = farm(2);
+    let mut stayer = connect(&farm.url(1));
+    assert!(stayer.req("s", vec![kinds(1)]).is_empty());
+    for i in 0..60 {
+        match i % 3 {
+            // A clean websocket close.
+            0 => {
+                let mut c = connect(&farm.url(1));
+                c.req("x", vec![kinds(1)]);
+                c.ws.close(None).unwrap();
+                while c.ws.read().is_ok() {}
+            }
+            // A dropped websocket.
+            1 => drop(connect(&farm.url(1))),
+            // A TCP connection that never handshakes.
+            _ => drop(TcpStream::connect(("127.0.0.1", farm.port(1))).unwrap()),
+        }
+    }
+    wait_until("only the stayer", || farm.stats().connections == 1);
+    let e = note(&keys(4), T0, "for the stayer");
+    farm.publish(1, e.clone());
+    assert_eq!(stayer.live("s").id, e.id);
+    stayer.assert_quiet();
+}
+
+#[test]
+fn large_answers_reach_a_slow_reader() {
+    let farm = farm(1);
+    let k = keys(5);
+    let filler = "x".repeat(2_000);
+    let events: Vec<Event> = (0..8_000).map(|i| note(&k, T0 + i, &filler)).collect();
+    farm.seed(0, events.clone());
+    let mut c = connect(&farm.url(0));
+    c.send_req("all", vec![kinds(1)]);
+    // Far more than the socket buffers hold: the farm waits for the reader.
+    std::thread::sleep(Duration::from_millis(300));
+    let got = c.until_eose("all");
+    assert_eq!(got.len(), 8_000);
+    assert_eq!(got[0].id, events[7_999].id);
+    c.assert_quiet();
+    assert!(farm.stats().bytes_out > 16_000_000);
+}
+
+#[test]
+fn a_reader_that_never_reads_is_disconnected() {
+    let farm = farm(1);
+    let mut lazy = connect(&farm.url(0));
+    assert!(lazy.req("s", vec![kinds(1)]).is_empty());
+    let k = keys(6);
+    let filler = "y".repeat(10_000);
+    for i in 0..4_000 {
+        farm.publish(0, note(&k, T0 + i, &filler));
+    }
+    wait_until("the lazy reader is cut", || farm.stats().connections == 0);
+    // The relay keeps serving others.
+    let mut c = connect(&farm.url(0));
+    assert_eq!(c.req("n", vec![kinds(1).limit(3)]).len(), 3);
+}
+
+// ---------------------------------------------------------------- restart
+
+#[test]
+fn restart_cuts_refuses_then_serves_the_same_store() {
+    let farm = farm(3);
+    let port = farm.port(1);
+    let mut c = connect(&farm.url(1));
+    let e = note(&keys(12), T0, "survives restarts");
+    assert_eq!(c.publish(&e), (true, String::new()));
+    c.req("s", vec![kinds(1)]);
+    let mut neighbour = connect(&farm.url(2));
+    neighbour.req("s", vec![kinds(1)]);
+
+    let down = Duration::from_millis(500);
+    let restarted = Instant::now();
+    farm.restart(1, down);
+    c.assert_cut();
+    // The listener closes before the connections are cut.
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    wait_until("listening again", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(restarted.elapsed() >= down);
+
+    assert_eq!(farm.url(1), format!("ws://127.0.0.1:{port}"));
+    let mut again = connect(&farm.url(1));
+    assert_eq!(ids(&again.req("s", vec![kinds(1)])), vec![e.id]);
+    // Live delivery works on the new connection; the neighbour was not
+    // touched.
+    let e2 = note(&keys(12), T0 + 1, "after");
+    farm.publish(1, e2.clone());
+    assert_eq!(again.live("s").id, e2.id);
+    neighbour.assert_quiet();
+    wait_until("two connections", || farm.stats().connections == 2);
+}
+
+#[test]
+fn restarting_a_relay_that_is_down_starts_over() {
+    let farm = farm(1);
+    let port = farm.port(0);
+    farm.restart(0, Duration::from_millis(200));
+    farm.restart(0, Duration::from_millis(800));
+    let restarted = Instant::now();
+    // Right after the first downtime would have ended, still refused.
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    wait_until("listening again", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(restarted.elapsed() >= Duration::from_millis(700));
+    let mut c = connect(&farm.url(0));
+    assert!(c.req("s", vec![kinds(1)]).is_empty());
+}
+
+// ---------------------------------------------------------------- stop
+
+#[test]
+fn stop_returns_promptly_with_clients_connected() {
+    let farm = farm(5);
+    let ports: Vec<u16> = (0..5).map(|i| farm.port(i)).collect();
+    let mut clients: Vec<PlainClient> = (0..10).map(|i| connect(&farm.url(i % 5))).collect();
+    for c in &mut clients {
+        assert!(c.req("s", vec![kinds(1)]).is_empty());
+    }
+    assert_eq!(farm.stats().connections, 10);
+    let started = Instant::now();
+    farm.stop();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    for c in &mut clients {
+        c.assert_cut();
+    }
+    for port in ports {
+        assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    }
+}
+
+#[test]
+fn drop_stops_the_farm() {
+    let farm = farm(2);
+    let port = farm.port(1);
+    let mut c = connect(&farm.url(1));
+    c.req("s", vec![kinds(1)]);
+    drop(farm);
+    c.assert_cut();
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+// ---------------------------------------------------------------- scale
+
+#[test]
+fn two_thousand_relays_each_accept_a_connection() {
+    // Needs about 2,200 file descriptors.
+    let _ = grasp_sync::rlimit::raise_fd_limit();
+    let rss_before = vm_rss_kib();
+    let started = Instant::now();
+    let farm = farm(2_000);
+    let start_time = started.elapsed();
+    let rss_idle = vm_rss_kib();
+    assert_eq!(farm.len(), 2_000);
+    let e = note(&keys(13), T0, "everywhere");
+
+    let sample: Vec<usize> = (0..2_000).step_by(20).collect();
+    assert_eq!(sample.len(), 100);
+    let connecting = Instant::now();
+    let mut clients: Vec<PlainClient> = Vec::new();
+    for &i in &sample {
+        farm.seed(i, vec![e.clone()]);
+        let mut c = connect(&farm.url(i));
+        assert_eq!(ids(&c.req("s", vec![kinds(1)])), vec![e.id], "relay {i}");
+        clients.push(c);
+    }
+    let connect_time = connecting.elapsed();
+    let stats = farm.stats();
+    assert_eq!(stats.connections, 100);
+    assert_eq!(stats.reqs, 100);
+    let rss_connected = vm_rss_kib();
+    eprintln!(
+        "2,000 relays: started in {start_time:?}; RSS {rss_before} KiB before, {rss_idle} KiB \
+         idle, {rss_connected} KiB with 100 connected; 100 connect+REQ+EOSE in {connect_time:?}"
+    );
+
+    // Unsampled relays hold nothing and still answer.
+    let mut c = connect(&farm.url(1_999));
+    assert!(c.req("s", vec![kinds(1)]).is_empty());
+    drop(c);
+    drop(clients);
+    wait_until("every connection closed", || farm.stats().connections == 0);
+}
+
+// ---------------------------------------------------------------- TLS
+
+/// A test CA and a `localhost` certificate it signed, valid 2000-2100 (the
+/// same as in `tests/test_relay.rs`).
+const CA_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBbjCCAROgAwIBAgIBATAKBggqhkjOPQQDAjAdMRswGQYDVQQDDBJncmFzcC1z
+eW5jIHRlc3QgQ0EwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMB0x
+GzAZBgNVBAMMEmdyYXNwLXN5bmMgdGVzdCBDQTBZMBMGByqGSM49AgEGCCqGSM49
+AwEHA0IABD8IxiOfn42E6zuTE4jnw9sV+6a+tv5O7QEjdr4aH8tnfQwRu9HXNoir
+WyQEfV+i6MNPZPV6HgCUi7zXtjGScFijQjBAMA8GA1UdEwEB/wQFMAMBAf8wDgYD
+VR0PAQH/BAQDAgIEMB0GA1UdDgQWBBQqD9p6NJTHjRdxdOt7yEqfTtXbOjAKBggq
+hkjOPQQDAgNJADBGAiEAwfHvxZecE32YIbr+ncPO2tBvibLFa43/wgK2MWmzEiYC
+IQD07EGfthpSe2vXA6MEei7FljiqX1tAtcJS2+6z4tSQCA==
+-----END CERTIFICATE-----
+";
+
+const LEAF_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBrzCCAVWgAwIBAgIBAjAKBggqhkjOPQQDAjAdMRswGQYDVQQDDBJncmFzcC1z
+eW5jIHRlc3QgQ0EwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMBQx
+EjAQBgNVBAMMCWxvY2FsaG9zdDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABOe7
+fZODX2gXm7KID8/98s/Itc2lHjNobCnu/IEU4v5iI+OtQrWQho+GOVplZ1n6HPfQ
+GaIN6KL1VJ332SndA9ejgYwwgYkwDAYDVR0TAQH/BAIwADAUBgNVHREEDTALggls
+b2NhbGhvc3QwEwYDVR0lBAwwCgYIKwYBBQUHAwEwDgYDVR0PAQH/BAQDAgeAMB0G
+A1UdDgQWBBQmTUfj34qhtp/hShyptyfy3OIwqzAfBgNVHSMEGDAWgBQqD9p6NJTH
+jRdxdOt7yEqfTtXbOjAKBggqhkjOPQQDAgNIADBFAiAPmGuo9ju7QjxwRkhuCRrX
++9imkgFeeEn/XUTPcgLrSQIhAK5GJH4qMcOGDwcBVS33SVqfGZOhEoYcUJoCOFtD
+22br
+-----END CERTIFICATE-----
+";
+
+const LEAF_KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgk1JRgBy2L6JE7qnt
+QWxsYFlq4ORrZuIkm6IqdHh62PahRANCAATnu32Tg19oF5uyiA/P/fLPyLXNpR4z
+aGwp7vyBFOL+YiPjrUK1kIaPhjlaZWdZ+hz30BmiDeii9VSd99kp3QPX
+-----END PRIVATE KEY-----
+";
+
+type TlsClient = Client<StreamOwned<ClientConnection, TcpStream>>;
+
+fn connect_tls(farm: &RelayFarm, relay: usize) -> TlsClient {
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(CA_PEM.as_bytes()).unwrap())
+        .unwrap();
+    let config =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let tcp = TcpStream::connect(("127.0.0.1", farm.port(relay))).unwrap();
+    tcp.set_read_timeout(Some(WAIT)).unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let tls = ClientConnection::new(Arc::new(config), name).unwrap();
+    let (ws, _) = tungstenite::client(farm.url(relay), StreamOwned::new(tls, tcp))
+        .expect("wss handshake with a trusted localhost certificate");
+    Client { ws }
+}
+
+#[test]
+fn tls_farm_serves_wss() {
+    let chain = format!("{LEAF_PEM}{CA_PEM}");
+    let opts = FarmOptions {
+        tls: Some(server_tls_config(chain.as_bytes(), LEAF_KEY_PEM.as_bytes()).unwrap()),
+        ..FarmOptions::default()
+    };
+    let farm = RelayFarm::start(2, opts).unwrap();
+    assert_eq!(farm.url(1), format!("wss://localhost:{}", farm.port(1)));
+
+    let mut reader = connect_tls(&farm, 1);
+    assert!(reader.req("s", vec![kinds(1)]).is_empty());
+    let mut writer = connect_tls(&farm, 1);
+    let e = note(&keys(13), T0, "over TLS");
+    assert_eq!(writer.publish(&e), (true, String::new()));
+    assert_eq!(reader.live("s").id, e.id);
+
+    // A large answer crosses many TLS records and socket refills.
+    let k = keys(14);
+    let filler = "z".repeat(1_000);
+    let many: Vec<Event> = (0..3_000).map(|i| note(&k, T0 + 10 + i, &filler)).collect();
+    farm.seed(0, many);
+    let mut big = connect_tls(&farm, 0);
+    big.send_req("all", vec![kinds(1)]);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(big.until_eose("all").len(), 3_000);
+    big.assert_quiet();
+
+    // A plain websocket client does not get through.
+    assert!(tungstenite::connect(format!("ws://127.0.0.1:{}", farm.port(1))).is_err());
+
+    farm.restart(1, Duration::from_millis(100));
+    reader.assert_cut();
+    wait_until("listening again", || {
+        TcpStream::connect(("127.0.0.1", farm.port(1))).is_ok()
+    });
+    let mut again = connect_tls(&farm, 1);
+    assert_eq!(ids(&again.req("s", vec![kinds(1)])), vec![e.id]);
+}
