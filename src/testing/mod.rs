@@ -5,6 +5,7 @@
 //! these helpers are the "other side of the wire" that a test or a demo
 //! needs to talk to.
 
+pub mod cert;
 pub mod farm;
 pub mod relay;
 pub mod store;

@@ -1,0 +1,340 @@
+//! `grasp-sync demo`: the main job, end to end, with no outside network.
+//!
+//! The engine runs as a child process (the real binary with its real
+//! flags) so its memory and CPU are measured apart from the relays.
+//!
+//! It starts an own relay and N remote relays on 127.0.0.1 (a relay farm on
+//! a helper thread, not the engine's loop), seeds them with signed
+//! repository announcements, issues, patches, PRs, replies, status and state
+//! events spread across relays (some repos announced only on remote
+//! relays), runs the real engine over real sockets, publishes more events
+//! while it runs, restarts one remote relay midway, and reports progress
+//! until every expected event reached the own relay.
+
+mod engine_process;
+mod scenario;
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use nostr::prelude::EventId;
+
+use crate::testing::cert::{CA_PEM, LEAF_KEY_PEM, LEAF_PEM};
+use crate::testing::farm::{FarmOptions, RelayFarm};
+use crate::testing::relay::server_tls_config;
+use engine_process::EngineProcess;
+use scenario::{Scenario, generate};
+
+/// Demo parameters (`grasp-sync demo --relays N --repos M --events K --seed S`).
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Remote relays.
+    pub relays: usize,
+    /// Repositories (default: 2 per relay).
+    pub repos: Option<usize>,
+    /// Events besides announcements (default: 20 per relay).
+    pub events: Option<usize>,
+    /// Seed of everything random in the scenario and the engine.
+    pub seed: u64,
+    /// Give up after this long.
+    pub timeout: Duration,
+    /// Serve every relay over `wss://` with the test CA.
+    pub tls: bool,
+    /// After converging, let the engine idle this many seconds and measure it.
+    pub idle: u64,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            relays: 20,
+            repos: None,
+            events: None,
+            seed: 1,
+            timeout: Duration::from_secs(300),
+            tls: false,
+            idle: 0,
+        }
+    }
+}
+
+/// The outcome, as the summary line prints it.
+#[derive(Debug, Clone, Copy)]
+pub struct DemoSummary {
+    /// Remote relays.
+    pub relays: usize,
+    /// Events that had to reach the own relay.
+    pub expected: usize,
+    /// Events that did.
+    pub synced: usize,
+    /// Seconds from engine start until everything arrived (or the timeout).
+    pub seconds: f64,
+    /// Peak resident memory of this process, KiB.
+    pub peak_rss_kib: u64,
+    /// REQs the relays received.
+    pub reqs: u64,
+}
+
+impl DemoSummary {
+    /// The last line of the demo's output; scripts parse it.
+    pub fn line(&self) -> String {
+        format!(
+            "demo: relays={} expected={} synced={} missing={} seconds={:.1} peak_rss_kib={} reqs={}",
+            self.relays,
+            self.expected,
+            self.synced,
+            self.expected - self.synced,
+            self.seconds,
+            self.peak_rss_kib,
+            self.reqs
+        )
+    }
+}
+
+/// Parses `demo` flags.
+pub fn parse_args(args: &[String]) -> Result<DemoOptions, String> {
+    let mut opts = DemoOptions::default();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let (name, inline) = match flag.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_owned())),
+            None => (flag.as_str(), None),
+        };
+        let mut value = |what: &str| -> Result<u64, String> {
+            let v = inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or(format!("{name}: missing value"))?;
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{name}: invalid value {v:?} (expected {what})"))
+        };
+        match name {
+            "--relays" => opts.relays = value("a positive integer")?.max(1) as usize,
+            "--repos" => opts.repos = Some(value("a positive integer")?.max(1) as usize),
+            "--events" => opts.events = Some(value("an integer")? as usize),
+            "--seed" => opts.seed = value("an integer")?,
+            "--timeout-secs" => opts.timeout = Duration::from_secs(value("seconds")?.max(1)),
+            "--idle-secs" => opts.idle = value("seconds")?,
+            "--tls" if inline.is_none() => opts.tls = true,
+            _ => {
+                return Err(format!(
+                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls)"
+                ));
+            }
+        }
+    }
+    Ok(opts)
+}
+
+/// Runs the demo, printing progress; returns the summary.
+pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
+    let _ = crate::rlimit::raise_fd_limit();
+    let n = opts.relays.max(1);
+    let tls = match opts.tls {
+        true => Some(
+            server_tls_config(LEAF_PEM.as_bytes(), LEAF_KEY_PEM.as_bytes())
+                .map_err(|e| e.to_string())?,
+        ),
+        false => None,
+    };
+    let farm = RelayFarm::start(
+        n + 1,
+        FarmOptions {
+            tls,
+            ..FarmOptions::default()
+        },
+    )
+    .map_err(|e| format!("starting relays: {e}"))?;
+    let own_url = farm.url(0);
+    let urls: Vec<String> = (1..=n).map(|i| farm.url(i)).collect();
+    let scenario = generate(opts, &own_url, &urls);
+    farm.seed(0, scenario.own.clone());
+    for (i, events) in scenario.remote.iter().enumerate() {
+        farm.seed(i + 1, events.clone());
+    }
+    println!(
+        "demo: {} relays on 127.0.0.1{}, {} repos, {} events to sync ({} published while running)",
+        n,
+        if opts.tls { " (wss, test CA)" } else { "" },
+        opts.repos.unwrap_or(2 * n),
+        scenario.expected.len(),
+        scenario.live.len()
+    );
+    let engine = EngineProcess::spawn(&own_url, n, opts.seed, opts.tls.then_some(CA_PEM))?;
+    let started = Instant::now();
+    let progress = drive(&farm, &engine, &scenario, started + opts.timeout, started);
+    let converged = started.elapsed();
+    let idle = measure_idle(&engine, opts.idle);
+    let (peak_rss_kib, _) = engine.rss_kib();
+    let metric = |name: &str| engine.metric(name).unwrap_or(0);
+    println!(
+        "demo: engine: connect_seconds={:.1} converge_seconds={:.1} idle_rss_kib={} idle_cpu_pct={:.2} reqs_sent={} bytes_out={} bytes_in={}",
+        progress.connected.map_or(f64::NAN, |d| d.as_secs_f64()),
+        converged.as_secs_f64(),
+        idle.map_or(0, |i| i.rss_kib),
+        idle.map_or(f64::NAN, |i| i.cpu_pct),
+        metric("grasp_sync_reqs_total "),
+        metric("grasp_sync_bytes_total{direction=\"out\"}"),
+        metric("grasp_sync_bytes_total{direction=\"in\"}"),
+    );
+    let reqs = farm.stats().reqs;
+    let code = engine.stop();
+    farm.stop();
+    if code != Some(0) {
+        return Err(format!("the engine exited with {code:?} on SIGTERM"));
+    }
+    Ok(DemoSummary {
+        relays: n,
+        expected: scenario.expected.len(),
+        synced: progress.synced,
+        seconds: converged.as_secs_f64(),
+        peak_rss_kib,
+        reqs,
+    })
+}
+
+/// The engine at rest after converging.
+#[derive(Debug, Clone, Copy)]
+struct Idle {
+    rss_kib: u64,
+    cpu_pct: f64,
+}
+
+/// Lets the engine sit idle for `secs` and measures its memory and CPU.
+fn measure_idle(engine: &EngineProcess, secs: u64) -> Option<Idle> {
+    if secs == 0 {
+        return None;
+    }
+    println!("demo: measuring the idle engine for {secs} s");
+    let before = engine.cpu_time();
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_secs(secs));
+    let used = engine.cpu_time().saturating_sub(before);
+    let (_, rss_kib) = engine.rss_kib();
+    Some(Idle {
+        rss_kib,
+        cpu_pct: 100.0 * used.as_secs_f64() / start.elapsed().as_secs_f64(),
+    })
+}
+
+/// How a run went.
+struct Progress {
+    synced: usize,
+    connected: Option<Duration>,
+}
+
+/// Publishes the live events over the first seconds, restarts one relay
+/// midway, and reports progress until everything arrived or time is up.
+/// Returns how many expected events the own relay holds.
+fn drive(
+    farm: &RelayFarm,
+    engine: &EngineProcess,
+    scenario: &Scenario,
+    deadline: Instant,
+    started: Instant,
+) -> Progress {
+    let tty = std::io::stdout().is_terminal();
+    let total = scenario.expected.len();
+    let mut live = scenario.live.iter();
+    let mut restarted = false;
+    let mut last_print = Instant::now() - Duration::from_secs(10);
+    let mut connected = None;
+    let all = farm.len() as u64;
+    loop {
+        if connected.is_none()
+            && engine.metric("grasp_sync_relays{status=\"connected\"}") == Some(all)
+        {
+            connected = Some(started.elapsed());
+        }
+        let elapsed = started.elapsed();
+        // Live events trickle in over the first 3 s; one relay restarts at 1 s,
+        // so some are published to it while it is down.
+        for (relay, event) in live.by_ref().take(scenario.live.len().div_ceil(30).max(1)) {
+            farm.publish(*relay, event.clone());
+        }
+        if !restarted && elapsed > Duration::from_secs(1) && !farm.is_empty() {
+            let victim = 1 + (farm.len() - 1) / 2;
+            println!("demo: restarting relay {} for 2 s", farm.url(victim));
+            farm.restart(victim, Duration::from_secs(2));
+            restarted = true;
+        }
+        let synced = farm.count_present(0, &scenario.expected);
+        let done = synced == total && restarted && live.len() == 0;
+        if tty || last_print.elapsed() >= Duration::from_secs(1) || done {
+            print_progress(
+                tty,
+                synced,
+                total,
+                farm.stats().connections,
+                farm.len() - 1,
+                elapsed,
+            );
+            last_print = Instant::now();
+        }
+        if done || Instant::now() >= deadline {
+            if tty {
+                println!();
+            }
+            if !done {
+                report_missing(farm, scenario);
+            }
+            return Progress { synced, connected };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Names up to ten events that never arrived, with where they were put.
+fn report_missing(farm: &RelayFarm, scenario: &Scenario) {
+    let placed = scenario
+        .remote
+        .iter()
+        .enumerate()
+        .flat_map(|(i, events)| events.iter().map(move |e| (i + 1, e)))
+        .chain(scenario.live.iter().map(|(r, e)| (*r, e)));
+    let mut shown = 0;
+    for (relay, event) in placed {
+        if shown < 10 && farm.count_present(0, &[event.id]) == 0 {
+            let root = event
+                .tags
+                .iter()
+                .map(|t| t.as_slice())
+                .find(|t| t.len() > 1 && (t[0] == "e" || t[0] == "E"))
+                .and_then(|t| EventId::from_hex(&t[1]).ok());
+            let root_synced = root.map(|r| farm.count_present(0, &[r]) == 1);
+            println!(
+                "demo: missing {} (kind {}) from {} (root {root:?} synced: {root_synced:?})",
+                event.id,
+                event.kind.as_u16(),
+                farm.url(relay)
+            );
+            shown += 1;
+        }
+    }
+}
+
+fn print_progress(
+    tty: bool,
+    synced: usize,
+    total: usize,
+    connections: usize,
+    relays: usize,
+    elapsed: Duration,
+) {
+    let secs = elapsed.as_secs_f64();
+    if tty {
+        let width = 30;
+        let filled = (synced * width).checked_div(total).unwrap_or(width);
+        print!(
+            "\r[{}{}] {synced}/{total} events synced, {connections} connections to {relays}+1 relays, {secs:.1} s ",
+            "#".repeat(filled),
+            ".".repeat(width - filled)
+        );
+        let _ = std::io::stdout().flush();
+    } else {
+        println!(
+            "demo: {secs:.1} s: {synced}/{total} events synced, {connections} connections to {relays}+1 relays"
+        );
+    }
+}

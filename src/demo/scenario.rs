@@ -1,0 +1,196 @@
+//! The demo's world: repositories spread over relays and the events that
+//! must reach the own relay, generated deterministically from a seed.
+
+use std::collections::HashSet;
+
+use nostr::prelude::{
+    Event, EventBuilder, EventId, FinalizeEvent, Keys, Kind, SecretKey, Tag, Timestamp,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::DemoOptions;
+
+/// One generated repository.
+struct Repo {
+    owner: Keys,
+    d: String,
+    relays: Vec<usize>,
+    roots: Vec<(Event, usize)>,
+}
+
+/// The generated world: what each relay holds and what must arrive.
+pub struct Scenario {
+    /// Events on the own relay at start (announcements).
+    pub own: Vec<Event>,
+    /// Events on each remote relay at start (index 0 is farm relay 1).
+    pub remote: Vec<Vec<Event>>,
+    /// Events published while the engine runs: (farm relay, event).
+    pub live: Vec<(usize, Event)>,
+    /// Every event that must reach the own relay.
+    pub expected: Vec<EventId>,
+}
+
+/// Generates the repos and their events, deterministically from the seed.
+pub fn generate(opts: &DemoOptions, own_url: &str, urls: &[String]) -> Scenario {
+    let mut rng = SmallRng::seed_from_u64(opts.seed);
+    let n = urls.len();
+    let repo_count = opts.repos.unwrap_or(2 * n).max(1);
+    let event_count = opts.events.unwrap_or(20 * n);
+    let owners: Vec<Keys> = (0..8).map(|_| keys(&mut rng)).collect();
+    let authors: Vec<Keys> = (0..16).map(|_| keys(&mut rng)).collect();
+    let now = Timestamp::now().as_secs();
+    let mut s = Scenario {
+        own: Vec::new(),
+        remote: vec![Vec::new(); n],
+        live: Vec::new(),
+        expected: Vec::new(),
+    };
+    let mut repos: Vec<Repo> = (0..repo_count)
+        .map(|i| {
+            let mut relays: Vec<usize> = (0..rng.gen_range(1..=3.min(n)))
+                .map(|_| rng.gen_range(0..n))
+                .collect();
+            relays.sort_unstable();
+            relays.dedup();
+            Repo {
+                owner: owners[i % owners.len()].clone(),
+                d: format!("repo-{i}"),
+                relays,
+                roots: Vec::new(),
+            }
+        })
+        .collect();
+    // Relays some own-announced repo lists: a remote-only announcement placed
+    // there is found through Layer 1 (recursive discovery).
+    let mut listed: HashSet<usize> = HashSet::new();
+    for (i, repo) in repos.iter().enumerate() {
+        let mut tags = vec![tag(&["d", &repo.d]), tag(&["name", &repo.d])];
+        let mut relay_tag = vec!["relays".to_owned(), own_url.to_owned()];
+        relay_tag.extend(repo.relays.iter().map(|&r| urls[r].clone()));
+        tags.push(Tag::parse(relay_tag).expect("the relays tag has a name"));
+        let ann = sign(&repo.owner, 30617, now - 86_400 + i as u64, tags, "");
+        let remote_only = i % 5 == 4 && !listed.is_empty();
+        if remote_only {
+            let host = *listed
+                .iter()
+                .nth(i % listed.len())
+                .unwrap_or(&repo.relays[0]);
+            s.remote[host].push(ann.clone());
+            s.expected.push(ann.id);
+        } else {
+            listed.extend(repo.relays.iter().copied());
+            s.own.push(ann);
+        }
+        let state = sign(
+            &repo.owner,
+            30618,
+            now - 80_000,
+            vec![tag(&["d", &repo.d]), tag(&["refs/heads/main", "0123abcd"])],
+            "",
+        );
+        place(&mut s, &repo.relays, &mut rng, state, None);
+    }
+    let live_from = event_count - event_count / 10;
+    for i in 0..event_count {
+        let r = rng.gen_range(0..repos.len());
+        let repo = &mut repos[r];
+        let coord = format!("30617:{}:{}", repo.owner.public_key().to_hex(), repo.d);
+        let author = &authors[rng.gen_range(0..authors.len())];
+        // History is backdated; live events carry the time they are published
+        // at (within seconds), as real clients stamp them.
+        let at = if i >= live_from {
+            now + ((i - live_from) / 50) as u64
+        } else {
+            now - 70_000 + i as u64
+        };
+        let event = if repo.roots.is_empty() || rng.gen_bool(0.3) {
+            let kind = [1621, 1617, 1618][rng.gen_range(0..3)];
+            sign(
+                author,
+                kind,
+                at,
+                vec![
+                    tag(&["a", &coord]),
+                    tag(&["p", &repo.owner.public_key().to_hex()]),
+                ],
+                "root",
+            )
+        } else {
+            let (root, _) = &repo.roots[rng.gen_range(0..repo.roots.len())];
+            let id = root.id.to_hex();
+            match rng.gen_range(0..4) {
+                0 => sign(
+                    author,
+                    1111,
+                    at,
+                    vec![
+                        tag(&["E", &id]),
+                        tag(&["e", &id]),
+                        tag(&["K", &root.kind.as_u16().to_string()]),
+                    ],
+                    "reply",
+                ),
+                1 => sign(
+                    &repo.owner,
+                    1630 + rng.gen_range(0..4),
+                    at,
+                    vec![tag(&["e", &id])],
+                    "",
+                ),
+                2 => sign(
+                    author,
+                    1619,
+                    at,
+                    vec![tag(&["e", &id]), tag(&["a", &coord])],
+                    "PR update",
+                ),
+                _ => sign(author, 1, at, vec![tag(&["e", &id])], "NIP-10 reply"),
+            }
+        };
+        let is_root = matches!(event.kind.as_u16(), 1617 | 1618 | 1621);
+        let at_relay = repo.relays[rng.gen_range(0..repo.relays.len())];
+        if is_root {
+            repo.roots.push((event.clone(), at_relay));
+        }
+        let live = (i >= live_from).then_some(at_relay);
+        place(&mut s, &repo.relays, &mut rng, event, live);
+    }
+    s
+}
+
+/// Puts an event on one of `relays` (now, or live later) and expects it.
+fn place(
+    s: &mut Scenario,
+    relays: &[usize],
+    rng: &mut SmallRng,
+    event: Event,
+    live: Option<usize>,
+) {
+    s.expected.push(event.id);
+    match live {
+        Some(relay) => s.live.push((relay + 1, event)),
+        None => s.remote[relays[rng.gen_range(0..relays.len())]].push(event),
+    }
+}
+
+fn keys(rng: &mut SmallRng) -> Keys {
+    loop {
+        let bytes: [u8; 32] = rng.r#gen();
+        if let Ok(sk) = SecretKey::from_slice(&bytes) {
+            return Keys::new(sk);
+        }
+    }
+}
+
+fn tag(values: &[&str]) -> Tag {
+    Tag::parse(values.iter().copied()).expect("tags built here always have a name")
+}
+
+fn sign(keys: &Keys, kind: u16, at: u64, tags: Vec<Tag>, content: &str) -> Event {
+    EventBuilder::new(Kind::from_u16(kind), content)
+        .tags(tags)
+        .custom_created_at(Timestamp::from_secs(at))
+        .finalize(keys)
+        .expect("signing with an in-memory key cannot fail")
+}

@@ -1,0 +1,39 @@
+//! A throwaway certificate authority and a `localhost` certificate it
+//! signed (valid 2000-2100), for `wss://` in tests and `grasp-sync demo
+//! --tls`. The private key is public: never trust this CA outside them.
+
+/// The test CA's certificate (PEM), to pass as an extra root.
+pub const CA_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBbjCCAROgAwIBAgIBATAKBggqhkjOPQQDAjAdMRswGQYDVQQDDBJncmFzcC1z
+eW5jIHRlc3QgQ0EwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMB0x
+GzAZBgNVBAMMEmdyYXNwLXN5bmMgdGVzdCBDQTBZMBMGByqGSM49AgEGCCqGSM49
+AwEHA0IABD8IxiOfn42E6zuTE4jnw9sV+6a+tv5O7QEjdr4aH8tnfQwRu9HXNoir
+WyQEfV+i6MNPZPV6HgCUi7zXtjGScFijQjBAMA8GA1UdEwEB/wQFMAMBAf8wDgYD
+VR0PAQH/BAQDAgIEMB0GA1UdDgQWBBQqD9p6NJTHjRdxdOt7yEqfTtXbOjAKBggq
+hkjOPQQDAgNJADBGAiEAwfHvxZecE32YIbr+ncPO2tBvibLFa43/wgK2MWmzEiYC
+IQD07EGfthpSe2vXA6MEei7FljiqX1tAtcJS2+6z4tSQCA==
+-----END CERTIFICATE-----
+";
+
+/// The `localhost` certificate, signed by [`CA_PEM`].
+pub const LEAF_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBrzCCAVWgAwIBAgIBAjAKBggqhkjOPQQDAjAdMRswGQYDVQQDDBJncmFzcC1z
+eW5jIHRlc3QgQ0EwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMBQx
+EjAQBgNVBAMMCWxvY2FsaG9zdDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABOe7
+fZODX2gXm7KID8/98s/Itc2lHjNobCnu/IEU4v5iI+OtQrWQho+GOVplZ1n6HPfQ
+GaIN6KL1VJ332SndA9ejgYwwgYkwDAYDVR0TAQH/BAIwADAUBgNVHREEDTALggls
+b2NhbGhvc3QwEwYDVR0lBAwwCgYIKwYBBQUHAwEwDgYDVR0PAQH/BAQDAgeAMB0G
+A1UdDgQWBBQmTUfj34qhtp/hShyptyfy3OIwqzAfBgNVHSMEGDAWgBQqD9p6NJTH
+jRdxdOt7yEqfTtXbOjAKBggqhkjOPQQDAgNIADBFAiAPmGuo9ju7QjxwRkhuCRrX
++9imkgFeeEn/XUTPcgLrSQIhAK5GJH4qMcOGDwcBVS33SVqfGZOhEoYcUJoCOFtD
+22br
+-----END CERTIFICATE-----
+";
+
+/// The private key of [`LEAF_PEM`].
+pub const LEAF_KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgk1JRgBy2L6JE7qnt
+QWxsYFlq4ORrZuIkm6IqdHh62PahRANCAATnu32Tg19oF5uyiA/P/fLPyLXNpR4z
+aGwp7vyBFOL+YiPjrUK1kIaPhjlaZWdZ+hz30BmiDeii9VSd99kp3QPX
+-----END PRIVATE KEY-----
+";
