@@ -69,7 +69,9 @@ impl Engine {
             s.count_stored(event.created_at, &matched);
         }
         let scope = s.scope;
-        if matched.is_empty() {
+        let compacted_match = scope == Scope::Targets
+            && (event.kind.as_u16() == KIND_ANNOUNCEMENT || self.tags_target(relay, &event));
+        if matched.is_empty() && !compacted_match {
             self.stats.events_unwanted += 1;
             debug!(
                 "{}: event {} outside its filter",
@@ -216,6 +218,8 @@ impl Engine {
         }
         if purpose == Purpose::Page {
             self.close_subscription(relay, id);
+        } else if let Some(s) = self.relays[relay.index()].subs.get_mut(&id) {
+            s.compact();
         }
         self.dirty.push(relay);
         self.maybe_consolidate(relay, now);
@@ -284,7 +288,7 @@ impl Engine {
             self.lower_limits(
                 relay,
                 refusal,
-                open_before.saturating_sub(1).max(sub.filters.len()),
+                open_before.saturating_sub(1).max(sub.filter_count),
             );
         } else {
             self.pause(relay, refusal, now);

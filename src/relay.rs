@@ -143,7 +143,7 @@ impl RelayState {
 
     /// Filters of subscriptions kept open for live events.
     pub fn live_filter_count(&self) -> usize {
-        self.live_subs().map(|s| s.filters.len()).sum()
+        self.live_subs().map(|s| s.filter_count).sum()
     }
 
     pub fn live_subs(&self) -> impl Iterator<Item = &Subscription> {

@@ -231,7 +231,11 @@ enum SinkState {
 enum ShellTimer {
     ConnectDeadline(Token),
     SinkRetry,
+    Trim,
 }
+
+/// How often memory freed after a burst is handed back to the OS.
+const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 /// The event loop.
 pub struct Shell {
@@ -256,6 +260,8 @@ pub struct Shell {
     stats: ShellStats,
     stopping: Option<Time>,
     scratch: Vec<WsEvent>,
+    /// Sockets were busy since the last trim.
+    active: bool,
 }
 
 impl Shell {
@@ -311,6 +317,8 @@ impl Shell {
             .max_write_buffer_size(4 << 20)
             .max_message_size(Some(opts.max_frame_bytes))
             .max_frame_size(Some(opts.max_frame_bytes));
+        let mut timers = TimerWheel::new(now.as_millis());
+        timers.insert((now + TRIM_EVERY).as_millis(), ShellTimer::Trim);
         let (tx, commands) = channel();
         let handle = ShellHandle {
             tx,
@@ -335,10 +343,11 @@ impl Shell {
             signals,
             commands,
             handle,
-            timers: TimerWheel::new(now.as_millis()),
+            timers,
             stats: ShellStats::default(),
             stopping: None,
             scratch: Vec::new(),
+            active: false,
         })
     }
 
@@ -371,6 +380,7 @@ impl Shell {
                 return Err(e);
             }
             let now = self.clock.now();
+            self.active |= !events.is_empty();
             for event in events.iter() {
                 self.on_token(event.token(), now);
                 self.drive(now);
@@ -798,8 +808,25 @@ impl Shell {
                     }
                 }
                 ShellTimer::SinkRetry => {}
+                ShellTimer::Trim => self.trim(now),
             }
         }
+    }
+
+    /// Returns heap memory freed since the last burst to the OS. Connecting
+    /// thousands of relays allocates handshake buffers that are all freed
+    /// moments later; glibc keeps them mapped, so without this the idle
+    /// footprint stays at the burst's peak. Runs only after activity.
+    fn trim(&mut self, now: Time) {
+        if std::mem::take(&mut self.active) {
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: malloc_trim has no preconditions; it only releases free heap pages.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
+        self.timers
+            .insert((now + TRIM_EVERY).as_millis(), ShellTimer::Trim);
     }
 
     // ----- sink -----

@@ -33,6 +33,10 @@ pub enum Scope {
     Exact,
     /// Kind-based live filter: an event must also tag an item the relay targets.
     Wide,
+    /// A live subscription past its stored events, its filters dropped to
+    /// save memory: an event must tag an item the relay targets (the union
+    /// of every per-id filter on the relay) or be an announcement.
+    Targets,
 }
 
 /// Events one filter returned in the current page.
@@ -63,6 +67,8 @@ pub struct Subscription {
     /// When the first page of this chain was sent: events after it are
     /// covered by the chain, events before need another subscription.
     pub started: Time,
+    /// Filters sent, kept after [`Subscription::compact`] for limit accounting.
+    pub filter_count: usize,
     stats: Vec<PageStats>,
     total: usize,
 }
@@ -88,6 +94,7 @@ impl Subscription {
     ) -> Self {
         let stats = vec![PageStats::default(); filters.len()];
         Subscription {
+            filter_count: filters.len(),
             filters,
             purpose,
             scope,
@@ -98,6 +105,18 @@ impl Subscription {
             started,
             stats,
             total: 0,
+        }
+    }
+
+    /// Drops the filters of a live subscription whose stored events are
+    /// over: thousands of relays times a few filters each (every one a
+    /// B-tree of tag values) would be most of the engine's memory, and the
+    /// relay's target set answers the same question.
+    pub fn compact(&mut self) {
+        if self.scope == Scope::Exact {
+            self.scope = Scope::Targets;
+            self.filters = Vec::new();
+            self.stats = Vec::new();
         }
     }
 

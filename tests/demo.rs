@@ -65,13 +65,35 @@ fn demo_rejects_unknown_flags_with_exit_code_2() {
 #[test]
 fn demo_over_wss_with_the_test_ca() {
     let out = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
-        .args(["demo", "--relays", "3", "--seed", "5", "--tls", "--idle-secs", "1"])
+        .args([
+            "demo",
+            "--relays",
+            "3",
+            "--seed",
+            "5",
+            "--tls",
+            "--idle-secs",
+            "1",
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "demo --tls failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "demo --tls failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("(wss, test CA)"));
-    assert!(stdout.lines().last().unwrap_or_default().contains(" missing=0 "));
-    let engine = stdout.lines().find(|l| l.starts_with("demo: engine: ")).expect("engine line");
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .contains(" missing=0 ")
+    );
+    let engine = stdout
+        .lines()
+        .find(|l| l.starts_with("demo: engine: "))
+        .expect("engine line");
     assert!(engine.contains("idle_cpu_pct="), "{engine}");
 }
