@@ -25,6 +25,10 @@ impl Engine {
         {
             return;
         }
+        self.relay(relay).last_heard = now;
+        if self.drop_live_duplicate(relay, text) {
+            return;
+        }
         let message = match RelayMessage::from_json(text) {
             Ok(m) => m,
             Err(e) => {
@@ -52,6 +56,33 @@ impl Engine {
             _ => {}
         }
         self.flush(now);
+    }
+
+    /// The cheap path for the commonest message of all: an event we already
+    /// have, arriving live from another relay. Its id is read straight from
+    /// the text (an EVENT holds one object, so the only raw `"id":"` in it
+    /// is the event's id: quotes inside strings are escaped), and a known
+    /// id on a subscription past its stored events is dropped without
+    /// parsing the JSON, the key or the signature. Stored-phase duplicates
+    /// still take the full path: pagination must count them.
+    fn drop_live_duplicate(&mut self, relay: RelayId, text: &str) -> bool {
+        if relay == self.own {
+            return false;
+        }
+        let Some((sub, id)) = peek_event(text) else {
+            return false;
+        };
+        if !self.seen.contains(&id) {
+            return false;
+        }
+        let subs = &mut self.relays[relay.index()].subs;
+        match sub_key(sub).and_then(|k| subs.get_mut(&k)) {
+            Some(s) if s.eose => s.heard = true,
+            _ => return false,
+        }
+        self.stats.events_received += 1;
+        self.stats.events_duplicate += 1;
+        true
     }
 
     fn on_event(&mut self, relay: RelayId, sub: Option<u64>, event: Event, now: Time) {
@@ -331,6 +362,16 @@ impl Engine {
     }
 }
 
+/// The subscription id and event id of an `["EVENT","<sub>",{..."id":"<hex>"...}]`
+/// message, read without parsing it; `None` when it does not look like one.
+fn peek_event(text: &str) -> Option<(&str, EventId)> {
+    let rest = text.strip_prefix("[\"EVENT\",\"")?;
+    let (sub, rest) = rest.split_once('"')?;
+    let at = rest.find("\"id\":\"")? + 6;
+    let hex = rest.get(at..at + 64)?;
+    Some((sub, EventId::from_hex(hex).ok()?))
+}
+
 /// Our subscription ids are lower-case hex counters; anything else is not ours.
 fn sub_key(id: &str) -> Option<u64> {
     if id.is_empty()
@@ -342,4 +383,32 @@ fn sub_key(id: &str) -> Option<u64> {
         return None;
     }
     u64::from_str_radix(id, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peek_reads_sub_and_event_id_or_declines() {
+        let id = "ab".repeat(32);
+        let msg = format!(
+            r#"["EVENT","1f",{{"content":"say \"id\":\"{}\"","id":"{id}","kind":1}}]"#,
+            "cd".repeat(32)
+        );
+        let (sub, got) = peek_event(&msg).unwrap();
+        assert_eq!(sub, "1f");
+        assert_eq!(
+            got.to_hex(),
+            id,
+            "the escaped id inside content is not taken"
+        );
+        assert!(
+            peek_event(r#"[ "EVENT", "1", {"id":"x"}]"#).is_none(),
+            "other spellings take the full path"
+        );
+        assert!(peek_event(r#"["EVENT","1",{"id":"short"}]"#).is_none());
+        assert!(peek_event(r#"["EOSE","1"]"#).is_none());
+        assert!(peek_event("").is_none());
+    }
 }
