@@ -3,11 +3,14 @@
 //! relay (compared with `TestRelay`), isolation between relays, restarts,
 //! slow readers, TLS, and a farm of 2,000 relays.
 
+mod support;
+
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::client::Client;
 
 use grasp_sync::testing::farm::{FarmOptions, RelayFarm};
 use grasp_sync::testing::relay::{
@@ -18,9 +21,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use serde_json::{Value, json};
+use tungstenite::Message;
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::stream::MaybeTlsStream;
-use tungstenite::{Message, WebSocket};
 
 const T0: u64 = 1_700_000_000;
 
@@ -84,10 +87,6 @@ fn vm_rss_kib() -> u64 {
 
 // ---------------------------------------------------------------- client
 
-struct Client<S: Read + Write> {
-    ws: WebSocket<S>,
-}
-
 type PlainClient = Client<MaybeTlsStream<TcpStream>>;
 
 fn connect(url: &str) -> PlainClient {
@@ -99,103 +98,6 @@ fn connect(url: &str) -> PlainClient {
         s.set_read_timeout(Some(WAIT)).expect("set read timeout");
     }
     Client { ws }
-}
-
-fn is_timeout(e: &tungstenite::Error) -> bool {
-    matches!(e, tungstenite::Error::Io(io)
-        if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
-}
-
-impl<S: Read + Write> Client<S> {
-    fn send(&mut self, text: impl Into<String>) {
-        self.ws
-            .send(Message::text(text.into()))
-            .expect("client sends");
-    }
-
-    /// The next text message, as JSON.
-    fn recv(&mut self) -> Value {
-        loop {
-            match self.ws.read().expect("a message within 5 s") {
-                Message::Text(t) => return serde_json::from_str(t.as_str()).expect("relay JSON"),
-                _ => continue,
-            }
-        }
-    }
-
-    /// Publishes and returns the OK's status and message.
-    fn publish(&mut self, event: &Event) -> (bool, String) {
-        self.send(ClientMessage::event(event.clone()).as_json());
-        let ok = self.recv();
-        assert_eq!(ok[0], "OK", "{ok}");
-        assert_eq!(ok[1], event.id.to_hex());
-        (
-            ok[2].as_bool().expect("status"),
-            ok[3].as_str().expect("message").to_owned(),
-        )
-    }
-
-    fn send_req(&mut self, sub: &str, filters: Vec<Filter>) {
-        self.send(ClientMessage::req(SubscriptionId::new(sub), filters).as_json());
-    }
-
-    /// Sends a REQ and collects its stored events up to EOSE.
-    fn req(&mut self, sub: &str, filters: Vec<Filter>) -> Vec<Event> {
-        self.send_req(sub, filters);
-        self.until_eose(sub)
-    }
-
-    /// Events for `sub` up to its EOSE; any other message fails the test.
-    fn until_eose(&mut self, sub: &str) -> Vec<Event> {
-        let mut out = Vec::new();
-        loop {
-            let msg = self.recv();
-            match msg[0].as_str() {
-                Some("EVENT") if msg[1] == sub => out.push(event_of(&msg)),
-                Some("EOSE") if msg[1] == sub => return out,
-                _ => panic!("unexpected message while waiting for EOSE of {sub}: {msg}"),
-            }
-        }
-    }
-
-    /// The next message, which must be a live EVENT for `sub`.
-    fn live(&mut self, sub: &str) -> Event {
-        let msg = self.recv();
-        assert_eq!(msg[0], "EVENT", "{msg}");
-        assert_eq!(msg[1], sub, "{msg}");
-        event_of(&msg)
-    }
-
-    fn close(&mut self, sub: &str) {
-        self.send(ClientMessage::close(SubscriptionId::new(sub)).as_json());
-    }
-
-    /// Asserts nothing is pending for this client: a REQ matching nothing
-    /// gets its EOSE first (replies come in order).
-    fn assert_quiet(&mut self) {
-        let probe = Filter::new().id(EventId::from_byte_array([0; 32]));
-        assert!(self.req("probe", vec![probe]).is_empty());
-        self.close("probe");
-    }
-
-    /// Asserts the relay cut the connection (an error that is no timeout).
-    fn assert_cut(&mut self) {
-        loop {
-            match self.ws.read() {
-                Ok(_) => continue,
-                Err(e) => {
-                    assert!(!is_timeout(&e), "cut, not silent: {e}");
-                    return;
-                }
-            }
-        }
-    }
-}
-
-fn event_of(msg: &Value) -> Event {
-    let event = Event::from_json(msg[2].to_string()).expect("relay sends valid events");
-    event.verify().expect("relay sends signed events");
-    event
 }
 
 // ---------------------------------------------------------------- start
@@ -732,40 +634,7 @@ fn two_thousand_relays_each_accept_a_connection() {
 
 // ---------------------------------------------------------------- TLS
 
-/// A test CA and a `localhost` certificate it signed, valid 2000-2100 (the
-/// same as in `tests/test_relay.rs`).
-const CA_PEM: &str = "-----BEGIN CERTIFICATE-----
-MIIBbjCCAROgAwIBAgIBATAKBggqhkjOPQQDAjAdMRswGQYDVQQDDBJncmFzcC1z
-eW5jIHRlc3QgQ0EwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMB0x
-GzAZBgNVBAMMEmdyYXNwLXN5bmMgdGVzdCBDQTBZMBMGByqGSM49AgEGCCqGSM49
-AwEHA0IABD8IxiOfn42E6zuTE4jnw9sV+6a+tv5O7QEjdr4aH8tnfQwRu9HXNoir
-WyQEfV+i6MNPZPV6HgCUi7zXtjGScFijQjBAMA8GA1UdEwEB/wQFMAMBAf8wDgYD
-VR0PAQH/BAQDAgIEMB0GA1UdDgQWBBQqD9p6NJTHjRdxdOt7yEqfTtXbOjAKBggq
-hkjOPQQDAgNJADBGAiEAwfHvxZecE32YIbr+ncPO2tBvibLFa43/wgK2MWmzEiYC
-IQD07EGfthpSe2vXA6MEei7FljiqX1tAtcJS2+6z4tSQCA==
------END CERTIFICATE-----
-";
-
-const LEAF_PEM: &str = "-----BEGIN CERTIFICATE-----
-MIIBrzCCAVWgAwIBAgIBAjAKBggqhkjOPQQDAjAdMRswGQYDVQQDDBJncmFzcC1z
-eW5jIHRlc3QgQ0EwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMBQx
-EjAQBgNVBAMMCWxvY2FsaG9zdDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABOe7
-fZODX2gXm7KID8/98s/Itc2lHjNobCnu/IEU4v5iI+OtQrWQho+GOVplZ1n6HPfQ
-GaIN6KL1VJ332SndA9ejgYwwgYkwDAYDVR0TAQH/BAIwADAUBgNVHREEDTALggls
-b2NhbGhvc3QwEwYDVR0lBAwwCgYIKwYBBQUHAwEwDgYDVR0PAQH/BAQDAgeAMB0G
-A1UdDgQWBBQmTUfj34qhtp/hShyptyfy3OIwqzAfBgNVHSMEGDAWgBQqD9p6NJTH
-jRdxdOt7yEqfTtXbOjAKBggqhkjOPQQDAgNIADBFAiAPmGuo9ju7QjxwRkhuCRrX
-+9imkgFeeEn/XUTPcgLrSQIhAK5GJH4qMcOGDwcBVS33SVqfGZOhEoYcUJoCOFtD
-22br
------END CERTIFICATE-----
-";
-
-const LEAF_KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgk1JRgBy2L6JE7qnt
-QWxsYFlq4ORrZuIkm6IqdHh62PahRANCAATnu32Tg19oF5uyiA/P/fLPyLXNpR4z
-aGwp7vyBFOL+YiPjrUK1kIaPhjlaZWdZ+hz30BmiDeii9VSd99kp3QPX
------END PRIVATE KEY-----
-";
+use grasp_sync::testing::cert::{CA_PEM, LEAF_KEY_PEM, LEAF_PEM};
 
 type TlsClient = Client<StreamOwned<ClientConnection, TcpStream>>;
 

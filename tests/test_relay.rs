@@ -1,11 +1,13 @@
 //! The test relay (`grasp_sync::testing::relay`) against a plain blocking
 //! tungstenite client over real loopback sockets.
 
+mod support;
+
 use std::collections::HashSet;
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::client::{Client, is_timeout};
 
 use grasp_sync::testing::relay::{
     MAX_SUBS_NOTICE, PARSE_ERROR, Refuse, RelayOptions, TOO_MANY_REQS, TestRelay, server_tls_config,
@@ -15,8 +17,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use serde_json::{Value, json};
+use tungstenite::Message;
 use tungstenite::stream::MaybeTlsStream;
-use tungstenite::{Message, WebSocket};
 
 const T0: u64 = 1_700_000_000;
 
@@ -76,100 +78,12 @@ fn wait_until(what: &str, cond: impl Fn() -> bool) {
 
 // ---------------------------------------------------------------- client
 
-struct Client<S: Read + Write> {
-    ws: WebSocket<S>,
-}
-
 fn connect(relay: &TestRelay) -> Client<MaybeTlsStream<TcpStream>> {
     let (ws, _) = tungstenite::connect(relay.url()).expect("client connects");
     if let MaybeTlsStream::Plain(s) = ws.get_ref() {
         s.set_read_timeout(Some(WAIT)).expect("set read timeout");
     }
     Client { ws }
-}
-
-fn is_timeout(e: &tungstenite::Error) -> bool {
-    matches!(e, tungstenite::Error::Io(io)
-        if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
-}
-
-impl<S: Read + Write> Client<S> {
-    fn send(&mut self, text: impl Into<String>) {
-        self.ws
-            .send(Message::text(text.into()))
-            .expect("client sends");
-    }
-
-    /// The next text message, as JSON.
-    fn recv(&mut self) -> Value {
-        loop {
-            match self.ws.read().expect("a message within 5 s") {
-                Message::Text(t) => return serde_json::from_str(t.as_str()).expect("relay JSON"),
-                _ => continue,
-            }
-        }
-    }
-
-    /// Publishes and returns the OK's status and message.
-    fn publish(&mut self, event: &Event) -> (bool, String) {
-        self.send(ClientMessage::event(event.clone()).as_json());
-        let ok = self.recv();
-        assert_eq!(ok[0], "OK", "{ok}");
-        assert_eq!(ok[1], event.id.to_hex());
-        (
-            ok[2].as_bool().expect("status"),
-            ok[3].as_str().expect("message").to_owned(),
-        )
-    }
-
-    fn send_req(&mut self, sub: &str, filters: Vec<Filter>) {
-        self.send(ClientMessage::req(SubscriptionId::new(sub), filters).as_json());
-    }
-
-    /// Sends a REQ and collects its stored events up to EOSE.
-    fn req(&mut self, sub: &str, filters: Vec<Filter>) -> Vec<Event> {
-        self.send_req(sub, filters);
-        self.until_eose(sub)
-    }
-
-    /// Events for `sub` up to its EOSE; any other message fails the test.
-    fn until_eose(&mut self, sub: &str) -> Vec<Event> {
-        let mut out = Vec::new();
-        loop {
-            let msg = self.recv();
-            match msg[0].as_str() {
-                Some("EVENT") if msg[1] == sub => out.push(event_of(&msg)),
-                Some("EOSE") if msg[1] == sub => return out,
-                _ => panic!("unexpected message while waiting for EOSE of {sub}: {msg}"),
-            }
-        }
-    }
-
-    /// The next message, which must be a live EVENT for `sub`.
-    fn live(&mut self, sub: &str) -> Event {
-        let msg = self.recv();
-        assert_eq!(msg[0], "EVENT", "{msg}");
-        assert_eq!(msg[1], sub, "{msg}");
-        event_of(&msg)
-    }
-
-    fn close(&mut self, sub: &str) {
-        self.send(ClientMessage::close(SubscriptionId::new(sub)).as_json());
-    }
-
-    /// Asserts nothing is pending for this client: a REQ matching nothing
-    /// gets its EOSE first (replies come in order).
-    fn assert_quiet(&mut self) {
-        let probe = Filter::new().id(EventId::from_byte_array([0; 32]));
-        assert!(self.req("probe", vec![probe]).is_empty());
-        self.close("probe");
-    }
-}
-
-fn event_of(msg: &Value) -> Event {
-    let event = Event::from_json(msg[2].to_string()).expect("relay sends valid events");
-    event.verify().expect("relay sends signed events");
-    event
 }
 
 // ---------------------------------------------------------------- EVENT
