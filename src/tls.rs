@@ -37,3 +37,54 @@ pub fn client_config(extra_ca_files: &[impl AsRef<Path>]) -> Result<Arc<ClientCo
         .with_no_client_auth();
     Ok(Arc::new(config))
 }
+
+/// A byte stream that is either plain or wrapped in TLS: one type for the
+/// websocket layer whichever the URL's scheme asked for. Shared by the
+/// engine's client connections and the test relays' server connections.
+pub enum MaybeTls<C, T: std::io::Read + std::io::Write> {
+    /// `ws://`.
+    Plain(T),
+    /// `wss://`.
+    Tls(Box<rustls::StreamOwned<C, T>>),
+}
+
+impl<C, T: std::io::Read + std::io::Write> MaybeTls<C, T> {
+    /// The transport under any TLS.
+    pub fn transport_mut(&mut self) -> &mut T {
+        match self {
+            MaybeTls::Plain(s) => s,
+            MaybeTls::Tls(s) => &mut s.sock,
+        }
+    }
+}
+
+impl<C, T: std::io::Read + std::io::Write> std::io::Read for MaybeTls<C, T>
+where
+    rustls::StreamOwned<C, T>: std::io::Read,
+{
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            MaybeTls::Plain(s) => s.read(buf),
+            MaybeTls::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl<C, T: std::io::Read + std::io::Write> std::io::Write for MaybeTls<C, T>
+where
+    rustls::StreamOwned<C, T>: std::io::Write,
+{
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            MaybeTls::Plain(s) => s.write(buf),
+            MaybeTls::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            MaybeTls::Plain(s) => s.flush(),
+            MaybeTls::Tls(s) => s.flush(),
+        }
+    }
+}

@@ -8,7 +8,7 @@
 //! and goes out on the next flush, so it is never sent twice; every read is
 //! drained until `WouldBlock`, because mio readiness is edge-triggered.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -21,38 +21,10 @@ use tungstenite::handshake::client::ClientHandshake;
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{HandshakeError, Message, WebSocket};
 
-/// A TCP stream, plain or wrapped in TLS.
-pub enum Stream {
-    /// `ws://`.
-    Plain(TcpStream),
-    /// `wss://`.
-    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
-}
+use crate::tls::MaybeTls;
 
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Plain(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-        }
-    }
-}
+/// The engine's client stream.
+pub type Stream = MaybeTls<ClientConnection, TcpStream>;
 
 /// Where a connection stands.
 enum Phase {
@@ -120,8 +92,8 @@ impl WsConnection {
     pub fn socket(&mut self) -> Option<&mut TcpStream> {
         match &mut self.phase {
             Phase::Connecting(s) => Some(s),
-            Phase::Handshaking(m) => Some(stream_tcp_mut(m.get_mut().get_mut())),
-            Phase::Open(ws) => Some(stream_tcp_mut(ws.get_mut())),
+            Phase::Handshaking(m) => Some(m.get_mut().get_mut().transport_mut()),
+            Phase::Open(ws) => Some(ws.get_mut().transport_mut()),
             Phase::Closed => None,
         }
     }
@@ -224,9 +196,9 @@ impl WsConnection {
             }
         }
         let stream = match &self.tls {
-            None => Stream::Plain(tcp),
+            None => MaybeTls::Plain(tcp),
             Some(t) => match ClientConnection::new(t.config.clone(), t.name.clone()) {
-                Ok(conn) => Stream::Tls(Box::new(StreamOwned::new(conn, tcp))),
+                Ok(conn) => MaybeTls::Tls(Box::new(StreamOwned::new(conn, tcp))),
                 Err(e) => {
                     out.push(WsEvent::Closed(format!("tls: {e}")));
                     return Phase::Closed;
@@ -300,12 +272,5 @@ impl WsConnection {
         self.phase = Phase::Open(ws);
         self.flush(out);
         std::mem::replace(&mut self.phase, Phase::Closed)
-    }
-}
-
-fn stream_tcp_mut(stream: &mut Stream) -> &mut TcpStream {
-    match stream {
-        Stream::Plain(s) => s,
-        Stream::Tls(s) => &mut s.sock,
     }
 }

@@ -74,6 +74,8 @@ use tungstenite::handshake::server::{NoCallback, ServerHandshake};
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{HandshakeError, Message, WebSocket};
 
+use crate::tls::MaybeTls;
+
 use super::relay::{MAX_SUBS_NOTICE, PARSE_ERROR, Refuse, TOO_MANY_REQS};
 use super::store::{EventKey, Store, Stored};
 
@@ -479,44 +481,7 @@ impl Write for Socket {
 }
 
 /// The byte stream under a websocket: plain TCP or TLS over TCP.
-enum Stream {
-    Plain(Socket),
-    Tls(Box<StreamOwned<ServerConnection, Socket>>),
-}
-
-impl Stream {
-    fn tcp(&mut self) -> &mut TcpStream {
-        match self {
-            Stream::Plain(s) => &mut s.tcp,
-            Stream::Tls(s) => &mut s.sock.tcp,
-        }
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Plain(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-        }
-    }
-}
+type Stream = MaybeTls<ServerConnection, Socket>;
 
 /// True for "the socket would block": try again on the next readiness.
 fn would_block(e: &tungstenite::Error) -> bool {
@@ -894,9 +859,9 @@ impl Farm {
             counters: Arc::clone(&self.counters),
         };
         let stream = match &self.tls {
-            None => Stream::Plain(socket),
+            None => MaybeTls::Plain(socket),
             Some(config) => match ServerConnection::new(Arc::clone(config)) {
-                Ok(tls) => Stream::Tls(Box::new(StreamOwned::new(tls, socket))),
+                Ok(tls) => MaybeTls::Tls(Box::new(StreamOwned::new(tls, socket))),
                 Err(e) => {
                     log::warn!("relay farm: TLS setup failed: {e}");
                     let mut socket = socket;
@@ -1152,7 +1117,7 @@ impl Farm {
             r.conns.swap_remove(pos);
         }
         if let Some(stream) = conn.stream() {
-            let tcp = stream.tcp();
+            let tcp = &mut stream.transport_mut().tcp;
             let _ = self.poll.registry().deregister(tcp);
             // Already closed by the peer is fine: the goal is a closed socket.
             let _ = tcp.shutdown(Shutdown::Both);

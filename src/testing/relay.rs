@@ -44,6 +44,8 @@ use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use tungstenite::handshake::HandshakeError;
 use tungstenite::{Message, WebSocket};
 
+use crate::tls::MaybeTls;
+
 use super::store::{Store, Stored};
 
 /// How long a connection thread waits for client data before it flushes its
@@ -492,35 +494,7 @@ impl Write for Socket {
 }
 
 /// The byte stream under the websocket: plain TCP or TLS over TCP.
-enum Stream {
-    Plain(Socket),
-    Tls(Box<StreamOwned<ServerConnection, Socket>>),
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Plain(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-        }
-    }
-}
+type Stream = MaybeTls<ServerConnection, Socket>;
 
 /// True for the errors a read timeout produces: nothing to read yet.
 fn nothing_yet(e: &tungstenite::Error) -> bool {
@@ -543,9 +517,9 @@ impl Connection<'_> {
     fn serve(&self, socket: TcpStream) {
         let socket = Socket(socket);
         let stream = match &self.shared.opts.tls {
-            None => Stream::Plain(socket),
+            None => MaybeTls::Plain(socket),
             Some(config) => match ServerConnection::new(Arc::clone(config)) {
-                Ok(tls) => Stream::Tls(Box::new(StreamOwned::new(tls, socket))),
+                Ok(tls) => MaybeTls::Tls(Box::new(StreamOwned::new(tls, socket))),
                 Err(e) => {
                     log::warn!("test relay: TLS setup failed: {e}");
                     return;
