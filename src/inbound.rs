@@ -143,6 +143,14 @@ impl Engine {
             return;
         }
         self.stats.events_ingested += 1;
+        if is_index_kind(event.kind) {
+            // Learn from what we sync at once rather than only when the own
+            // relay echoes it back: the self-subscription catches up by
+            // `since`, and a synced root carries its old `created_at`, so
+            // one stored while that subscription was down would never come
+            // back through it.
+            self.push_to_batch(now, event.clone());
+        }
         self.outputs.push_back(Output::Ingest {
             relay,
             event: Box::new(event),

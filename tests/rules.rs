@@ -762,3 +762,26 @@ fn rule5_more_events_in_one_second_than_a_page_holds() {
         sim.reqs(A).len()
     );
 }
+
+#[test]
+fn roots_synced_while_the_self_subscription_is_down_are_still_followed() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    let owner = keys(1);
+    let repo = announce(&mut sim, &owner, "r", &[A], T0);
+    sim.advance(Duration::from_secs(10));
+    let own = sim.own.clone();
+    // The own relay goes away; meanwhile a backdated root appears on A.
+    sim.stop_relay(&own);
+    let old_root = root(&keys(2), 1621, &[&repo], T0 - 50_000, "an old issue");
+    let old_reply = reply(&keys(3), &old_root, T0 - 49_000, "its old reply");
+    sim.publish(A, &old_root);
+    sim.seed(A, &old_reply);
+    sim.advance(Duration::from_secs(10));
+    sim.start_relay(&own);
+    sim.advance(Duration::from_secs(60));
+    // The self-subscription's catch-up (since = last_connected - 15 min)
+    // cannot return the backdated root; the engine follows it anyway.
+    assert!(sim.synced(&old_root.id));
+    assert!(sim.synced(&old_reply.id), "the root's history is fetched");
+}
