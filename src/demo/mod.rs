@@ -168,13 +168,14 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
     let idle = measure_idle(&engine, opts.idle);
     let (peak_rss_kib, _) = engine.rss_kib();
     let metric = |name: &str| engine.metric(name).unwrap_or(0);
+    let idle_text = idle.map_or(String::new(), |i| {
+        format!(" idle_rss_kib={} idle_cpu_pct={:.2}", i.rss_kib, i.cpu_pct)
+    });
     println!(
-        "demo: engine: relays_connected={} connect_seconds={:.1} converge_seconds={:.1} idle_rss_kib={} idle_cpu_pct={:.2} reqs_sent={} bytes_out={} bytes_in={}",
+        "demo: engine: relays_connected={} connect_seconds={:.1} converge_seconds={:.1}{idle_text} reqs_sent={} bytes_out={} bytes_in={}",
         metric("grasp_sync_relays{status=\"connected\"}"),
         progress.connected.map_or(f64::NAN, |d| d.as_secs_f64()),
         converged.as_secs_f64(),
-        idle.map_or(0, |i| i.rss_kib),
-        idle.map_or(f64::NAN, |i| i.cpu_pct),
         metric("grasp_sync_reqs_total "),
         metric("grasp_sync_bytes_total{direction=\"out\"}"),
         metric("grasp_sync_bytes_total{direction=\"in\"}"),
