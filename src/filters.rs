@@ -78,13 +78,10 @@ pub fn chunk_filters(index: &RepoIndex, items: &[Item], since: Option<Timestamp>
     filters.into_iter().map(|f| with_since(f, since)).collect()
 }
 
-/// How many filters per chunk a kind of item costs.
-pub fn filters_per_chunk(item: Item) -> usize {
-    match item {
-        Item::Repo(_) => 4,
-        Item::Root(_) => 3,
-    }
-}
+/// Filters one chunk of repos costs: `#a`, `#A`, `#q` and the 30618 `#d`.
+pub const REPO_FILTERS_PER_CHUNK: usize = 4;
+/// Filters one chunk of roots costs: `#e`, `#E`, `#q`.
+pub const ROOT_FILTERS_PER_CHUNK: usize = 3;
 
 /// The REQ message for `filters`, serialized once; the caller checks its size.
 pub fn req_message(sub_id: &str, filters: &[Filter]) -> String {
@@ -95,6 +92,39 @@ pub fn req_message(sub_id: &str, filters: &[Filter]) -> String {
     for filter in filters {
         msg.push(',');
         msg.push_str(&filter.as_json());
+    }
+    msg.push(']');
+    msg
+}
+
+/// A filter with its JSON, serialized once: packing needs its size and
+/// the REQ needs its text.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    /// The filter, kept to match what arrives.
+    pub filter: Filter,
+    /// Its JSON.
+    pub json: String,
+}
+
+impl Encoded {
+    /// Serializes `filter`.
+    pub fn new(filter: Filter) -> Self {
+        let json = filter.as_json();
+        Encoded { filter, json }
+    }
+}
+
+/// The REQ message for filters already serialized.
+pub fn req_message_encoded(sub_id: &str, filters: &[Encoded]) -> String {
+    let len: usize = filters.iter().map(|f| f.json.len() + 1).sum();
+    let mut msg = String::with_capacity(16 + sub_id.len() + len);
+    msg.push_str("[\"REQ\",\"");
+    msg.push_str(sub_id);
+    msg.push('"');
+    for filter in filters {
+        msg.push(',');
+        msg.push_str(&filter.json);
     }
     msg.push(']');
     msg

@@ -10,6 +10,7 @@ use log::{debug, info, warn};
 use nostr::prelude::{Event, EventId, RelayMessage};
 
 use crate::engine::{Engine, Output, Timer};
+use crate::filters::Encoded;
 use crate::index::{Item, KIND_ANNOUNCEMENT, KIND_STATE, RelayId, is_index_kind};
 use crate::refusal::Refusal;
 use crate::relay::{LiveMode, Status};
@@ -235,7 +236,7 @@ impl Engine {
                 );
                 self.open_subscription(
                     relay,
-                    filters,
+                    filters.into_iter().map(Encoded::new).collect(),
                     Purpose::Page,
                     scope,
                     work,

@@ -14,7 +14,8 @@ use nostr::prelude::{Filter, Timestamp};
 
 use crate::engine::{Action, Engine, Timer};
 use crate::filters::{
-    announcement_filter, chunk_filters, close_message, req_message, self_filter, wide_filter,
+    Encoded, REPO_FILTERS_PER_CHUNK, ROOT_FILTERS_PER_CHUNK, announcement_filter, chunk_filters,
+    close_message, req_message_encoded, self_filter, wide_filter,
 };
 use crate::index::{Item, RelayId};
 use crate::relay::{ItemState, LiveMode, Status};
@@ -79,19 +80,19 @@ impl Engine {
     }
 
     /// Pops queued chunks that fit in one REQ (at least one chunk).
-    fn take_packed_chunks(&mut self, relay: RelayId) -> (Vec<WorkRef>, Vec<Filter>) {
+    fn take_packed_chunks(&mut self, relay: RelayId) -> (Vec<WorkRef>, Vec<Encoded>) {
         let limit = self.config.page_limit;
         let state = &self.relays[relay.index()];
         let limits = state.limits;
         let mut chunks = Vec::new();
-        let mut filters: Vec<Filter> = Vec::new();
+        let mut filters: Vec<Encoded> = Vec::new();
         let mut bytes = 32;
         for work in state.work.iter() {
-            let more: Vec<Filter> = chunk_filters(&self.index, &work.items, None)
+            let more: Vec<Encoded> = chunk_filters(&self.index, &work.items, None)
                 .into_iter()
-                .map(|f| f.limit(limit))
+                .map(|f| Encoded::new(f.limit(limit)))
                 .collect();
-            let more_bytes: usize = more.iter().map(|f| f.as_json().len() + 1).sum();
+            let more_bytes: usize = more.iter().map(|f| f.json.len() + 1).sum();
             let fits = filters.len() + more.len() <= limits.filters_per_req
                 && bytes + more_bytes <= limits.message_bytes;
             if !chunks.is_empty() && !fits {
@@ -125,7 +126,7 @@ impl Engine {
     pub(crate) fn open_subscription(
         &mut self,
         relay: RelayId,
-        filters: Vec<Filter>,
+        filters: Vec<Encoded>,
         purpose: Purpose,
         scope: Scope,
         work: Vec<WorkRef>,
@@ -135,7 +136,8 @@ impl Engine {
         let id = self.next_sub;
         self.next_sub += 1;
         let sub_id = format!("{id:x}");
-        let message = req_message(&sub_id, &filters);
+        let message = req_message_encoded(&sub_id, &filters);
+        let filters = filters.into_iter().map(|f| f.filter).collect();
         self.stats.reqs_sent += 1;
         let state = self.relay(relay);
         state.reqs_sent += 1;
@@ -174,7 +176,7 @@ impl Engine {
         let filter = self_filter(since).limit(self.config.page_limit);
         self.open_subscription(
             self.own,
-            vec![filter],
+            vec![Encoded::new(filter)],
             Purpose::Live,
             Scope::Own,
             Vec::new(),
@@ -206,11 +208,11 @@ impl Engine {
         } else {
             Vec::new()
         };
-        let per_id = self.per_id_filters(&confirmed, since);
+        let per_id_count = self.per_id_filter_count(&confirmed);
         let state = &self.relays[relay.index()];
         let budget = (state.limits.subscriptions / 2).max(1);
-        let fits = per_id.len() < self.config.consolidation_threshold
-            && (1 + per_id.len()).div_ceil(state.limits.filters_per_req) <= budget;
+        let fits = per_id_count < self.config.consolidation_threshold
+            && (1 + per_id_count).div_ceil(state.limits.filters_per_req) <= budget;
         let mode = if fits {
             LiveMode::PerId
         } else {
@@ -220,6 +222,7 @@ impl Engine {
         let mut filters = vec![announcement_filter(since).limit(limit)];
         let scope = match mode {
             LiveMode::PerId => {
+                let per_id = self.per_id_filters(&confirmed, since);
                 filters.extend(per_id.into_iter().map(|f| f.limit(limit)));
                 Scope::Exact
             }
@@ -241,6 +244,17 @@ impl Engine {
         }
     }
 
+    /// How many per-id filters `items` need, counted without building them
+    /// (a relay with 100,000 roots goes wide; building them first would
+    /// cost more than the whole decision).
+    fn per_id_filter_count(&self, items: &[Item]) -> usize {
+        let chunk = self.config.chunk_size.max(1);
+        let repos = items.iter().filter(|i| matches!(i, Item::Repo(_))).count();
+        let roots = items.len() - repos;
+        repos.div_ceil(chunk) * REPO_FILTERS_PER_CHUNK
+            + roots.div_ceil(chunk) * ROOT_FILTERS_PER_CHUNK
+    }
+
     fn per_id_filters(&self, items: &[Item], since: Option<Timestamp>) -> Vec<Filter> {
         let chunk = self.config.chunk_size.max(1);
         let (repos, roots): (Vec<Item>, Vec<Item>) =
@@ -255,12 +269,13 @@ impl Engine {
     }
 
     /// Splits filters into groups that each fit one REQ of `relay`.
-    fn pack(&self, relay: RelayId, filters: Vec<Filter>) -> Vec<Vec<Filter>> {
+    fn pack(&self, relay: RelayId, filters: Vec<Filter>) -> Vec<Vec<Encoded>> {
         let limits = self.relays[relay.index()].limits;
-        let mut groups: Vec<Vec<Filter>> = Vec::new();
+        let mut groups: Vec<Vec<Encoded>> = Vec::new();
         let mut bytes = 0;
         for filter in filters {
-            let size = filter.as_json().len() + 1;
+            let encoded = Encoded::new(filter);
+            let size = encoded.json.len() + 1;
             let start_new = match groups.last() {
                 None => true,
                 Some(g) => g.len() >= limits.filters_per_req || bytes + size > limits.message_bytes,
@@ -271,7 +286,7 @@ impl Engine {
             }
             bytes += size;
             if let Some(g) = groups.last_mut() {
-                g.push(filter);
+                g.push(encoded);
             }
         }
         groups
