@@ -10,7 +10,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::client::Client;
+use support::client::{Client, WAIT, ids, kinds, note, wait_until};
+use support::{T0, keys, sign, tag};
 
 use grasp_sync::testing::farm::{FarmOptions, RelayFarm};
 use grasp_sync::testing::relay::{
@@ -25,51 +26,7 @@ use tungstenite::Message;
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::stream::MaybeTlsStream;
 
-const T0: u64 = 1_700_000_000;
-
-/// Longest a test waits for anything; client reads time out after it.
-const WAIT: Duration = Duration::from_secs(5);
-
 // ---------------------------------------------------------------- events
-
-fn keys(n: u8) -> Keys {
-    let mut sk = [0x33u8; 32];
-    sk[0] = n.max(1);
-    Keys::new(SecretKey::from_slice(&sk).expect("valid secret"))
-}
-
-fn tag(values: &[&str]) -> Tag {
-    Tag::parse(values.iter().copied()).expect("valid tag")
-}
-
-fn sign(k: &Keys, kind: u16, created_at: u64, tags: Vec<Tag>, content: &str) -> Event {
-    EventBuilder::new(Kind::from_u16(kind), content)
-        .tags(tags)
-        .custom_created_at(Timestamp::from_secs(created_at))
-        .finalize(k)
-        .expect("signing works")
-}
-
-fn note(k: &Keys, created_at: u64, content: &str) -> Event {
-    sign(k, 1, created_at, Vec::new(), content)
-}
-
-fn kinds(k: u16) -> Filter {
-    Filter::new().kind(Kind::from_u16(k))
-}
-
-fn ids(events: &[Event]) -> Vec<EventId> {
-    events.iter().map(|e| e.id).collect()
-}
-
-/// Polls `cond` every 10 ms for up to [`WAIT`].
-fn wait_until(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 fn farm(count: usize) -> RelayFarm {
     RelayFarm::start(count, FarmOptions::default()).expect("farm starts")

@@ -2,8 +2,11 @@
 //! directly (the test relay and the relay farm).
 
 use std::io::{Read, Write};
+use std::time::{Duration, Instant};
 
 use nostr::prelude::*;
+
+use super::sign;
 use serde_json::Value;
 use tungstenite::{Message, WebSocket};
 
@@ -110,4 +113,28 @@ pub fn event_of(msg: &Value) -> Event {
     let event = Event::from_json(msg[2].to_string()).expect("relay sends valid events");
     event.verify().expect("relay sends signed events");
     event
+}
+
+/// Longest a test waits for anything; client reads time out after it.
+pub const WAIT: Duration = Duration::from_secs(5);
+
+pub fn note(k: &Keys, created_at: u64, content: &str) -> Event {
+    sign(k, 1, created_at, Vec::new(), content)
+}
+
+pub fn kinds(k: u16) -> Filter {
+    Filter::new().kind(Kind::from_u16(k))
+}
+
+pub fn ids(events: &[Event]) -> Vec<EventId> {
+    events.iter().map(|e| e.id).collect()
+}
+
+/// Polls `cond` every 10 ms for up to [`WAIT`].
+pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
