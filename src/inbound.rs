@@ -184,9 +184,13 @@ impl Engine {
         let items = &self.relays[relay.index()].items;
         let targeted = |item: Option<Item>| item.is_some_and(|i| items.contains_key(&i));
         if event.kind.as_u16() == KIND_STATE {
+            // The per-id filter asks `#d` alone: state from any maintainer of
+            // a repo with that identifier. 30618 is rare, so a scan of the
+            // relay's repos is cheaper than another index.
             let d = event.tags.identifier().unwrap_or_default();
-            let coord = format!("{KIND_ANNOUNCEMENT}:{}:{d}", event.pubkey);
-            if targeted(self.index.repo_id(&coord).map(Item::Repo)) {
+            let repo_with_d =
+                |item: &Item| matches!(item, Item::Repo(r) if self.index.repo_identifier(*r) == d);
+            if items.keys().any(repo_with_d) {
                 return true;
             }
         }

@@ -785,3 +785,26 @@ fn roots_synced_while_the_self_subscription_is_down_are_still_followed() {
     assert!(sim.synced(&old_root.id));
     assert!(sim.synced(&old_reply.id), "the root's history is fetched");
 }
+
+#[test]
+fn live_state_from_any_maintainer_after_the_live_subscription_dropped_its_filters() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    let owner = keys(1);
+    announce(&mut sim, &owner, "r", &[A], T0);
+    sim.advance(Duration::from_secs(10));
+    // A co-maintainer publishes the repo state under their own key.
+    let maintainer_state = state(&keys(7), "r", T0 + 100);
+    let other_repo_state = state(&keys(7), "not-ours", T0 + 100);
+    sim.publish(A, &maintainer_state);
+    sim.publish(A, &other_repo_state);
+    sim.settle();
+    assert!(
+        sim.synced(&maintainer_state.id),
+        "30618 for our repo's d arrives live"
+    );
+    assert!(
+        !sim.synced(&other_repo_state.id),
+        "30618 for another d does not"
+    );
+}
