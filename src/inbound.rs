@@ -246,6 +246,7 @@ impl Engine {
                     work,
                     page + 1,
                     started,
+                    now,
                 );
             }
             _ => {

@@ -45,7 +45,7 @@ impl Engine {
                 state.uncovered_since = Some(state.uncovered_since.map_or(now, |t| t.min(now)));
             }
             let scope = Scope::Exact;
-            self.open_subscription(relay, filters, purpose, scope, chunks, 1, now);
+            self.open_subscription(relay, filters, purpose, scope, chunks, 1, now, now);
         }
         self.maybe_consolidate(relay, now);
     }
@@ -132,6 +132,7 @@ impl Engine {
         work: Vec<WorkRef>,
         page: u32,
         started: Time,
+        now: Time,
     ) {
         let id = self.next_sub;
         self.next_sub += 1;
@@ -147,8 +148,10 @@ impl Engine {
             Subscription::new(filters, purpose, scope, work, page, started),
         );
         self.actions.push_back(Action::Send { relay, message });
+        // Each page gets its own EOSE deadline from when it is sent; a long
+        // chain of pages must not time out its later pages on arrival.
         self.arm(
-            started.max(Time::from_millis(0)) + self.config.eose_timeout,
+            now + self.config.eose_timeout,
             Timer::EoseTimeout(relay, epoch, id),
         );
     }
@@ -181,6 +184,7 @@ impl Engine {
             Scope::Own,
             Vec::new(),
             1,
+            now,
             now,
         );
     }
@@ -240,7 +244,7 @@ impl Engine {
             filters.len()
         );
         for group in self.pack(relay, filters) {
-            self.open_subscription(relay, group, Purpose::Live, scope, Vec::new(), 1, now);
+            self.open_subscription(relay, group, Purpose::Live, scope, Vec::new(), 1, now, now);
         }
     }
 
@@ -341,7 +345,7 @@ impl Engine {
             .collect();
         for id in live {
             if let Some(sub) = self.close_subscription(relay, id) {
-                self.continue_work_elsewhere(relay, sub, now);
+                self.continue_work_elsewhere(relay, sub);
             }
         }
         let state = self.relay(relay);
@@ -368,7 +372,7 @@ impl Engine {
 
     /// A live subscription closed before its chain finished: its unfinished
     /// chunks go back to the front of the work queue.
-    fn continue_work_elsewhere(&mut self, relay: RelayId, sub: Subscription, _now: Time) {
+    fn continue_work_elsewhere(&mut self, relay: RelayId, sub: Subscription) {
         if sub.eose || sub.work.is_empty() {
             return;
         }

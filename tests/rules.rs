@@ -808,3 +808,51 @@ fn live_state_from_any_maintainer_after_the_live_subscription_dropped_its_filter
         "30618 for another d does not"
     );
 }
+
+#[test]
+fn every_page_gets_its_own_eose_deadline() {
+    let mut cfg = config();
+    cfg.eose_timeout = Duration::from_secs(10);
+    let mut sim = Sim::new(cfg);
+    let relay = sim.add_relay(A);
+    relay.cap = 500;
+    relay.silent = true; // EOSE is sent by hand below, late
+    let owner = keys(1);
+    let repo = announce(&mut sim, &owner, "r", &[A], T0);
+    let comments: Vec<Event> = (0..700)
+        .map(|i| repo_comment(&keys(2), &repo, T0 - 1_000 + i, &format!("c{i}")))
+        .collect();
+    for c in &comments {
+        sim.seed(A, c);
+    }
+    sim.advance(Duration::from_secs(5)); // the batch window closes; page 1 is sent
+    let layer1 = sim.relays[A]
+        .subs
+        .iter()
+        .find(|(_, fs)| fs.iter().all(|f| f.generic_tags.is_empty()))
+        .map(|(id, _)| id.clone())
+        .expect("Layer 1 is open");
+    sim.inject(A, &format!(r#"["EOSE","{layer1}"]"#));
+    sim.advance(Duration::from_secs(7));
+    let page1 = sim.sub_asking(A, SingleLetterTag::LOWERCASE_A);
+    sim.inject(A, &format!(r#"["EOSE","{page1}"]"#)); // 7 s after page 1: page 2 goes out
+    sim.advance(Duration::from_secs(6)); // 13 s after page 1, 6 s after page 2
+    let page2 = sim.relays[A]
+        .subs
+        .iter()
+        .find(|(_, fs)| fs.iter().any(|f| f.until.is_some()))
+        .map(|(id, _)| id.clone())
+        .expect("page 2 is open");
+    sim.inject(A, &format!(r#"["EOSE","{page2}"]"#));
+    let a = sim.id(A);
+    assert_eq!(
+        sim.engine.stats().refusals,
+        0,
+        "page 2 did not inherit page 1's deadline"
+    );
+    assert_eq!(
+        sim.engine.item_state(a, &ItemKey::Repo(repo)),
+        Some(ItemState::Confirmed)
+    );
+    assert_eq!(sim.missing(&comments).len(), 0);
+}
