@@ -1,7 +1,7 @@
 """Starts rust-nostr's LocalRelay (from the nostr-sdk wheel) on 127.0.0.1 at
 the port given as the first argument (the test asks the OS for a free one;
 LocalRelay reports port 0 back when given 0), prints its URL on the first line of stdout, and runs until
-killed or stdin closes. Used by tests/local_relay.rs; limits are raised so the
+killed or stdin closes. Used by tests/support/real.rs; limits are raised so the
 relay's own defaults (60 events/min) do not throttle test setup."""
 
 import asyncio
