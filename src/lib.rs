@@ -70,6 +70,7 @@ pub mod index;
 mod lifecycle;
 pub mod metrics;
 pub mod outbox;
+pub mod reconcile;
 pub mod refusal;
 pub mod relay;
 pub mod relay_url;
