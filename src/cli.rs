@@ -31,6 +31,8 @@ use crate::relay_url::normalize;
 pub const DEFAULT_MAX_RELAYS: usize = 10_000;
 /// Default websocket max message and frame size (1 MiB).
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 1_048_576;
+/// Default of `--max-frames-per-sec`.
+pub const DEFAULT_MAX_FRAMES_PER_SEC: u32 = 5_000;
 /// Smallest accepted frame size: below this not even a REQ fits.
 const MIN_FRAME_BYTES: u64 = 1024;
 /// Default time to flush on SIGTERM before exiting anyway.
@@ -70,6 +72,8 @@ pub struct Options {
     pub extra_ca_files: Vec<PathBuf>,
     /// Websocket max message and frame size.
     pub max_frame_bytes: usize,
+    /// Frames read per second from one relay at most.
+    pub max_frames_per_sec: u32,
     /// Flush deadline on SIGTERM.
     pub shutdown_timeout: Duration,
     /// Whether `--seed` was given; if not, the binary picks a random seed
@@ -87,6 +91,7 @@ impl Options {
             max_relays: DEFAULT_MAX_RELAYS,
             extra_ca_files: Vec::new(),
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            max_frames_per_sec: DEFAULT_MAX_FRAMES_PER_SEC,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             seed_given: false,
         }
@@ -315,6 +320,15 @@ static FLAGS: &[Flag] = &[
         }),
         default: "1048576",
         help: "Websocket max message and frame size (at least 1024).",
+    },
+    Flag {
+        name: "max-frames-per-sec",
+        kind: Kind::Single("<n>", |o, v| {
+            o.max_frames_per_sec = integer(v, 1)?;
+            Ok(())
+        }),
+        default: "5000",
+        help: "Frames read per second from one relay at most; a flooding relay waits, others do not.",
     },
     Flag {
         name: "extra-ca-file",
@@ -1208,6 +1222,6 @@ mod tests {
                 flag.name
             );
         }
-        assert_eq!(numeric, 16);
+        assert_eq!(numeric, 17);
     }
 }

@@ -66,6 +66,15 @@ pub struct Config {
     pub max_relays_per_announcement: usize,
     /// Repos a root event may name (`a` tags) at most.
     pub max_repos_per_root: usize,
+    /// After a repo's relays change, the next change waits this long (the
+    /// newest announcement wins then); damps announcements that flip.
+    pub relay_change_interval: Duration,
+    /// Relays known (interned) at most; new URLs past it are dropped.
+    pub max_known_relays: usize,
+    /// Keep announced relays on loopback/private IP literals and
+    /// `localhost`. The shell sets it from
+    /// `ShellOptions::allow_private_addresses`, its one switch for both.
+    pub allow_private_addresses: bool,
     /// Follow-up pages one subscription may ask before the rest is given up.
     pub max_pages: u32,
     /// Event ids remembered for de-duplication (per generation; two are kept).
@@ -108,6 +117,9 @@ impl Config {
             pong_timeout: Duration::from_secs(20),
             max_relays_per_announcement: 50,
             max_repos_per_root: 20,
+            relay_change_interval: Duration::from_secs(60),
+            max_known_relays: 50_000,
+            allow_private_addresses: false,
             max_pages: 10_000,
             seen_capacity: 100_000,
             wide_kinds: vec![

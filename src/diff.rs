@@ -12,7 +12,7 @@ use log::{debug, info};
 use nostr::prelude::Event;
 
 use crate::engine::{Engine, Timer};
-use crate::index::{Item, RelayId};
+use crate::index::{Item, RelayId, RepoId};
 use crate::relay::{Batch, ItemState, Slot, Status};
 use crate::subscription::WorkRef;
 use crate::time::Time;
@@ -35,13 +35,25 @@ impl Engine {
         let events = std::mem::take(&mut self.batch);
         let mut changes = std::mem::take(&mut self.changes);
         for event in &events {
-            self.index.apply(event, &mut changes);
+            self.index.apply(event, now, &mut changes);
+        }
+        for (repo, due) in self.index.take_holds() {
+            self.arm(due, Timer::ReleaseHeld(repo));
         }
         debug!(
             "batch of {} events: {} target changes",
             events.len(),
             changes.len()
         );
+        self.apply_changes(&changes, now);
+        changes.clear();
+        self.changes = changes;
+    }
+
+    /// A repo's held relay change is due: apply it.
+    pub(crate) fn release_held(&mut self, repo: RepoId, now: Time) {
+        let mut changes = std::mem::take(&mut self.changes);
+        self.index.release_held(repo, now, &mut changes);
         self.apply_changes(&changes, now);
         changes.clear();
         self.changes = changes;

@@ -17,7 +17,7 @@ use rand::rngs::SmallRng;
 
 use crate::config::Config;
 use crate::health::{BackoffPolicy, Health};
-use crate::index::{IndexLimits, Item, RelayId, RepoIndex, TargetChange};
+use crate::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex, TargetChange};
 use crate::relay::{ItemState, Limits, RelayState, Role, Status};
 use crate::relay_url::{UrlError, host_port, normalize};
 use crate::seen::Seen;
@@ -116,6 +116,12 @@ pub struct Stats {
     pub connects: u64,
     /// Connect attempts or connections that failed.
     pub connect_failures: u64,
+    /// Offences by kind, indexed like [`Offence::ALL`](crate::conduct::Offence::ALL).
+    pub offences: [u64; 4],
+    /// Relays cut and backed off longer for misbehaving.
+    pub penalties: u64,
+    /// Websocket upgrades refused with an HTTP status.
+    pub upgrades_refused: u64,
 }
 
 /// Why the engine could not start.
@@ -151,6 +157,8 @@ pub(crate) enum Timer {
     EoseTimeout(RelayId, u32, u64),
     Resume(RelayId, u32),
     Keepalive(RelayId, u32),
+    /// A repo's held relay change is due.
+    ReleaseHeld(RepoId),
 }
 
 /// The GRASP-02 sync engine.
@@ -189,6 +197,9 @@ impl Engine {
         let limits = IndexLimits {
             relays_per_announcement: config.max_relays_per_announcement,
             repos_per_root: config.max_repos_per_root,
+            relay_change_interval: config.relay_change_interval,
+            max_relays: config.max_known_relays,
+            allow_private: config.allow_private_addresses,
         };
         let mut index = RepoIndex::new(own_url.clone(), limits);
         let own = index.intern_relay(&own_url);
@@ -395,6 +406,7 @@ impl Engine {
             Timer::EoseTimeout(relay, epoch, sub) => self.on_eose_timeout(relay, epoch, sub, now),
             Timer::Resume(relay, epoch) => self.on_resume(relay, epoch, now),
             Timer::Keepalive(relay, epoch) => self.on_keepalive(relay, epoch, now),
+            Timer::ReleaseHeld(repo) => self.release_held(repo, now),
         }
     }
 

@@ -54,11 +54,14 @@ impl HealthTracker {
         *self = HealthTracker::default();
     }
 
-    /// The relay failed at `now`; returns when to try it again.
+    /// The relay failed at `now`; returns when to try it again. `penalty`
+    /// adds doublings to the backoff for a relay that misbehaved (see
+    /// `conduct`); zero for an honest failure.
     pub fn record_failure(
         &mut self,
         now: Time,
         policy: &BackoffPolicy,
+        penalty: u32,
         rng: &mut impl Rng,
     ) -> Time {
         self.failures = self.failures.saturating_add(1);
@@ -66,7 +69,11 @@ impl HealthTracker {
         if now.since(since) >= policy.dead_after {
             return now + policy.dead_retry;
         }
-        let exp = self.failures.saturating_sub(1).min(31);
+        let exp = self
+            .failures
+            .saturating_sub(1)
+            .saturating_add(penalty)
+            .min(31);
         let backoff = policy.base.saturating_mul(1u32 << exp).min(policy.max);
         let jitter_ms = rng.gen_range(0..=backoff.as_millis() as u64 / 10);
         now + backoff + Duration::from_millis(jitter_ms)
@@ -125,7 +132,7 @@ mod tests {
         let t0 = Time::from_secs(1_000_000);
         let mut expected = 5u64;
         for _ in 0..12 {
-            let retry = h.record_failure(t0, &p, &mut rng);
+            let retry = h.record_failure(t0, &p, 0, &mut rng);
             let wait = retry.since(t0).as_millis() as u64;
             let base = expected.min(3600) * 1000;
             assert!(
@@ -136,7 +143,10 @@ mod tests {
         }
         assert_eq!(h.health(t0, &p), Health::Degraded);
         let later = t0 + Duration::from_secs(24 * 3600);
-        assert_eq!(h.record_failure(later, &p, &mut rng), later + p.dead_retry);
+        assert_eq!(
+            h.record_failure(later, &p, 0, &mut rng),
+            later + p.dead_retry
+        );
         assert_eq!(h.health(later, &p), Health::Dead);
         h.record_success();
         assert_eq!(h.health(later, &p), Health::Healthy);

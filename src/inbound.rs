@@ -9,6 +9,7 @@
 use log::{debug, info, warn};
 use nostr::prelude::{Event, EventId, RelayMessage};
 
+use crate::conduct::Offence;
 use crate::engine::{Engine, Output, Timer};
 use crate::filters::Encoded;
 use crate::index::{Item, KIND_ANNOUNCEMENT, KIND_STATE, RelayId, is_index_kind};
@@ -35,6 +36,7 @@ impl Engine {
             Err(e) => {
                 self.stats.messages_malformed += 1;
                 debug!("{}: malformed message ({e})", self.relay_url(relay));
+                self.handle_offence(now, relay, Offence::Malformed);
                 return;
             }
         };
@@ -110,6 +112,7 @@ impl Engine {
                 self.relay_url(relay),
                 event.id
             );
+            self.handle_offence(now, relay, Offence::OutsideFilter);
             return;
         }
         if self.seen.contains(&event.id) {
@@ -127,6 +130,7 @@ impl Engine {
                 self.relay_url(relay),
                 event.id
             );
+            self.handle_offence(now, relay, Offence::InvalidEvent);
             return;
         }
         self.seen.insert(event.id);
@@ -368,7 +372,12 @@ impl Engine {
         let state = &mut self.relays[relay.index()];
         let until = match refusal {
             Refusal::RateLimited => state.health.record_rate_limit(now, &policy),
-            _ => state.health.record_failure(now, &policy, &mut self.rng),
+            _ => {
+                let penalty = state.conduct.backoff_steps();
+                state
+                    .health
+                    .record_failure(now, &policy, penalty, &mut self.rng)
+            }
         };
         state.paused_until = Some(until);
         let epoch = state.epoch;

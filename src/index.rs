@@ -9,11 +9,14 @@
 //! benchmarked against).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use log::{debug, warn};
 use nostr::prelude::{Event, EventId, Kind, Timestamp};
 
+use crate::address::{host_and_port, ip_literal, is_public};
 use crate::relay_url::{normalize, relay_of_clone_url};
+use crate::time::Time;
 
 /// Kind of a repository announcement (NIP-34).
 pub const KIND_ANNOUNCEMENT: u16 = 30617;
@@ -73,6 +76,33 @@ struct Repo {
     announced: Option<(Timestamp, EventId)>,
     relays: Vec<RelayId>,
     roots: Vec<RootId>,
+    /// When the relay set last changed after the first announcement.
+    relays_changed: Option<Time>,
+    /// A newer announcement whose relay change waits for the change
+    /// interval to pass (see [`IndexLimits::relay_change_interval`]).
+    held: Option<Held>,
+}
+
+/// An announcement held back: its stamp and relays.
+#[derive(Debug)]
+struct Held {
+    stamp: (Timestamp, EventId),
+    relays: Vec<RelayId>,
+}
+
+/// What the index refused or held back from hostile or sloppy input, for
+/// metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IndexStats {
+    /// Announcements ignored whole (oversized `d` tag).
+    pub announcements_rejected: u64,
+    /// Relay URLs dropped: malformed, unknown scheme, credentials, or a
+    /// private address.
+    pub relay_urls_rejected: u64,
+    /// Relay URLs past the per-announcement cap or the cap on known relays.
+    pub relay_urls_over_cap: u64,
+    /// Relay changes held back because the repo changed relays too recently.
+    pub relay_changes_held: u64,
 }
 
 #[derive(Debug)]
@@ -88,6 +118,16 @@ pub struct IndexLimits {
     pub relays_per_announcement: usize,
     /// Repos one root may name.
     pub repos_per_root: usize,
+    /// After a repo's relays change, further changes wait this long (the
+    /// newest is applied then), so an announcement flipping its relays
+    /// every second cannot make us connect and drop relays every second.
+    pub relay_change_interval: Duration,
+    /// Relays interned at most; URLs beyond are dropped (and counted), so
+    /// announcements naming ever new relays cannot grow memory without bound.
+    pub max_relays: usize,
+    /// Keep relays on loopback, private and link-local IP literals (and
+    /// `localhost`); otherwise they are dropped before they cost a slot.
+    pub allow_private: bool,
 }
 
 /// Repos, their relays and roots, with ids interned.
@@ -101,6 +141,9 @@ pub struct RepoIndex {
     roots: Vec<Root>,
     relay_ids: HashMap<String, RelayId>,
     relay_urls: Vec<String>,
+    /// Repos with a held change and when it is due, for the engine to arm.
+    holds: Vec<(RepoId, Time)>,
+    stats: IndexStats,
 }
 
 impl RepoIndex {
@@ -115,14 +158,41 @@ impl RepoIndex {
             roots: Vec::new(),
             relay_ids: HashMap::new(),
             relay_urls: Vec::new(),
+            holds: Vec::new(),
+            stats: IndexStats::default(),
         }
     }
 
-    /// Applies an announcement or a root event; other kinds change nothing.
-    pub fn apply(&mut self, event: &Event, changes: &mut Vec<TargetChange>) {
+    /// What was refused or held back so far.
+    pub fn stats(&self) -> IndexStats {
+        self.stats
+    }
+
+    /// Repos whose relay change was held back since the last call, with
+    /// when to call [`release_held`](Self::release_held) for each.
+    pub fn take_holds(&mut self) -> Vec<(RepoId, Time)> {
+        std::mem::take(&mut self.holds)
+    }
+
+    /// Applies the change held back for `repo`, if any (it may have been
+    /// superseded by an announcement that restored the relays in force).
+    pub fn release_held(&mut self, repo: RepoId, now: Time, changes: &mut Vec<TargetChange>) {
+        let Some(held) = self
+            .repos
+            .get_mut(repo.0 as usize)
+            .and_then(|r| r.held.take())
+        else {
+            return;
+        };
+        self.change_relays(repo, held.stamp, held.relays, now, changes);
+    }
+
+    /// Applies an announcement or a root event received at `now`; other
+    /// kinds change nothing.
+    pub fn apply(&mut self, event: &Event, now: Time, changes: &mut Vec<TargetChange>) {
         let kind = event.kind.as_u16();
         if kind == KIND_ANNOUNCEMENT {
-            self.apply_announcement(event, changes);
+            self.apply_announcement(event, now, changes);
         } else if ROOT_KINDS.contains(&kind) {
             self.apply_root(event, changes);
         }
@@ -211,16 +281,18 @@ impl RepoIndex {
         targets
     }
 
-    fn apply_announcement(&mut self, event: &Event, changes: &mut Vec<TargetChange>) {
+    fn apply_announcement(&mut self, event: &Event, now: Time, changes: &mut Vec<TargetChange>) {
         let Some(identifier) = identifier_of(event) else {
             warn!("announcement {} has an oversized d tag; ignored", event.id);
+            self.stats.announcements_rejected += 1;
             return;
         };
         let coord = format!("{KIND_ANNOUNCEMENT}:{}:{identifier}", event.pubkey);
         let repo = self.intern_repo(&coord, identifier);
         let stamp = (event.created_at, event.id);
-        let current = self.repos[repo.0 as usize].announced;
-        if current.is_some_and(|cur| !newer(stamp, cur)) {
+        let entry = &self.repos[repo.0 as usize];
+        let latest = entry.held.as_ref().map(|h| h.stamp).or(entry.announced);
+        if latest.is_some_and(|cur| !newer(stamp, cur)) {
             debug!(
                 "announcement {} for {coord} is not newer; ignored",
                 event.id
@@ -228,10 +300,50 @@ impl RepoIndex {
             return;
         }
         let relays = self.relays_of(event);
-        let repo_entry = &mut self.repos[repo.0 as usize];
-        repo_entry.announced = Some(stamp);
-        let old = std::mem::replace(&mut repo_entry.relays, relays);
-        let new = repo_entry.relays.clone();
+        let entry = &mut self.repos[repo.0 as usize];
+        let first = entry.announced.is_none();
+        let due = entry
+            .relays_changed
+            .map(|t| t + self.limits.relay_change_interval)
+            .filter(|due| now < *due && !same_set(&entry.relays, &relays));
+        match due {
+            Some(due) => {
+                if entry.held.is_none() {
+                    self.holds.push((repo, due));
+                }
+                entry.held = Some(Held { stamp, relays });
+                self.stats.relay_changes_held += 1;
+                debug!("{coord} changes relays too often; newest change held until {due:?}");
+            }
+            None => {
+                entry.held = None;
+                self.change_relays(repo, stamp, relays, now, changes);
+                if first {
+                    // Learning a repo's relays is not a change: the next
+                    // real change may follow at once.
+                    self.repos[repo.0 as usize].relays_changed = None;
+                }
+            }
+        }
+    }
+
+    /// Puts announcement `stamp` with `relays` in force for `repo`.
+    fn change_relays(
+        &mut self,
+        repo: RepoId,
+        stamp: (Timestamp, EventId),
+        relays: Vec<RelayId>,
+        now: Time,
+        changes: &mut Vec<TargetChange>,
+    ) {
+        let entry = &mut self.repos[repo.0 as usize];
+        entry.announced = Some(stamp);
+        if same_set(&entry.relays, &relays) {
+            return;
+        }
+        entry.relays_changed = Some(now);
+        let old = std::mem::replace(&mut entry.relays, relays);
+        let new = entry.relays.clone();
         for relay in old.iter().filter(|r| !new.contains(r)) {
             self.push_repo_changes(repo, *relay, false, changes);
         }
@@ -302,6 +414,8 @@ impl RepoIndex {
             announced: None,
             relays: Vec::new(),
             roots: Vec::new(),
+            relays_changed: None,
+            held: None,
         });
         self.repo_ids.insert(coord.to_owned(), id);
         id
@@ -321,48 +435,90 @@ impl RepoIndex {
     }
 
     /// Every relay an announcement names: each value of each `relays` tag and
-    /// the relay of each `clone` URL, normalized, without the own relay,
-    /// de-duplicated, capped.
+    /// the relay of each `clone` URL, normalized, without the own relay and
+    /// refused addresses, de-duplicated, capped.
     fn relays_of(&mut self, event: &Event) -> Vec<RelayId> {
         let mut relays = Vec::new();
-        for tag in event.tags.iter() {
-            let values = tag.as_slice();
-            let urls: Vec<String> = match values.first().map(String::as_str) {
-                Some("relays") => values[1..]
-                    .iter()
-                    .filter_map(|raw| match normalize(raw) {
-                        Ok(url) => Some(url),
-                        Err(e) => {
-                            debug!("announcement {}: relay {raw:?} ignored: {e}", event.id);
-                            None
-                        }
-                    })
-                    .collect(),
-                Some("clone") => values[1..]
-                    .iter()
-                    .filter_map(|c| relay_of_clone_url(c))
-                    .collect(),
-                _ => continue,
-            };
-            for url in urls {
-                if url == self.own_relay {
-                    continue;
-                }
-                if relays.len() >= self.limits.relays_per_announcement {
-                    warn!(
-                        "announcement {} lists more than {} relays; rest ignored",
-                        event.id, self.limits.relays_per_announcement
-                    );
-                    return relays;
-                }
-                let id = self.intern_relay(&url);
-                if !relays.contains(&id) {
-                    relays.push(id);
-                }
+        let mut over_cap = 0u64;
+        for url in self.relay_urls_of(event) {
+            if url == self.own_relay {
+                continue;
             }
+            let known = self.relay_ids.get(&url).copied();
+            if known.is_some_and(|id| relays.contains(&id)) {
+                continue;
+            }
+            if relays.len() >= self.limits.relays_per_announcement
+                || known.is_none() && self.relay_urls.len() >= self.limits.max_relays
+            {
+                over_cap += 1;
+                continue;
+            }
+            let id = known.unwrap_or_else(|| self.intern_relay(&url));
+            relays.push(id);
+        }
+        if over_cap > 0 {
+            self.stats.relay_urls_over_cap += over_cap;
+            warn!(
+                "announcement {}: {over_cap} relays over the cap ({} per announcement, {} known) ignored",
+                event.id, self.limits.relays_per_announcement, self.limits.max_relays
+            );
         }
         relays
     }
+
+    /// The normalized relay URLs an announcement names, refused ones
+    /// counted and left out.
+    fn relay_urls_of(&mut self, event: &Event) -> Vec<String> {
+        let mut urls = Vec::new();
+        for tag in event.tags.iter() {
+            let values = tag.as_slice();
+            match values.first().map(String::as_str) {
+                Some("relays") => {
+                    for raw in &values[1..] {
+                        match normalize(raw) {
+                            Ok(url) if self.allowed_host(&url) => urls.push(url),
+                            Ok(_) => {
+                                self.stats.relay_urls_rejected += 1;
+                                debug!("announcement {}: private relay {raw:?} ignored", event.id);
+                            }
+                            Err(e) => {
+                                self.stats.relay_urls_rejected += 1;
+                                debug!("announcement {}: relay {raw:?} ignored: {e}", event.id);
+                            }
+                        }
+                    }
+                }
+                Some("clone") => urls.extend(
+                    values[1..]
+                        .iter()
+                        .filter_map(|c| relay_of_clone_url(c))
+                        .filter(|u| self.allowed_host(u)),
+                ),
+                _ => {}
+            }
+        }
+        urls
+    }
+
+    /// False for a loopback, private or link-local IP literal or
+    /// `localhost`, unless private addresses are allowed. Names that resolve
+    /// to such addresses are refused later, by the shell's address guard.
+    fn allowed_host(&self, url: &str) -> bool {
+        if self.limits.allow_private {
+            return true;
+        }
+        let Some((host, _)) = host_and_port(url) else {
+            return false;
+        };
+        let local_name = host == "localhost" || host.ends_with(".localhost");
+        !local_name && ip_literal(&host).is_none_or(is_public)
+    }
+}
+
+/// True when both lists hold the same relays, in any order.
+fn same_set(a: &[RelayId], b: &[RelayId]) -> bool {
+    a.len() == b.len() && a.iter().all(|r| b.contains(r))
 }
 
 /// True when announcement `a` replaces `b`: newer, or as new with the lower id (NIP-01).

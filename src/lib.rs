@@ -58,6 +58,7 @@
 
 pub mod address;
 pub mod cli;
+pub mod conduct;
 pub mod config;
 pub mod demo;
 mod diff;
@@ -70,6 +71,7 @@ pub mod index;
 mod lifecycle;
 pub mod metrics;
 pub mod outbox;
+pub mod read_rate;
 pub mod reconcile;
 pub mod refusal;
 pub mod relay;

@@ -40,6 +40,7 @@ impl Engine {
             state.requeue_where(|s| s == ItemState::Confirmed);
         }
         state.status = Status::Connected;
+        state.conduct.on_connect();
         state.epoch = state.epoch.wrapping_add(1);
         state.last_connected = Some(now);
         state.last_heard = now;
@@ -110,6 +111,36 @@ impl Engine {
         }
     }
 
+    /// The relay answered the websocket upgrade with HTTP `status`. 429 and
+    /// 503 mean "come back later": the relay gets the rate-limit cooldown
+    /// rather than a quick retry that would hammer it. Anything else is an
+    /// ordinary failure with backoff.
+    pub fn handle_connect_refused(&mut self, now: Time, relay: RelayId, status: u16) {
+        if self.relays[relay.index()].status != Status::Connecting {
+            return;
+        }
+        self.stats.upgrades_refused += 1;
+        if status != 429 && status != 503 {
+            warn!(
+                "{}: upgrade refused with HTTP {status}",
+                self.relay_url(relay)
+            );
+            return self.fail_connection(relay, now);
+        }
+        self.stats.connect_failures += 1;
+        self.drop_connection(relay, now);
+        let policy = self.policy;
+        let state = &mut self.relays[relay.index()];
+        let retry = state.health.record_rate_limit(now, &policy);
+        state.retry_at = Some(retry);
+        warn!(
+            "{}: HTTP {status} (busy); retry in {:?}",
+            self.index.relay_url(relay),
+            retry.since(now)
+        );
+        self.arm(retry, Timer::Reconnect(relay));
+    }
+
     /// The connection to `relay` was lost.
     pub fn handle_disconnected(&mut self, now: Time, relay: RelayId) {
         if self.relays[relay.index()].status != Status::Disconnected {
@@ -138,12 +169,15 @@ impl Engine {
     }
 
     /// Marks `relay` disconnected after a failure and schedules the retry.
-    fn fail_connection(&mut self, relay: RelayId, now: Time) {
+    pub(crate) fn fail_connection(&mut self, relay: RelayId, now: Time) {
         self.stats.connect_failures += 1;
         self.drop_connection(relay, now);
         let policy = self.policy;
         let state = &mut self.relays[relay.index()];
-        let retry = state.health.record_failure(now, &policy, &mut self.rng);
+        let penalty = state.conduct.backoff_steps();
+        let retry = state
+            .health
+            .record_failure(now, &policy, penalty, &mut self.rng);
         state.retry_at = Some(retry);
         warn!(
             "{} failed; retry in {:?}",

@@ -74,6 +74,7 @@ fn run(mut options: Options) -> ExitCode {
         max_relays: options.max_relays,
         extra_ca_files: options.extra_ca_files,
         max_frame_bytes: options.max_frame_bytes,
+        max_frames_per_sec: options.max_frames_per_sec,
         shutdown_timeout: options.shutdown_timeout,
         metrics: options.metrics,
         handle_signals: true,

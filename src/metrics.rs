@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use crate::conduct::Offence;
 use crate::engine::Engine;
 use crate::health::Health;
 use crate::outbox::OutboxStats;
@@ -24,6 +25,8 @@ pub struct ShellStats {
     pub dns_failures: u64,
     /// Events handed to a custom sink.
     pub sink_stored: u64,
+    /// Times a relay's reads were paused for exceeding its frame rate.
+    pub reads_throttled: u64,
 }
 
 /// The sink's view for metrics.
@@ -124,6 +127,48 @@ pub fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &SinkView) -
         "grasp_sync_messages_malformed_total",
         "Relay messages that were not nostr JSON.",
         s.messages_malformed,
+    );
+    let offences: Vec<(&str, u64)> = Offence::ALL
+        .iter()
+        .map(|o| (o.label(), s.offences[*o as usize]))
+        .collect();
+    counter_labeled(
+        &mut out,
+        "grasp_sync_relay_offences_total",
+        "Misbehaviour by relays, by kind.",
+        "offence",
+        &offences,
+    );
+    let ix = engine.index().stats();
+    counter_labeled(
+        &mut out,
+        "grasp_sync_announcement_input_total",
+        "Hostile or sloppy announcement input refused or damped, by what.",
+        "what",
+        &[
+            ("announcement_rejected", ix.announcements_rejected),
+            ("relay_url_rejected", ix.relay_urls_rejected),
+            ("relay_url_over_cap", ix.relay_urls_over_cap),
+            ("relay_change_held", ix.relay_changes_held),
+        ],
+    );
+    counter(
+        &mut out,
+        "grasp_sync_relay_penalties_total",
+        "Relays cut and backed off longer for repeated misbehaviour.",
+        s.penalties,
+    );
+    counter(
+        &mut out,
+        "grasp_sync_reads_throttled_total",
+        "Times a relay's reads paused for exceeding --max-frames-per-sec.",
+        shell.reads_throttled,
+    );
+    counter(
+        &mut out,
+        "grasp_sync_upgrades_refused_total",
+        "Websocket upgrades a relay answered with an HTTP error (429/503 cool down).",
+        s.upgrades_refused,
     );
     counter(
         &mut out,

@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::conduct::Conduct;
 use crate::health::HealthTracker;
 use crate::index::Item;
 use crate::subscription::{Purpose, Subscription, WorkRef};
@@ -87,6 +88,8 @@ pub(crate) struct RelayState {
     pub last_connected: Option<Time>,
     pub disconnected_at: Option<Time>,
     pub health: HealthTracker,
+    /// Offences and penalties (hostile-relay defence).
+    pub conduct: Conduct,
     /// Targeted items and their state.
     pub items: HashMap<Item, Slot>,
     /// Items that became `Queued` since the last diff (may be stale).
@@ -123,6 +126,7 @@ impl RelayState {
             last_connected: None,
             disconnected_at: None,
             health: HealthTracker::default(),
+            conduct: Conduct::default(),
             items: HashMap::new(),
             queued: Vec::new(),
             batches: HashMap::new(),

@@ -28,12 +28,14 @@ use slab::Slab;
 use tungstenite::protocol::WebSocketConfig;
 
 use crate::address::{host_and_port, ip_literal, refusal_reason};
+use crate::conduct::Offence;
 use crate::config::Config;
 use crate::dns::{Resolved, Resolver};
 use crate::engine::{Action, ConfigError, Engine, Output};
 use crate::index::RelayId;
 use crate::metrics::{ShellStats, SinkView, http_response, render};
 use crate::outbox::Outbox;
+use crate::read_rate::ReadRate;
 use crate::sink::Sink;
 use crate::time::Time;
 use crate::timer::TimerWheel;
@@ -70,6 +72,9 @@ pub struct ShellOptions {
     pub outbox_capacity: usize,
     /// Stop on SIGINT/SIGTERM (the binary); off for embedding.
     pub handle_signals: bool,
+    /// Frames read per second from one remote relay at most (see
+    /// `read_rate`); the rest waits in the kernel's socket buffers.
+    pub max_frames_per_sec: u32,
 }
 
 impl Default for ShellOptions {
@@ -84,6 +89,7 @@ impl Default for ShellOptions {
             dns_threads: 2,
             outbox_capacity: 10_000,
             handle_signals: false,
+            max_frames_per_sec: crate::cli::DEFAULT_MAX_FRAMES_PER_SEC,
         }
     }
 }
@@ -199,6 +205,9 @@ enum SlotKind {
         relay: RelayId,
         conn: Conn,
         opened: bool,
+        rate: ReadRate,
+        /// Reads stopped until the rate window refills (a timer is armed).
+        throttled: bool,
     },
     OwnSink {
         conn: Conn,
@@ -232,6 +241,8 @@ enum ShellTimer {
     ConnectDeadline(Token),
     SinkRetry,
     Trim,
+    /// A throttled relay connection may read again.
+    Unthrottle(Token),
 }
 
 /// How often memory freed after a burst is handed back to the OS.
@@ -252,6 +263,9 @@ pub struct Shell {
     ws_config: WebSocketConfig,
     sink: SinkState,
     deferred: Vec<Token>,
+    /// Connections whose read budget ran out with data maybe waiting; read
+    /// again on the next turn, after every other ready socket had its turn.
+    ready_again: Vec<Token>,
     metrics: Option<TcpListener>,
     signals: Option<signal_hook_mio::v1_0::Signals>,
     commands: Receiver<Command>,
@@ -266,7 +280,12 @@ pub struct Shell {
 
 impl Shell {
     /// Sets up the loop, the engine, DNS workers, TLS roots and the metrics listener.
-    pub fn new(config: Config, opts: ShellOptions, sink: SinkTarget) -> Result<Shell, ShellError> {
+    pub fn new(
+        mut config: Config,
+        opts: ShellOptions,
+        sink: SinkTarget,
+    ) -> Result<Shell, ShellError> {
+        config.allow_private_addresses = opts.allow_private_addresses;
         let clock = Clock::new();
         let now = clock.now();
         let own_url = config.own_relay.clone();
@@ -339,6 +358,7 @@ impl Shell {
             ws_config,
             sink,
             deferred: Vec::new(),
+            ready_again: Vec::new(),
             metrics,
             signals,
             commands,
@@ -372,7 +392,11 @@ impl Shell {
                 info!("stopped");
                 return Ok(());
             }
-            let timeout = self.next_deadline().map(|t| t.since(self.clock.now()));
+            let timeout = if self.ready_again.is_empty() {
+                self.next_deadline().map(|t| t.since(self.clock.now()))
+            } else {
+                Some(Duration::ZERO)
+            };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -383,6 +407,10 @@ impl Shell {
             self.active |= !events.is_empty();
             for event in events.iter() {
                 self.on_token(event.token(), now);
+                self.drive(now);
+            }
+            for token in std::mem::take(&mut self.ready_again) {
+                self.on_slot_ready(token, now);
                 self.drive(now);
             }
             self.engine.handle_timeout(now);
@@ -460,10 +488,13 @@ impl Shell {
             return;
         }
         let trusted = self.trusted.contains(&relay);
+        let rate = ReadRate::new(self.opts.max_frames_per_sec, now);
         match self.start_conn(url, trusted, now, |conn| SlotKind::Relay {
             relay,
             conn,
             opened: false,
+            rate,
+            throttled: false,
         }) {
             Ok(token) => {
                 self.relay_slots.insert(relay, token);
@@ -701,26 +732,51 @@ impl Shell {
         let sink_full = !self.sink_has_room();
         let own = self.engine.own_relay();
         let mut out = std::mem::take(&mut self.scratch);
+        let mut again = false;
         match self.slot_mut(token).map(|s| &mut s.kind) {
             Some(SlotKind::Relay {
                 relay,
                 conn: Conn::Ws(ws),
+                rate,
+                throttled,
                 ..
             }) => {
-                if sink_full && *relay != own {
+                if *throttled {
+                    // The Unthrottle timer reads it again.
+                } else if sink_full && *relay != own {
                     self.deferred.push(token);
                 } else {
-                    ws.on_ready(&mut out);
+                    let trusted = *relay == own;
+                    match read_relay(ws, rate, trusted, now, &mut out) {
+                        ReadEnd::Done => {}
+                        ReadEnd::More => again = true,
+                        ReadEnd::Throttled(until) => {
+                            *throttled = true;
+                            self.stats.reads_throttled += 1;
+                            self.timers
+                                .insert(until.as_millis(), ShellTimer::Unthrottle(token));
+                        }
+                    }
                 }
             }
             Some(SlotKind::OwnSink {
                 conn: Conn::Ws(ws), ..
-            }) => ws.on_ready(&mut out),
+            }) => again = ws.on_ready(&mut out, READ_BUDGET),
             Some(SlotKind::Metrics(_)) => self.serve_metrics(token, now),
             _ => {}
         }
+        if again {
+            self.ready_again.push(token);
+        }
         self.handle_ws_events(token, &mut out, now);
         self.scratch = out;
+    }
+
+    fn unthrottle(&mut self, token: Token, now: Time) {
+        if let Some(SlotKind::Relay { throttled, .. }) = self.slot_mut(token).map(|s| &mut s.kind) {
+            *throttled = false;
+            self.on_slot_ready(token, now);
+        }
     }
 
     fn handle_ws_events(&mut self, token: Token, out: &mut Vec<WsEvent>, now: Time) {
@@ -752,9 +808,31 @@ impl Shell {
                     }
                 }
                 (SlotKind::OwnSink { .. }, WsEvent::Text(text)) => self.on_sink_message(&text, now),
+                (SlotKind::Relay { relay, .. }, WsEvent::Violation(reason)) => {
+                    let relay = *relay;
+                    self.engine.handle_offence(now, relay, Offence::Protocol);
+                    return self.fail_slot(token, &reason, now);
+                }
+                (SlotKind::Relay { relay, .. }, WsEvent::Refused(status)) => {
+                    let relay = *relay;
+                    self.drop_relay_slot(token, relay);
+                    return self.engine.handle_connect_refused(now, relay, status);
+                }
+                (_, WsEvent::Violation(reason)) => return self.fail_slot(token, &reason, now),
+                (_, WsEvent::Refused(status)) => {
+                    return self.fail_slot(token, &format!("HTTP {status}"), now);
+                }
                 (_, WsEvent::Closed(reason)) => return self.fail_slot(token, &reason, now),
                 _ => {}
             }
+        }
+    }
+
+    /// Frees a relay's slot without telling the engine (the caller does).
+    fn drop_relay_slot(&mut self, token: Token, relay: RelayId) {
+        self.remove_slot(token);
+        if self.relay_slots.get(&relay) == Some(&token) {
+            self.relay_slots.remove(&relay);
         }
     }
 
@@ -809,6 +887,7 @@ impl Shell {
                 }
                 ShellTimer::SinkRetry => {}
                 ShellTimer::Trim => self.trim(now),
+                ShellTimer::Unthrottle(token) => self.unthrottle(token, now),
             }
         }
     }
@@ -1066,6 +1145,46 @@ fn read_request(m: &mut MetricsConn) -> bool {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
             Err(_) => return false,
         }
+    }
+}
+
+/// Frames one connection may read per turn before the others get theirs.
+const READ_BUDGET: usize = 64;
+
+/// How a relay read ended.
+enum ReadEnd {
+    /// Nothing more waiting.
+    Done,
+    /// The turn's budget ran out; more may be waiting.
+    More,
+    /// The per-second allowance ran out; read again at this time.
+    Throttled(Time),
+}
+
+/// One turn of reads from a relay connection, within the turn budget and
+/// (unless `trusted`, the own relay) the connection's per-second allowance.
+fn read_relay(
+    ws: &mut WsConnection,
+    rate: &mut ReadRate,
+    trusted: bool,
+    now: Time,
+    out: &mut Vec<WsEvent>,
+) -> ReadEnd {
+    let allowance = if trusted {
+        READ_BUDGET
+    } else {
+        rate.allowance(now).min(READ_BUDGET)
+    };
+    if allowance == 0 {
+        return ReadEnd::Throttled(rate.refill_at());
+    }
+    let before = out.len();
+    let more = ws.on_ready(out, allowance);
+    rate.spend(out.len() - before);
+    match (more, trusted || rate.allowance(now) > 0) {
+        (false, _) => ReadEnd::Done,
+        (true, true) => ReadEnd::More,
+        (true, false) => ReadEnd::Throttled(rate.refill_at()),
     }
 }
 

@@ -5,8 +5,11 @@
 //! tungstenite does the websocket protocol; this file only sequences the
 //! phases and maps tungstenite's non-blocking semantics onto the loop: a
 //! frame written while the socket would block stays in tungstenite's buffer
-//! and goes out on the next flush, so it is never sent twice; every read is
-//! drained until `WouldBlock`, because mio readiness is edge-triggered.
+//! and goes out on the next flush, so it is never sent twice. mio readiness
+//! is edge-triggered, so reads go on until `WouldBlock` — or until the
+//! caller's frame budget is spent, in which case the caller must come back
+//! (see [`WsConnection::on_ready`]): a relay that floods faster than we
+//! read cannot keep the loop to itself.
 
 use std::io;
 use std::net::SocketAddr;
@@ -49,6 +52,12 @@ pub enum WsEvent {
     Pong,
     /// The connection ended; the reason is for the log.
     Closed(String),
+    /// The relay broke the websocket protocol (or sent a frame over the
+    /// size cap); the connection ended. Counted against the relay.
+    Violation(String),
+    /// The relay answered the upgrade with this HTTP status (e.g. 429 or
+    /// 503: come back later); the connection ended.
+    Refused(u16),
 }
 
 /// TLS parameters of a `wss://` connection.
@@ -67,6 +76,8 @@ pub struct WsConnection {
     config: WebSocketConfig,
     /// Frames refused by a full write buffer, sent on the next flush.
     backlog: Vec<Message>,
+    /// Frames the current `on_ready` may still read.
+    budget: usize,
 }
 
 impl WsConnection {
@@ -85,6 +96,7 @@ impl WsConnection {
             tls,
             config,
             backlog: Vec::new(),
+            budget: 0,
         })
     }
 
@@ -104,7 +116,11 @@ impl WsConnection {
     }
 
     /// Drives the connection after a readiness event; appends what happened.
-    pub fn on_ready(&mut self, out: &mut Vec<WsEvent>) {
+    /// Reads at most `max_frames` frames; returns true when it stopped
+    /// because of that budget, so more may be waiting and the caller must
+    /// call again (readiness will not be reported twice).
+    pub fn on_ready(&mut self, out: &mut Vec<WsEvent>, max_frames: usize) -> bool {
+        self.budget = max_frames;
         let phase = std::mem::replace(&mut self.phase, Phase::Closed);
         self.phase = match phase {
             Phase::Connecting(tcp) => self.finish_tcp(tcp, out),
@@ -112,6 +128,7 @@ impl WsConnection {
             Phase::Open(ws) => self.pump(ws, out),
             Phase::Closed => Phase::Closed,
         };
+        self.budget == 0 && self.is_open()
     }
 
     /// Queues a text frame; it leaves on this or a later flush.
@@ -243,6 +260,10 @@ impl WsConnection {
                 }
             }
             Err(HandshakeError::Interrupted(mid)) => Phase::Handshaking(mid),
+            Err(HandshakeError::Failure(tungstenite::Error::Http(response))) => {
+                out.push(WsEvent::Refused(response.status().as_u16()));
+                Phase::Closed
+            }
             Err(HandshakeError::Failure(e)) => {
                 out.push(WsEvent::Closed(format!("handshake: {e}")));
                 Phase::Closed
@@ -250,9 +271,10 @@ impl WsConnection {
         }
     }
 
-    /// Reads every frame available, then flushes what is waiting.
+    /// Reads the frames available (within the budget), then flushes what is waiting.
     fn pump(&mut self, mut ws: WebSocket<Stream>, out: &mut Vec<WsEvent>) -> Phase {
-        loop {
+        while self.budget > 0 {
+            self.budget -= 1;
             match ws.read() {
                 Ok(Message::Text(t)) => out.push(WsEvent::Text(t.as_str().to_owned())),
                 Ok(Message::Pong(_)) => out.push(WsEvent::Pong),
@@ -262,7 +284,19 @@ impl WsConnection {
                     out.push(WsEvent::Closed(format!("closed by relay: {frame:?}")));
                     return Phase::Closed;
                 }
-                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Not spent: nothing more is waiting.
+                    self.budget += 1;
+                    break;
+                }
+                Err(
+                    e @ (tungstenite::Error::Capacity(_)
+                    | tungstenite::Error::Protocol(_)
+                    | tungstenite::Error::Utf8(_)),
+                ) => {
+                    out.push(WsEvent::Violation(format!("read: {e}")));
+                    return Phase::Closed;
+                }
                 Err(e) => {
                     out.push(WsEvent::Closed(format!("read: {e}")));
                     return Phase::Closed;

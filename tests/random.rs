@@ -204,6 +204,7 @@ fn arbitrary_bytes_as_relay_messages_never_panic() {
     sim.publish(&own, &announcement(&owner, "r", &[url], T0));
     sim.advance(Duration::from_secs(10));
     let id = sim.id(url);
+    let own_id = sim.engine.own_relay();
     let valid = [
         format!(
             r#"["EVENT","1",{}]"#,
@@ -232,6 +233,9 @@ fn arbitrary_bytes_as_relay_messages_never_panic() {
             }
             String::from_utf8_lossy(&bytes).into_owned()
         };
+        // The own relay is trusted and hears everything; the remote one is
+        // cut for misbehaving early and then hears nothing until it is back.
+        sim.engine.handle_message(sim.now, own_id, &text);
         sim.engine.handle_message(sim.now, id, &text);
         if i % 1_000 == 0 {
             sim.settle();
@@ -239,4 +243,6 @@ fn arbitrary_bytes_as_relay_messages_never_panic() {
         }
     }
     assert!(sim.engine.stats().messages_malformed > 5_000);
+    assert!(sim.engine.relay_penalties(id) >= 1);
+    assert!(sim.engine.stats().penalties >= 1);
 }
