@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use nostr::prelude::Keys;
+
 /// Engine configuration. `Config::new(own_relay)` gives the defaults.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -75,6 +77,9 @@ pub struct Config {
     /// `localhost`. The shell sets it from
     /// `ShellOptions::allow_private_addresses`, its one switch for both.
     pub allow_private_addresses: bool,
+    /// Key for NIP-42 AUTH; `None` answers no challenge (relays that
+    /// require AUTH are then backed off).
+    pub auth_keys: Option<Keys>,
     /// Follow-up pages one subscription may ask before the rest is given up.
     pub max_pages: u32,
     /// Event ids remembered for de-duplication (per generation; two are kept).
@@ -120,6 +125,7 @@ impl Config {
             relay_change_interval: Duration::from_secs(60),
             max_known_relays: 50_000,
             allow_private_addresses: false,
+            auth_keys: None,
             max_pages: 10_000,
             seen_capacity: 100_000,
             wide_kinds: vec![

@@ -176,6 +176,7 @@ impl Engine {
                 slot.state = ItemState::Confirmed;
             }
         }
+        state.health.record_progress();
         self.stats.batches_confirmed += 1;
         debug!(
             "{}: batch {batch} confirmed ({} items)",

@@ -122,6 +122,12 @@ pub struct Stats {
     pub penalties: u64,
     /// Websocket upgrades refused with an HTTP status.
     pub upgrades_refused: u64,
+    /// NIP-42 AUTH events sent.
+    pub auth_attempts: u64,
+    /// NIP-42 AUTH events the relay rejected.
+    pub auth_failures: u64,
+    /// Subscriptions refused with `auth-required:`.
+    pub auth_required: u64,
 }
 
 /// Why the engine could not start.

@@ -46,12 +46,46 @@ pub struct HealthTracker {
     failures: u32,
     failing_since: Option<Time>,
     rate_limited_until: Option<Time>,
+    /// Consecutive refusals of historic work (`restricted:`, `error:`,
+    /// `auth-required:`). Kept apart from `failures` because the relay may
+    /// well serve other subscriptions (an EOSE there is a success), and a
+    /// refusal streak must still back off instead of retrying every `base`.
+    refusals: u32,
 }
 
 impl HealthTracker {
-    /// The relay served us: forget past failures.
+    /// The relay served us: forget past failures (a refusal streak ends
+    /// only when refused work gets through, see `record_progress`).
     pub fn record_success(&mut self) {
-        *self = HealthTracker::default();
+        *self = HealthTracker {
+            refusals: self.refusals,
+            ..HealthTracker::default()
+        };
+    }
+
+    /// Historic work was served to the end: refusals are over.
+    pub fn record_progress(&mut self) {
+        self.refusals = 0;
+    }
+
+    /// The relay refused historic work at `now`; returns when to try it
+    /// again: the backoff doubles per refusal in a row, plus `penalty`.
+    pub fn record_refusal(
+        &mut self,
+        now: Time,
+        policy: &BackoffPolicy,
+        penalty: u32,
+        rng: &mut impl Rng,
+    ) -> Time {
+        self.refusals = self.refusals.saturating_add(1);
+        let exp = self
+            .refusals
+            .saturating_sub(1)
+            .saturating_add(penalty)
+            .min(31);
+        let backoff = policy.base.saturating_mul(1u32 << exp).min(policy.max);
+        let jitter_ms = rng.gen_range(0..=backoff.as_millis() as u64 / 10);
+        now + backoff + Duration::from_millis(jitter_ms)
     }
 
     /// The relay failed at `now`; returns when to try it again. `penalty`
@@ -100,7 +134,7 @@ impl HealthTracker {
             .is_some_and(|s| now.since(s) >= policy.dead_after)
         {
             Health::Dead
-        } else if self.failures > 0 {
+        } else if self.failures > 0 || self.refusals > 0 {
             Health::Degraded
         } else {
             Health::Healthy

@@ -56,6 +56,12 @@ impl Engine {
                 message,
             } => self.on_closed(relay, sub_key(subscription_id.as_str()), &message, now),
             RelayMessage::Notice(text) => self.on_notice(relay, &text, now),
+            RelayMessage::Auth { challenge } => self.on_auth_challenge(relay, &challenge, now),
+            RelayMessage::Ok {
+                event_id,
+                status,
+                message,
+            } => self.on_ok(relay, &event_id, status, &message, now),
             _ => {}
         }
         self.flush(now);
@@ -333,6 +339,9 @@ impl Engine {
             let lost = if sub.eose { now } else { sub.started.min(now) };
             state.uncovered_since = Some(state.uncovered_since.map_or(lost, |t| t.min(lost)));
         }
+        if refusal == Refusal::AuthRequired {
+            self.on_auth_required(relay, now);
+        }
         if refusal.is_limit() {
             self.lower_limits(
                 relay,
@@ -376,7 +385,7 @@ impl Engine {
                 let penalty = state.conduct.backoff_steps();
                 state
                     .health
-                    .record_failure(now, &policy, penalty, &mut self.rng)
+                    .record_refusal(now, &policy, penalty, &mut self.rng)
             }
         };
         state.paused_until = Some(until);

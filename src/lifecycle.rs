@@ -11,6 +11,7 @@
 use log::{debug, info, warn};
 use nostr::prelude::Timestamp;
 
+use crate::auth::AuthState;
 use crate::engine::{Action, Engine, Timer};
 use crate::index::RelayId;
 use crate::relay::{ItemState, Role, Status};
@@ -41,6 +42,8 @@ impl Engine {
         }
         state.status = Status::Connected;
         state.conduct.on_connect();
+        state.auth = AuthState::default();
+        state.auth_required_logged = false;
         state.epoch = state.epoch.wrapping_add(1);
         state.last_connected = Some(now);
         state.last_heard = now;

@@ -158,6 +158,17 @@ pub fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &SinkView) -
         "Relays cut and backed off longer for repeated misbehaviour.",
         s.penalties,
     );
+    counter_labeled(
+        &mut out,
+        "grasp_sync_auth_total",
+        "NIP-42: AUTH sent, rejected, and subscriptions refused with auth-required.",
+        "event",
+        &[
+            ("attempt", s.auth_attempts),
+            ("rejected", s.auth_failures),
+            ("auth_required", s.auth_required),
+        ],
+    );
     counter(
         &mut out,
         "grasp_sync_reads_throttled_total",

@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::auth::AuthState;
 use crate::conduct::Conduct;
 use crate::health::HealthTracker;
 use crate::index::Item;
@@ -90,6 +91,10 @@ pub(crate) struct RelayState {
     pub health: HealthTracker,
     /// Offences and penalties (hostile-relay defence).
     pub conduct: Conduct,
+    /// NIP-42 on the current connection.
+    pub auth: AuthState,
+    /// `auth-required:` without a key was logged on this connection.
+    pub auth_required_logged: bool,
     /// Targeted items and their state.
     pub items: HashMap<Item, Slot>,
     /// Items that became `Queued` since the last diff (may be stale).
@@ -127,6 +132,8 @@ impl RelayState {
             disconnected_at: None,
             health: HealthTracker::default(),
             conduct: Conduct::default(),
+            auth: AuthState::default(),
+            auth_required_logged: false,
             items: HashMap::new(),
             queued: Vec::new(),
             batches: HashMap::new(),

@@ -41,6 +41,10 @@ enum Phase {
     Closed,
 }
 
+/// Bytes queued beyond tungstenite's own write buffer before a peer that
+/// does not read is dropped (a slow or hostile relay must not grow memory).
+const MAX_BACKLOG_BYTES: usize = 1 << 20;
+
 /// What a connection reports to the loop.
 #[derive(Debug, PartialEq, Eq)]
 pub enum WsEvent {
@@ -76,6 +80,9 @@ pub struct WsConnection {
     config: WebSocketConfig,
     /// Frames refused by a full write buffer, sent on the next flush.
     backlog: Vec<Message>,
+    /// Bytes in `backlog`; past [`MAX_BACKLOG_BYTES`] the peer is not
+    /// reading and the connection is dropped rather than buffered forever.
+    backlog_bytes: usize,
     /// Frames the current `on_ready` may still read.
     budget: usize,
 }
@@ -96,6 +103,7 @@ impl WsConnection {
             tls,
             config,
             backlog: Vec::new(),
+            backlog_bytes: 0,
             budget: 0,
         })
     }
@@ -153,12 +161,12 @@ impl WsConnection {
 
     fn send(&mut self, message: Message, out: &mut Vec<WsEvent>) {
         let Phase::Open(ws) = &mut self.phase else {
-            self.backlog.push(message);
+            self.hold(message, out);
             return;
         };
         match ws.write(message) {
             Ok(()) => {}
-            Err(tungstenite::Error::WriteBufferFull(m)) => self.backlog.push(*m),
+            Err(tungstenite::Error::WriteBufferFull(m)) => self.hold(*m, out),
             Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => {
                 out.push(WsEvent::Closed(format!("write: {e}")));
@@ -169,14 +177,30 @@ impl WsConnection {
         self.flush(out);
     }
 
+    /// Keeps a frame for a later flush, unless the peer has left too much unread.
+    fn hold(&mut self, message: Message, out: &mut Vec<WsEvent>) {
+        self.backlog_bytes += message.len();
+        self.backlog.push(message);
+        if self.backlog_bytes > MAX_BACKLOG_BYTES {
+            out.push(WsEvent::Closed(format!(
+                "peer not reading: {} bytes waiting",
+                self.backlog_bytes
+            )));
+            self.phase = Phase::Closed;
+        }
+    }
+
     fn flush(&mut self, out: &mut Vec<WsEvent>) {
         let Phase::Open(ws) = &mut self.phase else {
             return;
         };
         while !self.backlog.is_empty() {
-            match ws.write(self.backlog.remove(0)) {
+            let message = self.backlog.remove(0);
+            self.backlog_bytes -= message.len();
+            match ws.write(message) {
                 Ok(()) => {}
                 Err(tungstenite::Error::WriteBufferFull(m)) => {
+                    self.backlog_bytes += m.len();
                     self.backlog.insert(0, *m);
                     break;
                 }

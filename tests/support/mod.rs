@@ -43,6 +43,16 @@ pub struct FakeRelay {
     pub peak_subs: usize,
     /// Largest REQ message received, in bytes.
     pub largest_req: usize,
+    /// NIP-42: refuse every REQ with `CLOSED auth-required:` (after sending
+    /// this challenge) until a valid AUTH arrives.
+    pub require_auth: Option<String>,
+    /// Answer AUTH with `OK false` (wrong key).
+    pub reject_auth: bool,
+    /// After AUTH, refuse tag REQs with `restricted:`.
+    pub restricted_after_auth: bool,
+    /// AUTH events received.
+    pub auths: Vec<Event>,
+    authed: bool,
 }
 
 impl FakeRelay {
@@ -58,7 +68,40 @@ impl FakeRelay {
             silent: false,
             peak_subs: 0,
             largest_req: 0,
+            require_auth: None,
+            reject_auth: false,
+            restricted_after_auth: false,
+            auths: Vec::new(),
+            authed: false,
         }
+    }
+
+    /// A connection ended: authentication is per connection.
+    pub fn on_disconnect(&mut self) {
+        self.subs.clear();
+        self.authed = false;
+    }
+
+    /// NIP-42: a valid kind 22242 with our challenge is accepted (unless
+    /// `reject_auth`).
+    fn on_auth(&mut self, event: Event) -> Vec<String> {
+        let tag = |name: &str| {
+            event
+                .tags
+                .iter()
+                .map(|t| t.as_slice())
+                .find(|t| t.first().map(String::as_str) == Some(name))
+                .and_then(|t| t.get(1).cloned())
+        };
+        let valid = event.kind == Kind::Authentication
+            && event.verify().is_ok()
+            && tag("challenge") == self.require_auth
+            && tag("relay").is_some();
+        let accepted = valid && !self.reject_auth;
+        self.authed |= accepted;
+        let id = event.id;
+        self.auths.push(event);
+        vec![RelayMessage::ok(id, accepted, if accepted { "" } else { "restricted: no" }).as_json()]
     }
 
     /// Answers one client message; returns the relay's replies.
@@ -74,6 +117,19 @@ impl FakeRelay {
                 self.reqs.push((id.clone(), filters.clone()));
                 self.largest_req = self.largest_req.max(text.len());
                 let tagged = filters.iter().any(|f| !f.generic_tags.is_empty());
+                if let Some(challenge) = self.require_auth.clone().filter(|_| !self.authed) {
+                    return vec![
+                        RelayMessage::auth(challenge).as_json(),
+                        RelayMessage::closed(SubscriptionId::new(&id), "auth-required: log in")
+                            .as_json(),
+                    ];
+                }
+                if tagged && self.authed && self.restricted_after_auth {
+                    return vec![
+                        RelayMessage::closed(SubscriptionId::new(&id), "restricted: members only")
+                            .as_json(),
+                    ];
+                }
                 if let Some(reason) = self.close_next.pop_front_if(|_| tagged) {
                     return vec![RelayMessage::closed(SubscriptionId::new(&id), reason).as_json()];
                 }
@@ -108,6 +164,7 @@ impl FakeRelay {
                 self.subs.remove(&id.to_string());
                 Vec::new()
             }
+            ClientMessage::Auth(event) => self.on_auth(event.into_owned()),
             _ => Vec::new(),
         }
     }
@@ -306,7 +363,7 @@ impl Sim {
                 self.connected.remove(&relay);
                 let url = self.engine.relay_url(relay).to_owned();
                 if let Some(r) = self.relays.get_mut(&url) {
-                    r.subs.clear();
+                    r.on_disconnect();
                 }
                 self.inbox.retain(|(r, _)| *r != relay);
             }
@@ -334,7 +391,7 @@ impl Sim {
     pub fn stop_relay(&mut self, url: &str) {
         let r = self.relay(url);
         r.online = false;
-        r.subs.clear();
+        r.on_disconnect();
         if let Some(id) = self.engine.relay_id(url)
             && self.connected.remove(&id)
         {
