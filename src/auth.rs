@@ -19,6 +19,33 @@ use crate::index::RelayId;
 use crate::relay::Status;
 use crate::time::Time;
 
+/// The NIP-42 answer to `challenge` from `relay_url`, signed at `now`.
+pub fn auth_event(
+    keys: &Keys,
+    relay_url: &str,
+    challenge: &str,
+    now: Time,
+) -> Result<Event, String> {
+    EventBuilder::new(Kind::Authentication, "")
+        .tags([
+            Tag::custom("relay", [relay_url]),
+            Tag::custom("challenge", [challenge]),
+        ])
+        .custom_created_at(Timestamp::from_secs(now.as_secs()))
+        .finalize(keys)
+        .map_err(|e| e.to_string())
+}
+
+/// Reads a NIP-42 key from a file holding an `nsec1...` or 64 hex digits
+/// (surrounding whitespace ignored). Keys live in files, never on the
+/// command line, where every user of the machine could read them.
+pub fn read_key_file(path: &std::path::Path) -> Result<Keys, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let secret = SecretKey::parse(text.trim())
+        .map_err(|_| format!("{}: not an nsec or hex secret key", path.display()))?;
+    Ok(Keys::new(secret))
+}
+
 /// Where a relay connection stands with NIP-42.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) enum AuthState {
@@ -107,14 +134,7 @@ impl Engine {
             return;
         };
         let url = self.index.relay_url(relay);
-        let signed = EventBuilder::new(Kind::Authentication, "")
-            .tags([
-                Tag::custom("relay", [url]),
-                Tag::custom("challenge", [challenge.as_str()]),
-            ])
-            .custom_created_at(Timestamp::from_secs(now.as_secs()))
-            .finalize(keys);
-        let event = match signed {
+        let event = match auth_event(keys, url, challenge, now) {
             Ok(event) => event,
             Err(e) => {
                 warn!("{url}: could not sign AUTH: {e}");

@@ -349,6 +349,15 @@ static FLAGS: &[Flag] = &[
         help: "On SIGTERM, time to flush before exiting anyway.",
     },
     Flag {
+        name: "auth-key-file",
+        kind: Kind::Single("<path>", |o, v| {
+            o.config.auth_keys = Some(crate::auth::read_key_file(&path(v)?)?);
+            Ok(())
+        }),
+        default: "none",
+        help: "File holding an nsec or hex secret key for NIP-42 AUTH (never pass a key itself).",
+    },
+    Flag {
         name: "seed",
         kind: Kind::Single("<u64>", |o, v| {
             o.config.seed = integer(v, 0)?;
@@ -718,6 +727,7 @@ mod tests {
         ("chunk-size", "7"),
         ("max-relays", "33"),
         ("max-frame-bytes", "4096"),
+        ("max-frames-per-sec", "77"),
         ("extra-ca-file", "/etc/ca/private.pem"),
         ("shutdown-timeout-secs", "3"),
         ("seed", "18446744073709551615"),
@@ -749,6 +759,7 @@ mod tests {
         assert_eq!(c.page_limit, 50);
         assert_eq!(o.max_relays, 33);
         assert_eq!(o.max_frame_bytes, 4096);
+        assert_eq!(o.max_frames_per_sec, 77);
         assert_eq!(o.extra_ca_files, vec![PathBuf::from("/etc/ca/private.pem")]);
         assert_eq!(o.shutdown_timeout, Duration::from_secs(3));
         assert_eq!(c.seed, u64::MAX);
@@ -1223,5 +1234,42 @@ mod tests {
             );
         }
         assert_eq!(numeric, 17);
+    }
+
+    #[test]
+    fn the_auth_key_is_read_from_a_file_as_nsec_or_hex() {
+        let dir = std::env::temp_dir().join(format!("grasp-sync-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let keys = nostr::prelude::Keys::generate();
+        let hex = dir.join("hex");
+        std::fs::write(&hex, format!("  {}\n", keys.secret_key().to_secret_hex())).unwrap();
+        let nsec = dir.join("nsec");
+        use nostr::prelude::ToBech32;
+        std::fs::write(&nsec, keys.secret_key().to_bech32().unwrap()).unwrap();
+        for file in [&hex, &nsec] {
+            let arg = format!("--auth-key-file={}", file.display());
+            let o = run(&["--own-relay", OWN, &arg], &[]);
+            assert_eq!(o.config.auth_keys.unwrap().public_key(), keys.public_key());
+            let env = [("GRASP_SYNC_AUTH_KEY_FILE", file.to_str().unwrap())];
+            let o = run(&["--own-relay", OWN], &env);
+            assert_eq!(o.config.auth_keys.unwrap().public_key(), keys.public_key());
+        }
+        let bad = dir.join("bad");
+        std::fs::write(&bad, "not a key").unwrap();
+        let e = error(
+            &["--own-relay", OWN, "--auth-key-file", bad.to_str().unwrap()],
+            &[],
+        );
+        assert!(e.contains("not an nsec or hex secret key"), "{e}");
+        assert!(
+            !e.contains("not a key"),
+            "the file's content is never echoed: {e}"
+        );
+        let e = error(
+            &["--own-relay", OWN, "--auth-key-file", "/nonexistent/key"],
+            &[],
+        );
+        assert!(e.starts_with("--auth-key-file: /nonexistent/key"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -57,7 +57,7 @@
 #![warn(missing_docs)]
 
 pub mod address;
-mod auth;
+pub mod auth;
 pub mod cli;
 pub mod conduct;
 pub mod config;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use log::{debug, info, warn};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use nostr::prelude::{Event, RelayMessage};
+use nostr::prelude::{ClientMessage, Event, RelayMessage};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use slab::Slab;
@@ -276,6 +276,8 @@ pub struct Shell {
     scratch: Vec<WsEvent>,
     /// Sockets were busy since the last trim.
     active: bool,
+    /// NIP-42 key, for the sink connection (the engine has its own copy).
+    auth_keys: Option<nostr::prelude::Keys>,
 }
 
 impl Shell {
@@ -286,6 +288,7 @@ impl Shell {
         sink: SinkTarget,
     ) -> Result<Shell, ShellError> {
         config.allow_private_addresses = opts.allow_private_addresses;
+        let auth_keys = config.auth_keys.clone();
         let clock = Clock::new();
         let now = clock.now();
         let own_url = config.own_relay.clone();
@@ -368,6 +371,7 @@ impl Shell {
             stopping: None,
             scratch: Vec::new(),
             active: false,
+            auth_keys,
         })
     }
 
@@ -1007,8 +1011,38 @@ impl Shell {
                 message,
             }) => s.outbox.handle_ok(now, &event_id, status, &message),
             Ok(RelayMessage::Notice(n)) => info!("own relay notice: {n}"),
+            Ok(RelayMessage::Auth { challenge }) => self.auth_sink(&challenge, now),
             _ => debug!("own relay sink: ignored message"),
         }
+    }
+
+    /// The own relay challenged the sink connection: answer with the same
+    /// key the engine uses. A refused EVENT (`auth-required:`) is retried
+    /// by the outbox's backoff and goes through once this is accepted.
+    fn auth_sink(&mut self, challenge: &str, now: Time) {
+        let Some(keys) = self.auth_keys.as_ref() else {
+            info!("own relay asks for AUTH; no key configured");
+            return;
+        };
+        let SinkState::OwnRelay(s) = &self.sink else {
+            return;
+        };
+        let (Some(token), url) = (s.slot, s.url.clone()) else {
+            return;
+        };
+        let message = match crate::auth::auth_event(keys, &url, challenge, now) {
+            Ok(event) => ClientMessage::auth(event).as_json(),
+            Err(e) => return warn!("own relay AUTH: {e}"),
+        };
+        let mut out = std::mem::take(&mut self.scratch);
+        if let Some(SlotKind::OwnSink {
+            conn: Conn::Ws(ws), ..
+        }) = self.slot_mut(token).map(|s| &mut s.kind)
+        {
+            ws.send_text(message, &mut out);
+        }
+        self.handle_ws_events(token, &mut out, now);
+        self.scratch = out;
     }
 
     // ----- shutdown -----
