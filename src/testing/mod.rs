@@ -7,5 +7,6 @@
 
 pub mod cert;
 pub mod farm;
+pub mod fault;
 pub mod relay;
 pub mod store;

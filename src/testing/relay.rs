@@ -9,6 +9,8 @@
 //! per-connection limit the two ways real relays do (`CLOSED` or a bare
 //! `NOTICE`). Tests can cut every connection, stop it and restart it on the
 //! same port with the same store, and serve `wss://` with a given TLS config.
+//! With [`RelayOptions::fault`] set it misbehaves instead, in one of the
+//! ways real relays do (see [`Fault`]).
 //!
 //! # Why threads
 //!
@@ -46,6 +48,7 @@ use tungstenite::{Message, WebSocket};
 
 use crate::tls::MaybeTls;
 
+use super::fault::{Answer, ConnFaults, Fault, Injector, Opening, Pace, Upgrade};
 use super::store::{Store, Stored};
 
 /// How long a connection thread waits for client data before it flushes its
@@ -95,6 +98,8 @@ pub struct RelayOptions {
     /// Store `EVENT`s published by clients. When false they are answered
     /// with `OK false "blocked: ..."` and dropped. Default: true.
     pub accept_events: bool,
+    /// Misbehave this way (see [`Fault`]). Default: none, an honest relay.
+    pub fault: Option<Fault>,
 }
 
 impl Default for RelayOptions {
@@ -104,6 +109,7 @@ impl Default for RelayOptions {
             max_subscriptions: None,
             tls: None,
             accept_events: true,
+            fault: None,
         }
     }
 }
@@ -171,6 +177,7 @@ impl TestRelay {
             store.insert(event);
         }
         let shared = Arc::new(Shared {
+            injector: Injector::new(opts.fault.clone()),
             opts,
             state: Mutex::new(State {
                 store,
@@ -178,6 +185,7 @@ impl TestRelay {
                 next_conn: 0,
             }),
             req_count: AtomicUsize::new(0),
+            rejected: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
         });
@@ -185,7 +193,7 @@ impl TestRelay {
             let shared = Arc::clone(&shared);
             thread::Builder::new()
                 .name(format!("test-relay-{port}"))
-                .spawn(move || accept_loop(&shared, &listener))?
+                .spawn(move || accept_loop(&shared, listener, port))?
         };
         Ok(TestRelay {
             shared,
@@ -259,15 +267,35 @@ impl TestRelay {
             .sum()
     }
 
+    /// Client connections accepted so far (TCP accepts, whether or not the
+    /// websocket handshake then succeeded).
+    pub fn accepted_count(&self) -> u64 {
+        self.shared.state().next_conn
+    }
+
+    /// `EVENT`s from clients refused for a bad id or signature.
+    pub fn rejected_count(&self) -> usize {
+        self.shared.rejected.load(Ordering::SeqCst)
+    }
+
+    /// Faults fired so far (see [`Fault`]): one per refused `REQ`, withheld
+    /// `EOSE`, cut, restart, stalled or refused handshake, paced
+    /// connection, oversized frame, garbage message, bad event, flood and
+    /// burst of duplicates. Always 0 for an honest relay.
+    pub fn faults_injected(&self) -> usize {
+        self.shared.injector.injected()
+    }
+
+    /// Ids of the invalid events this relay sent (bad id, bad signature,
+    /// outside the subscription's filter): none may reach a sink.
+    pub fn invalid_sent(&self) -> Vec<EventId> {
+        self.shared.injector.invalid_sent()
+    }
+
     /// Cuts every client connection now (TCP shutdown, no websocket close
     /// frame) and keeps listening for new ones.
     pub fn drop_connections(&self) {
-        let mut state = self.shared.state();
-        for conn in state.conns.values() {
-            // Already closed by the peer is fine: the goal is a closed socket.
-            let _ = conn.socket.shutdown(Shutdown::Both);
-        }
-        state.conns.clear();
+        self.shared.cut_all();
     }
 
     /// Stops listening, cuts every connection, waits for all threads and
@@ -308,8 +336,11 @@ impl Drop for TestRelay {
 /// State shared by the handle, the acceptor and the connection threads.
 struct Shared {
     opts: RelayOptions,
+    injector: Injector,
     state: Mutex<State>,
     req_count: AtomicUsize,
+    /// Client `EVENT`s refused for a bad id or signature.
+    rejected: AtomicUsize,
     stopping: AtomicBool,
     /// Connection threads, joined by `stop`.
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -323,11 +354,21 @@ impl Shared {
     fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
     }
+
+    /// Cuts every client connection (TCP shutdown, no close frame).
+    fn cut_all(&self) {
+        let mut state = self.state();
+        for conn in state.conns.values() {
+            // Already closed by the peer is fine: the goal is a closed socket.
+            let _ = conn.socket.shutdown(Shutdown::Both);
+        }
+        state.conns.clear();
+    }
 }
 
 /// Locks a mutex, recovering from poisoning: every critical section leaves
 /// the state consistent, and a test relay should keep serving.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -380,7 +421,7 @@ impl State {
 /// Serializes a relay message. `None` (logged) only if serde_json fails on
 /// it, which for these plain messages would be a bug in nostr; `as_json`
 /// would panic instead.
-fn to_json(msg: &RelayMessage<'_>) -> Option<String> {
+pub(super) fn to_json(msg: &RelayMessage<'_>) -> Option<String> {
     match msg.try_as_json() {
         Ok(text) => Some(text),
         Err(e) => {
@@ -390,9 +431,18 @@ fn to_json(msg: &RelayMessage<'_>) -> Option<String> {
     }
 }
 
-/// Accepts connections until `stop`, polling a non-blocking listener.
-fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+/// Accepts connections until `stop`, polling a non-blocking listener, and
+/// restarts the relay when a [`Fault::Restart`] asks.
+fn accept_loop(shared: &Arc<Shared>, mut listener: TcpListener, port: u16) {
     while !shared.stopping() {
+        if let Some(down_for) = shared.injector.take_restart() {
+            drop(listener);
+            shared.cut_all();
+            let Some(again) = relisten(shared, port, down_for) else {
+                return;
+            };
+            listener = again;
+        }
         match listener.accept() {
             Ok((socket, _)) => spawn_connection(shared, socket),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
@@ -404,6 +454,24 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             }
         }
     }
+}
+
+/// Keeps the port closed for `down_for`, then listens on it again; `None`
+/// if the relay stops meanwhile.
+fn relisten(shared: &Shared, port: u16, down_for: Duration) -> Option<TcpListener> {
+    let up_at = Instant::now() + down_for;
+    while !shared.stopping() {
+        if Instant::now() >= up_at {
+            let listener = TcpListener::bind(("127.0.0.1", port))
+                .and_then(|l| l.set_nonblocking(true).map(|()| l));
+            match listener {
+                Ok(listener) => return Some(listener),
+                Err(e) => log::warn!("test relay: cannot listen on port {port} again: {e}"),
+            }
+        }
+        thread::sleep(ACCEPT_POLL);
+    }
+    None
 }
 
 /// Registers a connection and starts its thread.
@@ -445,6 +513,7 @@ fn spawn_connection(shared: &Arc<Shared>, socket: TcpStream) {
                     id,
                     outbox,
                     inbox,
+                    faults: ConnFaults::default(),
                 };
                 connection.serve(socket);
                 shared.state().conns.remove(&id);
@@ -468,12 +537,16 @@ fn spawn_connection(shared: &Arc<Shared>, socket: TcpStream) {
 
 /// A TCP socket whose read timeouts always surface as `WouldBlock` (Unix
 /// reports `WouldBlock`, Windows `TimedOut`), which is what tungstenite and
-/// rustls treat as "no data yet, try again".
-struct Socket(TcpStream);
+/// rustls treat as "no data yet, try again". With a pace, writes let one
+/// byte out at a time and report `WouldBlock` in between.
+struct Socket {
+    tcp: TcpStream,
+    pace: Option<Pace>,
+}
 
 impl Read for Socket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.read(buf).map_err(|e| {
+        self.tcp.read(buf).map_err(|e| {
             if e.kind() == io::ErrorKind::TimedOut {
                 io::ErrorKind::WouldBlock.into()
             } else {
@@ -485,11 +558,17 @@ impl Read for Socket {
 
 impl Write for Socket {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.write(buf)
+        match &mut self.pace {
+            Some(pace) if !buf.is_empty() => match pace.allow() {
+                true => self.tcp.write(&buf[..1]),
+                false => Err(io::ErrorKind::WouldBlock.into()),
+            },
+            _ => self.tcp.write(buf),
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
+        self.tcp.flush()
     }
 }
 
@@ -509,13 +588,21 @@ struct Connection<'a> {
     /// This connection's own outbound channel (also registered in `State`).
     outbox: Sender<String>,
     inbox: Receiver<String>,
+    faults: ConnFaults,
 }
 
 impl Connection<'_> {
     /// Serves the connection until the client leaves, it is cut, or the
     /// relay stops.
     fn serve(&self, socket: TcpStream) {
-        let socket = Socket(socket);
+        let upgrade = match self.shared.injector.opening() {
+            Opening::Handshake(upgrade) => upgrade,
+            Opening::Stall => return self.stall(socket),
+        };
+        let socket = Socket {
+            tcp: socket,
+            pace: None,
+        };
         let stream = match &self.shared.opts.tls {
             None => MaybeTls::Plain(socket),
             Some(config) => match ServerConnection::new(Arc::clone(config)) {
@@ -526,10 +613,15 @@ impl Connection<'_> {
                 }
             },
         };
-        let Some(mut ws) = self.handshake(stream) else {
+        let Some(mut ws) = self.handshake(stream, upgrade) else {
             return;
         };
+        if let Some(frame) = self.shared.injector.greeting() {
+            self.send_text(frame);
+        }
+        ws.get_mut().transport_mut().pace = self.shared.injector.pace();
         while !self.shared.stopping() {
+            self.shared.injector.tick(self.id, &self.faults);
             if let Err(e) = self.flush(&mut ws) {
                 log::debug!("test relay: connection {} write: {e}", self.id);
                 return;
@@ -551,11 +643,30 @@ impl Connection<'_> {
         // (`stop` shuts it down; dropping `ws` closes it).
     }
 
+    /// Holds a connection without answering anything ([`Fault::Slowloris`])
+    /// until the client leaves, it is cut, or the relay stops.
+    fn stall(&self, mut socket: TcpStream) {
+        let mut buf = [0u8; 1024];
+        while !self.shared.stopping() {
+            match socket.read(&mut buf) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
+    }
+
     /// Completes the (TLS and) websocket handshake, resuming it across read
-    /// timeouts.
-    fn handshake(&self, stream: Stream) -> Option<WebSocket<Stream>> {
+    /// timeouts; `upgrade` may refuse it with an HTTP error instead.
+    fn handshake(&self, stream: Stream, upgrade: Upgrade) -> Option<WebSocket<Stream>> {
         let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-        let mut attempt = tungstenite::accept_with_config(stream, None);
+        let mut attempt = tungstenite::accept_hdr_with_config(stream, upgrade, None);
         loop {
             match attempt {
                 Ok(ws) => return Some(ws),
@@ -573,14 +684,21 @@ impl Connection<'_> {
         }
     }
 
-    /// Writes everything queued for this client.
+    /// Writes everything queued for this client; fails once a
+    /// [`Fault::DropMidStream`] cuts the connection.
     fn flush(&self, ws: &mut WebSocket<Stream>) -> tungstenite::Result<()> {
         let mut wrote = false;
         while let Ok(text) = self.inbox.try_recv() {
+            let event = text.starts_with("[\"EVENT\"");
             match ws.write(Message::text(text)) {
                 // A blocked write keeps the frame buffered for the next flush.
                 Err(e) if !nothing_yet(&e) => return Err(e),
                 _ => wrote = true,
+            }
+            if event && self.shared.injector.cut_now(self.id, &self.faults) {
+                // Whatever is buffered goes out before the cut; the rest never.
+                let _ = ws.flush();
+                return Err(tungstenite::Error::ConnectionClosed);
             }
         }
         if wrote {
@@ -595,9 +713,14 @@ impl Connection<'_> {
     /// Queues a message to this client.
     fn send(&self, msg: RelayMessage<'_>) {
         if let Some(text) = to_json(&msg) {
-            // The receiver lives as long as this thread: sending cannot fail.
-            let _ = self.outbox.send(text);
+            self.send_text(text);
         }
+    }
+
+    /// Queues a text frame to this client.
+    fn send_text(&self, text: String) {
+        // The receiver lives as long as this thread: sending cannot fail.
+        let _ = self.outbox.send(text);
     }
 
     /// Answers one text message.
@@ -624,6 +747,7 @@ impl Connection<'_> {
     fn on_event(&self, event: Event) {
         let id = event.id;
         if event.verify().is_err() {
+            self.shared.rejected.fetch_add(1, Ordering::SeqCst);
             self.send(RelayMessage::ok(id, false, "invalid: bad signature"));
             return;
         }
@@ -646,6 +770,8 @@ impl Connection<'_> {
 
     fn on_req(&self, sub: String, filters: Vec<Filter>) {
         self.shared.req_count.fetch_add(1, Ordering::SeqCst);
+        // Made up (and signed) before taking the lock other threads wait on.
+        let answer = self.shared.injector.answer(&sub, &filters, &self.faults);
         let mut state = self.shared.state();
         let state = &mut *state;
         let Some(conn) = state.conns.get_mut(&self.id) else {
@@ -662,16 +788,30 @@ impl Connection<'_> {
             });
             return;
         }
+        let plan = match answer {
+            Answer::Refuse(text) => return self.send_text(text),
+            Answer::Serve(plan) => plan,
+        };
         // Queued under the state lock, so live deliveries of events stored
         // after this query come after the EOSE.
         let sub_id = SubscriptionId::new(&sub);
-        for event in state
+        plan.before
+            .into_iter()
+            .for_each(|text| self.send_text(text));
+        let stored = state
             .store
-            .query(&filters, self.shared.opts.max_results_per_req)
-        {
-            self.send(RelayMessage::event(sub_id.clone(), event.clone()));
+            .query(&filters, self.shared.opts.max_results_per_req);
+        for event in &stored {
+            self.send(RelayMessage::event(sub_id.clone(), (*event).clone()));
         }
-        self.send(RelayMessage::eose(sub_id));
+        if let Some(first) = stored.first() {
+            let copies = self.shared.injector.copies(&sub_id, first, plan.copies);
+            copies.into_iter().for_each(|text| self.send_text(text));
+        }
+        plan.after.into_iter().for_each(|text| self.send_text(text));
+        if plan.eose {
+            self.send(RelayMessage::eose(sub_id));
+        }
         conn.subs.insert(sub, filters);
     }
 }
