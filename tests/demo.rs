@@ -97,3 +97,57 @@ fn demo_over_wss_with_the_test_ca() {
         .expect("engine line");
     assert!(engine.contains("idle_cpu_pct="), "{engine}");
 }
+
+#[test]
+fn demo_chaos_loses_nothing_and_ingests_nothing_invalid() {
+    // Seed 13 starts the fault cycle at the bad events: bad id, bad
+    // signature, outside the filter, duplicates, garbage, HTTP 429 and 503,
+    // a cut mid-stream, a restart and a missing EOSE.
+    let out = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
+        .args([
+            "demo",
+            "--chaos",
+            "--relays",
+            "30",
+            "--seed",
+            "13",
+            "--timeout-secs",
+            "120",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo --chaos failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("demo: chaos: 10 relays misbehave: bad-id, bad-signature, outside-filter,"),
+        "{stdout}"
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    let field = |k: &str| -> u64 {
+        last.split(' ')
+            .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k} in {last}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(field("relays"), 30);
+    assert_eq!(field("chaotic"), 10);
+    assert!(field("faults_injected") > 0, "{last}");
+    assert_eq!(field("events_lost"), 0, "{last}");
+    assert_eq!(field("invalid_ingested"), 0, "{last}");
+    assert!(field("peak_rss_kib") <= field("rss_ceiling_kib"), "{last}");
+    assert_eq!(field("expected"), field("synced"));
+}
+
+#[test]
+fn demo_chaos_needs_three_relays() {
+    let out = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
+        .args(["demo", "--chaos", "--relays", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

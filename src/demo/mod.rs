@@ -9,8 +9,10 @@
 //! events spread across relays (some repos announced only on remote
 //! relays), runs the real engine over real sockets, publishes more events
 //! while it runs, restarts one remote relay midway, and reports progress
-//! until every expected event reached the own relay.
+//! until every expected event reached the own relay. With `--chaos` a third
+//! of the remote relays misbehave (see `chaos`).
 
+mod chaos;
 mod engine_process;
 mod scenario;
 
@@ -18,6 +20,9 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use nostr::prelude::EventId;
+
+pub use chaos::ChaosSummary;
+use chaos::{Chaos, rss_ceiling_kib};
 
 use crate::testing::cert::{CA_PEM, LEAF_KEY_PEM, LEAF_PEM};
 use crate::testing::farm::{FarmOptions, RelayFarm};
@@ -42,6 +47,8 @@ pub struct DemoOptions {
     pub tls: bool,
     /// After converging, let the engine idle this many seconds and measure it.
     pub idle: u64,
+    /// A third of the remote relays misbehave, one fault each.
+    pub chaos: bool,
 }
 
 impl Default for DemoOptions {
@@ -54,6 +61,7 @@ impl Default for DemoOptions {
             timeout: Duration::from_secs(300),
             tls: false,
             idle: 0,
+            chaos: false,
         }
     }
 }
@@ -73,21 +81,43 @@ pub struct DemoSummary {
     pub peak_rss_kib: u64,
     /// REQs the relays received.
     pub reqs: u64,
+    /// What `--chaos` found.
+    pub chaos: Option<ChaosSummary>,
 }
 
 impl DemoSummary {
     /// The last line of the demo's output; scripts parse it.
     pub fn line(&self) -> String {
+        let missing = self.expected - self.synced;
+        let chaos = self.chaos.map_or(String::new(), |c| {
+            format!(
+                " chaotic={} faults_injected={} events_lost={missing} invalid_ingested={} rss_ceiling_kib={}",
+                c.chaotic, c.faults_injected, c.invalid_ingested, c.rss_ceiling_kib
+            )
+        });
         format!(
-            "demo: relays={} expected={} synced={} missing={} seconds={:.1} peak_rss_kib={} reqs={}",
-            self.relays,
-            self.expected,
-            self.synced,
-            self.expected - self.synced,
-            self.seconds,
-            self.peak_rss_kib,
-            self.reqs
+            "demo: relays={} expected={} synced={} missing={missing} seconds={:.1} peak_rss_kib={} reqs={}{chaos}",
+            self.relays, self.expected, self.synced, self.seconds, self.peak_rss_kib, self.reqs
         )
+    }
+
+    /// Why the chaos checks failed, if they did: an invalid event reached
+    /// the own relay, or the engine's memory passed its ceiling.
+    pub fn chaos_failure(&self) -> Option<String> {
+        let c = self.chaos?;
+        if c.invalid_ingested > 0 {
+            Some(format!(
+                "{} invalid events reached the own relay",
+                c.invalid_ingested
+            ))
+        } else if self.peak_rss_kib > c.rss_ceiling_kib {
+            Some(format!(
+                "the engine's peak RSS {} KiB is over its ceiling of {} KiB",
+                self.peak_rss_kib, c.rss_ceiling_kib
+            ))
+        } else {
+            None
+        }
     }
 }
 
@@ -117,9 +147,10 @@ pub fn parse_args(args: &[String]) -> Result<DemoOptions, String> {
             "--timeout-secs" => opts.timeout = Duration::from_secs(value("seconds")?.max(1)),
             "--idle-secs" => opts.idle = value("seconds")?,
             "--tls" if inline.is_none() => opts.tls = true,
+            "--chaos" if inline.is_none() => opts.chaos = true,
             _ => {
                 return Err(format!(
-                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls)"
+                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls --chaos)"
                 ));
             }
         }
@@ -127,10 +158,15 @@ pub fn parse_args(args: &[String]) -> Result<DemoOptions, String> {
     Ok(opts)
 }
 
-/// Runs the demo, printing progress; returns the summary.
+/// Runs the demo, printing progress; returns the summary. A failed chaos
+/// check prints the summary, then is an error.
 pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
     let _ = crate::rlimit::raise_fd_limit();
     let n = opts.relays.max(1);
+    let chaotic = if opts.chaos { n / 3 } else { 0 };
+    if opts.chaos && chaotic == 0 {
+        return Err("--chaos needs --relays 3 or more".to_owned());
+    }
     let tls = match opts.tls {
         true => Some(
             server_tls_config(LEAF_PEM.as_bytes(), LEAF_KEY_PEM.as_bytes())
@@ -138,8 +174,9 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         ),
         false => None,
     };
+    let chaos = Chaos::start(chaotic, opts.seed, tls.clone())?;
     let farm = RelayFarm::start(
-        n + 1,
+        n - chaotic + 1,
         FarmOptions {
             tls,
             ..FarmOptions::default()
@@ -147,12 +184,13 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
     )
     .map_err(|e| format!("starting relays: {e}"))?;
     let own_url = farm.url(0);
-    let urls: Vec<String> = (1..=n).map(|i| farm.url(i)).collect();
-    let scenario = generate(opts, &own_url, &urls);
+    let urls: Vec<String> = (1..farm.len()).map(|i| farm.url(i)).collect();
+    let scenario = generate(opts, &own_url, &urls, &chaos.urls());
     farm.seed(0, scenario.own.clone());
     for (i, events) in scenario.remote.iter().enumerate() {
         farm.seed(i + 1, events.clone());
     }
+    chaos.seed(&scenario.chaotic);
     println!(
         "demo: {} relays on 127.0.0.1{}, {} repos, {} events to sync ({} published while running)",
         n,
@@ -161,6 +199,9 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         scenario.expected.len(),
         scenario.live.len()
     );
+    if opts.chaos {
+        println!("{}", chaos.describe());
+    }
     let engine = EngineProcess::spawn(&own_url, n, opts.seed, opts.tls.then_some(CA_PEM))?;
     let started = Instant::now();
     let progress = drive(&farm, &engine, &scenario, started + opts.timeout, started);
@@ -180,20 +221,35 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         metric("grasp_sync_bytes_total{direction=\"out\"}"),
         metric("grasp_sync_bytes_total{direction=\"in\"}"),
     );
-    let reqs = farm.stats().reqs;
+    let reqs = farm.stats().reqs + chaos.reqs();
+    let chaos_summary = opts.chaos.then(|| ChaosSummary {
+        chaotic,
+        faults_injected: chaos.faults_injected(),
+        invalid_ingested: farm.count_present(0, &chaos.invalid_sent()) as u64
+            + metric("grasp_sync_sink_events_total{outcome=\"rejected\"}"),
+        rss_ceiling_kib: rss_ceiling_kib(n),
+    });
     let code = engine.stop();
     farm.stop();
     if code != Some(0) {
         return Err(format!("the engine exited with {code:?} on SIGTERM"));
     }
-    Ok(DemoSummary {
+    let summary = DemoSummary {
         relays: n,
         expected: scenario.expected.len(),
         synced: progress.synced,
         seconds: converged.as_secs_f64(),
         peak_rss_kib,
         reqs,
-    })
+        chaos: chaos_summary,
+    };
+    match summary.chaos_failure() {
+        Some(failure) => {
+            println!("{}", summary.line());
+            Err(format!("chaos: {failure}"))
+        }
+        None => Ok(summary),
+    }
 }
 
 /// The engine at rest after converging.

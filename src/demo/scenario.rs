@@ -1,5 +1,10 @@
 //! The demo's world: repositories spread over relays and the events that
 //! must reach the own relay, generated deterministically from a seed.
+//!
+//! With `--chaos` some relays misbehave. Every event is then placed on
+//! honest relays, so each one must arrive; each repository also lists one
+//! misbehaving relay, which holds copies of that repository's history and
+//! sends its bad stuff along with them.
 
 use std::collections::HashSet;
 
@@ -16,6 +21,8 @@ struct Repo {
     owner: Keys,
     d: String,
     relays: Vec<usize>,
+    /// The misbehaving relay it also lists, if any.
+    chaotic: Option<usize>,
     roots: Vec<(Event, usize)>,
 }
 
@@ -25,24 +32,36 @@ pub struct Scenario {
     pub own: Vec<Event>,
     /// Events on each remote relay at start (index 0 is farm relay 1).
     pub remote: Vec<Vec<Event>>,
+    /// Events on each misbehaving relay at start: copies of events placed
+    /// on honest relays.
+    pub chaotic: Vec<Vec<Event>>,
     /// Events published while the engine runs: (farm relay, event).
     pub live: Vec<(usize, Event)>,
     /// Every event that must reach the own relay.
     pub expected: Vec<EventId>,
 }
 
-/// Generates the repos and their events, deterministically from the seed.
-pub fn generate(opts: &DemoOptions, own_url: &str, urls: &[String]) -> Scenario {
+/// Generates the repos and their events over the honest relays `urls`,
+/// deterministically from the seed; repo `i` also lists misbehaving relay
+/// `i % chaotic.len()`. Default sizes count both kinds of relay.
+pub fn generate(
+    opts: &DemoOptions,
+    own_url: &str,
+    urls: &[String],
+    chaotic: &[String],
+) -> Scenario {
     let mut rng = SmallRng::seed_from_u64(opts.seed);
     let n = urls.len();
-    let repo_count = opts.repos.unwrap_or(2 * n).max(1);
-    let event_count = opts.events.unwrap_or(20 * n);
+    let all = n + chaotic.len();
+    let repo_count = opts.repos.unwrap_or(2 * all).max(1);
+    let event_count = opts.events.unwrap_or(20 * all);
     let owners: Vec<Keys> = (0..8).map(|_| keys(&mut rng)).collect();
     let authors: Vec<Keys> = (0..16).map(|_| keys(&mut rng)).collect();
     let now = Timestamp::now().as_secs();
     let mut s = Scenario {
         own: Vec::new(),
         remote: vec![Vec::new(); n],
+        chaotic: vec![Vec::new(); chaotic.len()],
         live: Vec::new(),
         expected: Vec::new(),
     };
@@ -57,6 +76,7 @@ pub fn generate(opts: &DemoOptions, own_url: &str, urls: &[String]) -> Scenario 
                 owner: owners[i % owners.len()].clone(),
                 d: format!("repo-{i}"),
                 relays,
+                chaotic: (!chaotic.is_empty()).then(|| i % chaotic.len()),
                 roots: Vec::new(),
             }
         })
@@ -68,6 +88,7 @@ pub fn generate(opts: &DemoOptions, own_url: &str, urls: &[String]) -> Scenario 
         let mut tags = vec![tag(&["d", &repo.d]), tag(&["name", &repo.d])];
         let mut relay_tag = vec!["relays".to_owned(), own_url.to_owned()];
         relay_tag.extend(repo.relays.iter().map(|&r| urls[r].clone()));
+        relay_tag.extend(repo.chaotic.map(|c| chaotic[c].clone()));
         tags.push(Tag::parse(relay_tag).expect("the relays tag has a name"));
         let ann = sign(&repo.owner, 30617, now - 86_400 + i as u64, tags, "");
         let remote_only = i % 5 == 4 && !listed.is_empty();
@@ -89,7 +110,7 @@ pub fn generate(opts: &DemoOptions, own_url: &str, urls: &[String]) -> Scenario 
             vec![tag(&["d", &repo.d]), tag(&["refs/heads/main", "0123abcd"])],
             "",
         );
-        place(&mut s, &repo.relays, &mut rng, state, None);
+        place(&mut s, repo, &mut rng, state, None);
     }
     let live_from = event_count - event_count / 10;
     for i in 0..event_count {
@@ -154,23 +175,23 @@ pub fn generate(opts: &DemoOptions, own_url: &str, urls: &[String]) -> Scenario 
             repo.roots.push((event.clone(), at_relay));
         }
         let live = (i >= live_from).then_some(at_relay);
-        place(&mut s, &repo.relays, &mut rng, event, live);
+        place(&mut s, repo, &mut rng, event, live);
     }
     s
 }
 
-/// Puts an event on one of `relays` (now, or live later) and expects it.
-fn place(
-    s: &mut Scenario,
-    relays: &[usize],
-    rng: &mut SmallRng,
-    event: Event,
-    live: Option<usize>,
-) {
+/// Puts an event of `repo` on one of its honest relays (now, or live
+/// later) and expects it; a copy of history goes to its misbehaving relay.
+fn place(s: &mut Scenario, repo: &Repo, rng: &mut SmallRng, event: Event, live: Option<usize>) {
     s.expected.push(event.id);
     match live {
         Some(relay) => s.live.push((relay + 1, event)),
-        None => s.remote[relays[rng.gen_range(0..relays.len())]].push(event),
+        None => {
+            if let Some(c) = repo.chaotic {
+                s.chaotic[c].push(event.clone());
+            }
+            s.remote[repo.relays[rng.gen_range(0..repo.relays.len())]].push(event);
+        }
     }
 }
 
