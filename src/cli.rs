@@ -630,8 +630,8 @@ pub fn help_text() -> String {
          [--metrics <ip:port>] [--allow-private-addresses] [OPTIONS]\n",
     );
     out.push_str(
-        "  grasp-sync demo [--relays N] [--repos M] [--events K] [--seed S]   \
-         (run the engine against simulated relays)\n\n",
+        "  grasp-sync demo [--relays N] [--repos M] [--events K] [--seed S] [--chaos]   \
+         (run the engine against simulated relays; --chaos: a third misbehave)\n\n",
     );
     out.push_str(
         "grasp-sync keeps a GRASP relay (--own-relay) in sync with every relay its \

@@ -80,6 +80,11 @@ pub struct Config {
     /// Key for NIP-42 AUTH; `None` answers no challenge (relays that
     /// require AUTH are then backed off).
     pub auth_keys: Option<Keys>,
+    /// Use NIP-77 negentropy for historic sync where relays support it.
+    pub negentropy: bool,
+    /// A negentropy job making no progress this long falls back to REQ
+    /// (and a relay that never answered is taken as not supporting it).
+    pub neg_timeout: Duration,
     /// Follow-up pages one subscription may ask before the rest is given up.
     pub max_pages: u32,
     /// Event ids remembered for de-duplication (per generation; two are kept).
@@ -126,6 +131,8 @@ impl Config {
             max_known_relays: 50_000,
             allow_private_addresses: false,
             auth_keys: None,
+            negentropy: true,
+            neg_timeout: Duration::from_secs(15),
             max_pages: 10_000,
             seen_capacity: 100_000,
             wide_kinds: vec![

@@ -7,11 +7,11 @@
 //! days of relay life in milliseconds by jumping the clock to the next
 //! deadline, and every run with the same seed is the same run.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::time::Duration;
 
-use nostr::prelude::{Event, EventId};
+use nostr::prelude::{Event, EventId, Filter};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
@@ -50,6 +50,15 @@ pub enum Action {
     Disconnect {
         /// The relay.
         relay: RelayId,
+    },
+    /// List what the sink holds matching `filter` (id and `created_at`,
+    /// for negentropy) and report it with `handle_local_list(request, ..)`;
+    /// `None` there if the sink cannot list.
+    ListLocal {
+        /// Echoed in the answer.
+        request: u64,
+        /// What to list (no `limit`: all of it).
+        filter: Filter,
     },
 }
 
@@ -128,6 +137,14 @@ pub struct Stats {
     pub auth_failures: u64,
     /// Subscriptions refused with `auth-required:`.
     pub auth_required: u64,
+    /// Negentropy sessions opened (one per historic filter).
+    pub neg_sessions: u64,
+    /// `NEG-MSG`s received.
+    pub neg_rounds: u64,
+    /// Event ids negentropy found missing and fetched.
+    pub neg_ids_fetched: u64,
+    /// Negentropy jobs that fell back to REQ.
+    pub neg_fallbacks: u64,
 }
 
 /// Why the engine could not start.
@@ -165,6 +182,8 @@ pub(crate) enum Timer {
     Keepalive(RelayId, u32),
     /// A repo's held relay change is due.
     ReleaseHeld(RepoId),
+    /// A negentropy job's progress deadline.
+    NegTimeout(RelayId, u32, u64),
 }
 
 /// The GRASP-02 sync engine.
@@ -189,6 +208,11 @@ pub struct Engine {
     pub(crate) dirty: Vec<RelayId>,
     pub(crate) changes: Vec<TargetChange>,
     pub(crate) stats: Stats,
+    /// The sink can list what it holds (until it says it cannot).
+    pub(crate) sink_lists: bool,
+    /// Open `ListLocal` requests: relay, negentropy job, filter index.
+    pub(crate) lists: HashMap<u64, (RelayId, u64, usize)>,
+    pub(crate) next_list: u64,
 }
 
 impl Engine {
@@ -241,6 +265,9 @@ impl Engine {
             dirty: Vec::new(),
             changes: Vec::new(),
             stats: Stats::default(),
+            sink_lists: true,
+            lists: HashMap::new(),
+            next_list: 0,
             config,
         };
         engine.ensure_relay_slots();
@@ -413,6 +440,7 @@ impl Engine {
             Timer::Resume(relay, epoch) => self.on_resume(relay, epoch, now),
             Timer::Keepalive(relay, epoch) => self.on_keepalive(relay, epoch, now),
             Timer::ReleaseHeld(repo) => self.release_held(repo, now),
+            Timer::NegTimeout(relay, epoch, id) => self.on_neg_timeout(relay, epoch, id, now),
         }
     }
 

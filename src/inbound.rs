@@ -14,7 +14,7 @@ use crate::engine::{Engine, Output, Timer};
 use crate::filters::Encoded;
 use crate::index::{Item, KIND_ANNOUNCEMENT, KIND_STATE, RelayId, is_index_kind};
 use crate::refusal::Refusal;
-use crate::relay::{LiveMode, Status};
+use crate::relay::{LiveMode, MIN_MESSAGE_BYTES, Status};
 use crate::relay_url::{host_port, normalize};
 use crate::subscription::{Purpose, Scope, Subscription};
 use crate::time::Time;
@@ -57,6 +57,17 @@ impl Engine {
             } => self.on_closed(relay, sub_key(subscription_id.as_str()), &message, now),
             RelayMessage::Notice(text) => self.on_notice(relay, &text, now),
             RelayMessage::Auth { challenge } => self.on_auth_challenge(relay, &challenge, now),
+            ref m @ (RelayMessage::NegMsg {
+                ref subscription_id,
+                ..
+            }
+            | RelayMessage::NegErr {
+                ref subscription_id,
+                ..
+            }) => {
+                let sub = sub_key(subscription_id.as_str());
+                self.on_neg_message(relay, sub, m, now)
+            }
             RelayMessage::Ok {
                 event_id,
                 status,
@@ -296,6 +307,9 @@ impl Engine {
     /// A NOTICE that refuses something names no subscription: the refused
     /// one is the newest that has heard nothing yet.
     fn on_notice(&mut self, relay: RelayId, text: &str, now: Time) {
+        if self.neg_notice(relay, text, now) {
+            return;
+        }
         let Some(refusal) = Refusal::of_notice(text) else {
             debug!("{}: notice: {text}", self.relay_url(relay));
             return;
@@ -342,13 +356,15 @@ impl Engine {
         if refusal == Refusal::AuthRequired {
             self.on_auth_required(relay, now);
         }
-        if refusal.is_limit() {
+        if refusal.is_limit() && !self.relays[relay.index()].limits.at_floor(refusal) {
             self.lower_limits(
                 relay,
                 refusal,
                 open_before.saturating_sub(1).max(sub.filter_count),
             );
         } else {
+            // A limit already as low as it goes is not a limit: retrying at
+            // once would loop, so it backs off like any refusal.
             self.pause(relay, refusal, now);
         }
     }
@@ -364,7 +380,9 @@ impl Engine {
             Refusal::TooManyFilters => {
                 limits.filters_per_req = (hint.min(limits.filters_per_req) / 2).max(1)
             }
-            Refusal::TooLarge => limits.message_bytes = (limits.message_bytes / 2).max(4096),
+            Refusal::TooLarge => {
+                limits.message_bytes = (limits.message_bytes / 2).max(MIN_MESSAGE_BYTES)
+            }
             _ => {}
         }
         info!(

@@ -209,6 +209,7 @@ impl Engine {
         if let Some(timer) = daily {
             self.timers.cancel(timer);
         }
+        self.forget_lists(relay, None);
     }
 
     pub(crate) fn on_reconnect_timer(&mut self, relay: RelayId, now: Time) {

@@ -25,6 +25,8 @@ pub struct ShellStats {
     pub dns_failures: u64,
     /// Events handed to a custom sink.
     pub sink_stored: u64,
+    /// Events the own relay listed for negentropy (ids only kept).
+    pub sink_listed: u64,
     /// Times a relay's reads were paused for exceeding its frame rate.
     pub reads_throttled: u64,
 }
@@ -167,6 +169,19 @@ pub fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &SinkView) -
             ("attempt", s.auth_attempts),
             ("rejected", s.auth_failures),
             ("auth_required", s.auth_required),
+        ],
+    );
+    counter_labeled(
+        &mut out,
+        "grasp_sync_negentropy_total",
+        "NIP-77: sessions, NEG-MSG rounds, ids found missing, fallbacks to REQ, events the sink listed.",
+        "event",
+        &[
+            ("session", s.neg_sessions),
+            ("round", s.neg_rounds),
+            ("id_fetched", s.neg_ids_fetched),
+            ("fallback", s.neg_fallbacks),
+            ("sink_listed", shell.sink_listed),
         ],
     );
     counter(

@@ -7,12 +7,14 @@
 //! targets it there (`refs` counts the repos that make it a target), so
 //! "confirmed but not targeted" cannot be represented either.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::auth::AuthState;
 use crate::conduct::Conduct;
 use crate::health::HealthTracker;
 use crate::index::Item;
+use crate::neg_sync::{NegJob, NegSupport};
+use crate::refusal::Refusal;
 use crate::subscription::{Purpose, Subscription, WorkRef};
 use crate::time::Time;
 use crate::timer::TimerId;
@@ -81,6 +83,21 @@ pub(crate) struct Limits {
     pub message_bytes: usize,
 }
 
+/// The smallest message limit a refusal may lower us to.
+pub(crate) const MIN_MESSAGE_BYTES: usize = 4096;
+
+impl Limits {
+    /// True when the limit `refusal` names cannot be lowered any further.
+    pub fn at_floor(&self, refusal: Refusal) -> bool {
+        match refusal {
+            Refusal::TooManySubscriptions => self.subscriptions <= 1,
+            Refusal::TooManyFilters => self.filters_per_req <= 1,
+            Refusal::TooLarge => self.message_bytes <= MIN_MESSAGE_BYTES,
+            _ => false,
+        }
+    }
+}
+
 /// Everything the engine knows about one relay.
 #[derive(Debug)]
 pub(crate) struct RelayState {
@@ -95,6 +112,13 @@ pub(crate) struct RelayState {
     pub auth: AuthState,
     /// `auth-required:` without a key was logged on this connection.
     pub auth_required_logged: bool,
+    /// NIP-77 support, remembered for the process's life.
+    pub neg: NegSupport,
+    /// Negentropy jobs in flight, by subscription id (each holds a
+    /// subscription slot on the relay).
+    pub neg_jobs: HashMap<u64, NegJob>,
+    /// Batches whose chunks fell back from negentropy: REQ for them.
+    pub neg_bypass: HashSet<u64>,
     /// Targeted items and their state.
     pub items: HashMap<Item, Slot>,
     /// Items that became `Queued` since the last diff (may be stale).
@@ -134,6 +158,9 @@ impl RelayState {
             conduct: Conduct::default(),
             auth: AuthState::default(),
             auth_required_logged: false,
+            neg: NegSupport::default(),
+            neg_jobs: HashMap::new(),
+            neg_bypass: HashSet::new(),
             items: HashMap::new(),
             queued: Vec::new(),
             batches: HashMap::new(),
@@ -150,6 +177,11 @@ impl RelayState {
             daily_timer: None,
             reqs_sent: 0,
         }
+    }
+
+    /// Subscription slots in use: REQs and negentropy jobs.
+    pub fn open_count(&self) -> usize {
+        self.subs.len() + self.neg_jobs.len()
     }
 
     /// Filters of subscriptions kept open for live events.
@@ -189,6 +221,8 @@ impl RelayState {
         self.batches.clear();
         self.work.clear();
         self.subs.clear();
+        self.neg_jobs.clear();
+        self.neg_bypass.clear();
         self.consolidating = false;
         self.uncovered_since = None;
     }

@@ -33,12 +33,25 @@ impl Engine {
             {
                 break;
             }
-            if state.subs.len() >= state.limits.subscriptions
+            if state.open_count() >= state.limits.subscriptions
                 && !self.evict_live_for_history(relay, now)
             {
                 break;
             }
+            let state = &self.relays[relay.index()];
+            let bypass = state
+                .work
+                .front()
+                .is_some_and(|w| state.neg_bypass.contains(&w.batch));
             let (chunks, filters) = self.take_packed_chunks(relay);
+            if !bypass && self.negentropy_usable(relay) {
+                self.start_neg_job(relay, chunks, filters, now);
+                continue;
+            }
+            let state = self.relay(relay);
+            for w in &chunks {
+                state.neg_bypass.remove(&w.batch);
+            }
             let purpose = self.purpose_for(relay, filters.len());
             if purpose == Purpose::Page && self.relays[relay.index()].live_mode == LiveMode::PerId {
                 let state = self.relay(relay);
@@ -414,6 +427,9 @@ impl Engine {
             return;
         }
         self.requeue_all(relay);
+        // Chunks may be waiting in the work queue with nothing queued to
+        // diff (a negentropy job that fell back while paused).
+        self.dirty.push(relay);
         self.flush(now);
         self.maybe_consolidate(relay, now);
     }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use log::{debug, info, warn};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use nostr::prelude::{ClientMessage, Event, RelayMessage};
+use nostr::prelude::{ClientMessage, Event, Filter, RelayMessage};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use slab::Slab;
@@ -37,6 +37,7 @@ use crate::metrics::{ShellStats, SinkView, http_response, render};
 use crate::outbox::Outbox;
 use crate::read_rate::ReadRate;
 use crate::sink::Sink;
+use crate::sink_list::{ListStep, Listings};
 use crate::time::Time;
 use crate::timer::TimerWheel;
 use crate::ws::{TlsTarget, WsConnection, WsEvent};
@@ -225,6 +226,8 @@ struct Slot {
 struct OwnSink {
     url: String,
     outbox: Outbox,
+    /// Negentropy listings in flight on the sink connection.
+    listings: Listings,
     slot: Option<Token>,
     open: bool,
     retry_at: Time,
@@ -232,7 +235,7 @@ struct OwnSink {
 }
 
 enum SinkState {
-    OwnRelay(OwnSink),
+    OwnRelay(Box<OwnSink>),
     Custom(Box<dyn Sink + Send>),
 }
 
@@ -323,14 +326,15 @@ impl Shell {
             .collect();
         trusted.insert(engine.own_relay());
         let sink = match sink {
-            SinkTarget::OwnRelay => SinkState::OwnRelay(OwnSink {
+            SinkTarget::OwnRelay => SinkState::OwnRelay(Box::new(OwnSink {
                 url: engine.relay_url(engine.own_relay()).to_owned(),
                 outbox: Outbox::new(opts.outbox_capacity, 100),
+                listings: Listings::default(),
                 slot: None,
                 open: false,
                 retry_at: now,
                 failures: 0,
-            }),
+            })),
             SinkTarget::Custom(s) => SinkState::Custom(s),
         };
         let ws_config = WebSocketConfig::default()
@@ -465,6 +469,7 @@ impl Shell {
                 self.with_relay_ws(relay, now, |ws, out| ws.send_text(message, out));
             }
             Action::Ping { relay } => self.with_relay_ws(relay, now, |ws, out| ws.ping(out)),
+            Action::ListLocal { request, filter } => self.list_sink(request, filter, now),
             Action::Disconnect { relay } => {
                 if let Some(token) = self.relay_slots.remove(&relay) {
                     self.remove_slot(token);
@@ -861,6 +866,7 @@ impl Shell {
                 if let SinkState::OwnRelay(s) = &mut self.sink {
                     warn!("own relay sink: {reason}");
                     s.outbox.handle_disconnect();
+                    s.listings.clear();
                     s.slot = None;
                     s.open = false;
                     s.failures = s.failures.saturating_add(1);
@@ -1000,7 +1006,80 @@ impl Shell {
         moved
     }
 
+    /// Asks the sink what it holds for `filter` (negentropy). A custom sink
+    /// answers at once; the own relay is asked over the sink connection,
+    /// and while that is down the engine's timeout falls back to REQ.
+    fn list_sink(&mut self, request: u64, filter: Filter, now: Time) {
+        let req = match &mut self.sink {
+            SinkState::Custom(sink) => {
+                let held = sink.list(&filter);
+                return self.engine.handle_local_list(now, request, held);
+            }
+            SinkState::OwnRelay(s) if s.open => s.listings.start(request, filter),
+            SinkState::OwnRelay(_) => {
+                return debug!("own relay not connected; listing {request} not asked");
+            }
+        };
+        self.send_to_sink(vec![req], now);
+    }
+
+    /// Sends texts on the own-relay sink connection, if it is up.
+    fn send_to_sink(&mut self, texts: Vec<String>, now: Time) {
+        let SinkState::OwnRelay(s) = &self.sink else {
+            return;
+        };
+        let Some(token) = s.slot else {
+            return;
+        };
+        let mut out = std::mem::take(&mut self.scratch);
+        if let Some(SlotKind::OwnSink {
+            conn: Conn::Ws(ws), ..
+        }) = self.slot_mut(token).map(|s| &mut s.kind)
+        {
+            for text in texts {
+                ws.send_text(text, &mut out);
+            }
+        }
+        self.handle_ws_events(token, &mut out, now);
+        self.scratch = out;
+    }
+
+    /// A listing message from the own relay; true if it was one.
+    fn on_listing_message(&mut self, message: &RelayMessage<'_>, now: Time) -> bool {
+        let SinkState::OwnRelay(s) = &mut self.sink else {
+            return false;
+        };
+        match s.listings.on_message(message) {
+            None => false,
+            Some(ListStep::Send(texts)) => {
+                if !texts.is_empty() {
+                    self.send_to_sink(texts, now);
+                }
+                true
+            }
+            Some(ListStep::Done {
+                request,
+                held,
+                close,
+            }) => {
+                self.stats.sink_listed += held.len() as u64;
+                self.send_to_sink(vec![close], now);
+                self.engine.handle_local_list(now, request, Some(held));
+                true
+            }
+            Some(ListStep::Refused(request)) => {
+                info!("own relay refused listing {request}");
+                true
+            }
+        }
+    }
+
     fn on_sink_message(&mut self, text: &str, now: Time) {
+        if let Ok(message) = RelayMessage::from_json(text)
+            && self.on_listing_message(&message, now)
+        {
+            return;
+        }
         let SinkState::OwnRelay(s) = &mut self.sink else {
             return;
         };

@@ -158,6 +158,8 @@ impl Subscription {
             .filters
             .iter()
             .zip(&self.stats)
+            // An `ids` filter that got every id it asked is complete.
+            .filter(|(f, s)| f.ids.as_ref().is_none_or(|ids| s.count < ids.len()))
             .filter(|(f, s)| capped || s.count >= f.limit.unwrap_or(limit))
             .map(|(f, s)| match s.oldest {
                 Some(oldest) if f.until == Some(oldest) => {

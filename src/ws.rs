@@ -19,6 +19,7 @@ use log::debug;
 use mio::net::TcpStream;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
+use tungstenite::error::ProtocolError;
 use tungstenite::handshake::MidHandshake;
 use tungstenite::handshake::client::ClientHandshake;
 use tungstenite::protocol::WebSocketConfig;
@@ -312,6 +313,14 @@ impl WsConnection {
                     // Not spent: nothing more is waiting.
                     self.budget += 1;
                     break;
+                }
+                // A peer that drops the TCP connection without a close frame
+                // is rude but common (restarts, crashes): not a violation.
+                Err(tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake)) => {
+                    out.push(WsEvent::Closed(
+                        "reset without closing handshake".to_owned(),
+                    ));
+                    return Phase::Closed;
                 }
                 Err(
                     e @ (tungstenite::Error::Capacity(_)

@@ -267,3 +267,18 @@ fn an_announcement_with_a_huge_d_tag_is_rejected_and_counted() {
     assert_eq!(sim.engine.index().stats().announcements_rejected, 1);
     assert!(sim.engine.relay_id(A).is_none());
 }
+
+#[test]
+fn a_relay_refusing_every_req_as_too_many_backs_off_once_the_limit_is_at_its_floor() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A).max_subs = Some((0, Refuse::Notice));
+    let owner = keys(1);
+    announce(&mut sim, &owner, "r", &[A], T0);
+    sim.advance(Duration::from_secs(600));
+    let reqs = sim.reqs(A).len();
+    // Limits fall 10 → 1 at once, then doubling backoff from 5 s: a few
+    // dozen REQs in ten minutes, not thousands.
+    assert!(reqs <= 40, "{reqs} REQs in ten minutes");
+    let a = sim.id(A);
+    assert_eq!(sim.engine.subscription_limit(a), 1);
+}

@@ -116,6 +116,7 @@ fn step(
 
 #[test]
 fn random_interleavings_keep_invariants_and_converge() {
+    let (mut neg_sessions, mut neg_fetched) = (0, 0);
     for seed in 0..12u64 {
         let mut cfg = config();
         cfg.seed = seed;
@@ -123,8 +124,17 @@ fn random_interleavings_keep_invariants_and_converge() {
         cfg.chunk_size = 3;
         cfg.max_filters_per_req = 8;
         let mut sim = Sim::new(cfg);
-        for r in RELAYS {
-            sim.add_relay(r);
+        // Relays of every NIP-77 kind: the negentropy path and each of its
+        // fallbacks run under the same invariants as the REQ path.
+        let modes = [
+            NegMode::Supported,
+            NegMode::Unknown,
+            NegMode::Supported,
+            NegMode::Error,
+            NegMode::Silent,
+        ];
+        for (r, mode) in RELAYS.iter().zip(modes) {
+            sim.add_relay(r).negentropy = mode;
         }
         let mut rng = SmallRng::seed_from_u64(seed);
         let (mut coords, mut roots, mut published, mut clock) =
@@ -191,7 +201,13 @@ fn random_interleavings_keep_invariants_and_converge() {
             checked > 0,
             "seed {seed}: the run published replies that had to arrive"
         );
+        neg_sessions += sim.engine.stats().neg_sessions;
+        neg_fetched += sim.engine.stats().neg_ids_fetched;
     }
+    assert!(
+        neg_sessions > 0 && neg_fetched > 0,
+        "{neg_sessions} {neg_fetched}"
+    );
 }
 
 #[test]

@@ -131,6 +131,8 @@ pub fn answer(engine: &mut Engine, now: Time, action: Action, count: &mut ReqCou
         }
         Action::Ping { relay } => engine.handle_pong(now, relay),
         Action::Disconnect { .. } => {}
+        // The benches measure the REQ path: the sink cannot list.
+        Action::ListLocal { request, .. } => engine.handle_local_list(now, request, None),
     }
 }
 

@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use grasp_sync::{Action, Config, Engine, Output, RelayId, Time};
+use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use nostr::prelude::*;
 
 /// How a fake relay refuses a subscription over its limit.
@@ -53,6 +54,24 @@ pub struct FakeRelay {
     /// AUTH events received.
     pub auths: Vec<Event>,
     authed: bool,
+    /// How NEG-OPEN is answered.
+    pub negentropy: NegMode,
+    /// NEG-OPENs received.
+    pub neg_opens: usize,
+    neg_sessions: HashMap<String, Negentropy<'static, NegentropyStorageVector>>,
+}
+
+/// How a fake relay answers NIP-77.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NegMode {
+    /// `NOTICE "ERROR: unknown cmd"`, as most relays today.
+    Unknown,
+    /// A real responder (the negentropy crate, as rust-nostr's relays).
+    Supported,
+    /// `NEG-ERR` to every NEG-OPEN.
+    Error,
+    /// No answer at all.
+    Silent,
 }
 
 impl FakeRelay {
@@ -73,12 +92,55 @@ impl FakeRelay {
             restricted_after_auth: false,
             auths: Vec::new(),
             authed: false,
+            negentropy: NegMode::Unknown,
+            neg_opens: 0,
+            neg_sessions: HashMap::new(),
         }
+    }
+
+    /// NIP-77, relay side.
+    fn on_neg(&mut self, sub: String, hex: &str, filter: Option<Filter>) -> Vec<String> {
+        if let Some(filter) = filter {
+            self.neg_opens += 1;
+            match self.negentropy {
+                NegMode::Unknown => {
+                    return vec![RelayMessage::notice("ERROR: unknown cmd NEG-OPEN").as_json()];
+                }
+                NegMode::Error => {
+                    return vec![format!(r#"["NEG-ERR","{sub}","blocked: not here"]"#)];
+                }
+                NegMode::Silent => return Vec::new(),
+                NegMode::Supported => {}
+            }
+            let mut storage = NegentropyStorageVector::new();
+            for e in self
+                .events
+                .iter()
+                .filter(|e| filter.match_event(e, MatchEventOptions::new()))
+            {
+                storage
+                    .insert(e.created_at.as_secs(), Id::from_byte_array(e.id.to_bytes()))
+                    .unwrap();
+            }
+            storage.seal().unwrap();
+            let neg = Negentropy::owned(storage, 0).unwrap();
+            self.neg_sessions.insert(sub.clone(), neg);
+        }
+        let Some(neg) = self.neg_sessions.get_mut(&sub) else {
+            return vec![format!(r#"["NEG-ERR","{sub}","closed: unknown"]"#)];
+        };
+        let bytes: Vec<u8> = (0..hex.len() / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        let reply = neg.reconcile(&bytes).unwrap();
+        let hex: String = reply.iter().map(|b| format!("{b:02x}")).collect();
+        vec![format!(r#"["NEG-MSG","{sub}","{hex}"]"#)]
     }
 
     /// A connection ended: authentication is per connection.
     pub fn on_disconnect(&mut self) {
         self.subs.clear();
+        self.neg_sessions.clear();
         self.authed = false;
     }
 
@@ -165,6 +227,23 @@ impl FakeRelay {
                 Vec::new()
             }
             ClientMessage::Auth(event) => self.on_auth(event.into_owned()),
+            ClientMessage::NegOpen {
+                subscription_id,
+                filter,
+                initial_message,
+            } => self.on_neg(
+                subscription_id.to_string(),
+                &initial_message,
+                Some(filter.into_owned()),
+            ),
+            ClientMessage::NegMsg {
+                subscription_id,
+                message,
+            } => self.on_neg(subscription_id.to_string(), &message, None),
+            ClientMessage::NegClose { subscription_id } => {
+                self.neg_sessions.remove(subscription_id.as_str());
+                Vec::new()
+            }
             _ => Vec::new(),
         }
     }
@@ -358,6 +437,15 @@ impl Sim {
                 if self.connected.contains(&relay) && !self.deaf.contains(&relay) {
                     self.engine.handle_pong(self.now, relay);
                 }
+            }
+            Action::ListLocal { request, filter } => {
+                let held = self.relays[&self.own]
+                    .events
+                    .iter()
+                    .filter(|e| filter.match_event(e, MatchEventOptions::new()))
+                    .map(|e| (e.id, e.created_at))
+                    .collect();
+                self.engine.handle_local_list(self.now, request, Some(held));
             }
             Action::Disconnect { relay } => {
                 self.connected.remove(&relay);
