@@ -187,6 +187,21 @@ static FLAGS: &[Flag] = &[
         help: "Do not subscribe to the own relay to learn repositories.",
     },
     Flag {
+        name: "no-negentropy",
+        kind: Kind::Switch(|o, on| o.config.negentropy = !on),
+        default: "off",
+        help: "Never use NIP-77 negentropy; historic sync re-reads relays with REQ.",
+    },
+    Flag {
+        name: "neg-timeout-secs",
+        kind: Kind::Single("<secs>", |o, v| {
+            o.config.neg_timeout = secs(v, 1)?;
+            Ok(())
+        }),
+        default: "15",
+        help: "A negentropy job silent this long falls back to REQ.",
+    },
+    Flag {
         name: "batch-window-ms",
         kind: Kind::Single("<ms>", |o, v| {
             o.config.batch_window = Duration::from_millis(integer(v, 0)?);
@@ -728,11 +743,16 @@ mod tests {
         ("max-relays", "33"),
         ("max-frame-bytes", "4096"),
         ("max-frames-per-sec", "77"),
+        ("neg-timeout-secs", "9"),
         ("extra-ca-file", "/etc/ca/private.pem"),
         ("shutdown-timeout-secs", "3"),
         ("seed", "18446744073709551615"),
     ];
-    const SWITCHES: &[&str] = &["allow-private-addresses", "no-self-subscribe"];
+    const SWITCHES: &[&str] = &[
+        "allow-private-addresses",
+        "no-self-subscribe",
+        "no-negentropy",
+    ];
 
     /// Checks that every value of [`EVERY_FLAG`] and both switches landed,
     /// in the right field and unit.
@@ -760,6 +780,8 @@ mod tests {
         assert_eq!(o.max_relays, 33);
         assert_eq!(o.max_frame_bytes, 4096);
         assert_eq!(o.max_frames_per_sec, 77);
+        assert_eq!(c.neg_timeout, Duration::from_secs(9));
+        assert!(!c.negentropy);
         assert_eq!(o.extra_ca_files, vec![PathBuf::from("/etc/ca/private.pem")]);
         assert_eq!(o.shutdown_timeout, Duration::from_secs(3));
         assert_eq!(c.seed, u64::MAX);
@@ -1233,7 +1255,7 @@ mod tests {
                 flag.name
             );
         }
-        assert_eq!(numeric, 17);
+        assert_eq!(numeric, 18);
     }
 
     #[test]
