@@ -43,6 +43,21 @@ impl std::error::Error for UrlError {}
 /// The canonical form of a relay URL: scheme and host lower-case, default
 /// port, fragment and trailing slash removed.
 pub fn normalize(raw: &str) -> Result<String, UrlError> {
+    let url = canonical(raw)?;
+    // The canonical form must be its own canonical form, or one relay could
+    // be interned under two spellings, or under one we refuse when it comes
+    // back: the parser drops tabs and newlines and percent-encodes, which
+    // can bring a second `://` together or push the length past the cap
+    // (found by fuzzing).
+    match canonical(&url) {
+        Ok(again) if again == url => Ok(url),
+        Ok(_) => Err(UrlError::Malformed),
+        Err(e) => Err(e),
+    }
+}
+
+/// One pass of normalization.
+fn canonical(raw: &str) -> Result<String, UrlError> {
     let raw = raw.trim();
     if raw.len() > MAX_URL_LEN {
         return Err(UrlError::TooLong);
@@ -52,14 +67,18 @@ pub fn normalize(raw: &str) -> Result<String, UrlError> {
     if scheme != "ws" && scheme != "wss" {
         return Err(UrlError::UnsupportedScheme);
     }
-    if authority(raw).contains('@') {
-        return Err(UrlError::Credentials);
-    }
     let url = RelayUrl::parse(raw).map_err(|_| UrlError::Malformed)?;
     if url.host().is_none() {
         return Err(UrlError::Malformed);
     }
-    Ok(url.as_str_without_trailing_slash().to_owned())
+    let url = url.as_str_without_trailing_slash();
+    // Looked for in the parsed URL, not the raw text: the parser skips extra
+    // slashes and drops tabs and newlines, so `ws:///user@host` carries
+    // credentials its raw text hides (found by fuzzing).
+    if authority(url).contains('@') {
+        return Err(UrlError::Credentials);
+    }
+    Ok(url.to_owned())
 }
 
 /// The relay a git `clone` URL names: a GRASP server serves git over
@@ -143,6 +162,36 @@ mod tests {
             Err(UrlError::TooLong)
         );
         assert_eq!(normalize("wss://a.example://b"), Err(UrlError::Malformed));
+    }
+
+    /// Inputs the `relay_url` fuzz target found: credentials behind extra
+    /// slashes, and canonical forms that did not normalize to themselves.
+    #[test]
+    fn canonical_forms_are_their_own_canonical_form() {
+        assert_eq!(normalize("ws:///o@r.example"), Err(UrlError::Credentials));
+        assert_eq!(
+            normalize("wss:///user:pw@r.example/x"),
+            Err(UrlError::Credentials)
+        );
+        // The parser drops the newline, which makes a second `://`.
+        assert_eq!(
+            normalize("wss://r.example/ws:\n//x"),
+            Err(UrlError::Malformed)
+        );
+        // Percent-encoding triples each space past the length cap.
+        let spaced = format!("wss://r.example/{}", " a".repeat(200));
+        assert_eq!(normalize(&spaced), Err(UrlError::TooLong));
+        for raw in [
+            "WSS://Relay.Example.COM:443/",
+            "wss://r.example/a b/",
+            "wss://xn--bcher-kva.example",
+            "wss://bücher.example/",
+            "ws://[::1]:7777/",
+            "wss://r.example/%7e?x=1/",
+        ] {
+            let url = normalize(raw).unwrap();
+            assert_eq!(normalize(&url), Ok(url.clone()), "{raw:?}");
+        }
     }
 
     #[test]
