@@ -5,7 +5,6 @@ mod support;
 
 use std::time::Duration;
 
-use nostr::prelude::*;
 use support::*;
 
 /// The own relay's copy of an event whose id we have seen was indexed
