@@ -128,9 +128,14 @@ impl Outbox {
         match prefix.as_str() {
             "rate-limited" | "error" | "auth-required" | "" => {
                 self.stats.retried += 1;
-                self.failures = self.failures.saturating_add(1);
-                let pause = Duration::from_secs(1u64 << self.failures.min(6)).min(MAX_PAUSE);
-                self.paused_until = Some(now + pause);
+                // A whole window refused in one go (every event in flight
+                // when the relay asked for AUTH) is one failure, not a
+                // streak: only a refusal after the pause ran out doubles it.
+                if self.paused_until.is_none_or(|until| now >= until) {
+                    self.failures = self.failures.saturating_add(1);
+                    let pause = Duration::from_secs(1u64 << self.failures.min(6)).min(MAX_PAUSE);
+                    self.paused_until = Some(now + pause);
+                }
                 self.queue.push_front(event);
             }
             _ => {
@@ -218,6 +223,31 @@ mod tests {
         let again = o.next_message(later).unwrap();
         assert_eq!(sent_id(&again), sent_id(&a));
         assert_eq!(o.stats.retried, 1);
+    }
+
+    #[test]
+    fn a_window_refused_at_once_is_one_failure_not_a_streak() {
+        let mut o = Outbox::new(100, 100);
+        for n in 1..=20 {
+            o.push(event(n));
+        }
+        let t = Time::from_secs(100);
+        let sent: Vec<String> = std::iter::from_fn(|| o.next_message(t)).collect();
+        assert_eq!(sent.len(), 20);
+        for m in &sent {
+            o.handle_ok(t, &sent_id(m), false, "auth-required: you must auth");
+        }
+        assert_eq!(o.stats.retried, 20);
+        assert_eq!(
+            o.paused_until(),
+            Some(t + Duration::from_secs(2)),
+            "one refusal's pause, not 2^20 s capped at a minute"
+        );
+        // Refused again after the pause: now it is a streak.
+        let later = o.paused_until().unwrap();
+        let again = o.next_message(later).unwrap();
+        o.handle_ok(later, &sent_id(&again), false, "auth-required: still no");
+        assert_eq!(o.paused_until(), Some(later + Duration::from_secs(4)));
     }
 
     #[test]

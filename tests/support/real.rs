@@ -30,6 +30,20 @@ pub struct PyRelay {
 
 impl PyRelay {
     pub fn start() -> PyRelay {
+        PyRelay::spawn(&[])
+    }
+
+    /// A LocalRelay requiring NIP-42 AUTH (its own `nip42` option) for
+    /// `"read"` (REQs), `"write"` (EVENTs) or `"both"`. It challenges only
+    /// when refusing: `["AUTH", challenge]` then `CLOSED`/`OK false` with
+    /// `auth-required:`, a fresh challenge each time; any challenge it
+    /// issued on the connection is accepted.
+    pub fn start_requiring_auth(mode: &str) -> PyRelay {
+        assert!(matches!(mode, "read" | "write" | "both"), "{mode}");
+        PyRelay::spawn(&["--auth", mode])
+    }
+
+    fn spawn(flags: &[&str]) -> PyRelay {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -37,7 +51,9 @@ impl PyRelay {
             .port();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/local_relay.py");
         let mut child = Command::new("python3")
-            .args([script, &port.to_string()])
+            .arg(script)
+            .arg(port.to_string())
+            .args(flags)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -109,6 +125,162 @@ pub fn missing(url: &str, ids: &[EventId]) -> usize {
                 _ => {}
             }
         }
+    }
+    ids.len() - found
+}
+
+/// A websocket to a relay that answers NIP-42 challenges with `keys`, for
+/// tests that read from or write to a relay requiring AUTH.
+struct AuthSession {
+    ws: tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>,
+    url: String,
+    keys: Keys,
+    /// The latest challenge the relay sent.
+    challenge: Option<String>,
+    authenticated: bool,
+}
+
+impl AuthSession {
+    fn connect(url: &str, keys: &Keys) -> AuthSession {
+        let (ws, _) = tungstenite::connect(url).unwrap();
+        if let tungstenite::stream::MaybeTlsStream::Plain(tcp) = ws.get_ref() {
+            tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+        }
+        AuthSession {
+            ws,
+            url: url.to_owned(),
+            keys: keys.clone(),
+            challenge: None,
+            authenticated: false,
+        }
+    }
+
+    fn send(&mut self, message: ClientMessage) {
+        self.ws.send(Message::text(message.as_json())).unwrap();
+    }
+
+    /// The next relay message that is not a challenge (challenges are kept).
+    fn next(&mut self) -> RelayMessage<'static> {
+        loop {
+            let Message::Text(t) = self.ws.read().expect("relay answers within 10 s") else {
+                continue;
+            };
+            match RelayMessage::from_json(t.as_str()).expect("relay JSON") {
+                RelayMessage::Auth { challenge } => self.challenge = Some(challenge.into_owned()),
+                other => return other,
+            }
+        }
+    }
+
+    /// Answers the latest challenge; panics unless the relay accepts it.
+    fn authenticate(&mut self) {
+        assert!(!self.authenticated, "{} refused us after AUTH", self.url);
+        let challenge = self
+            .challenge
+            .clone()
+            .unwrap_or_else(|| panic!("{} wants AUTH but sent no challenge", self.url));
+        let event = EventBuilder::new(Kind::Authentication, "")
+            .tags([
+                Tag::parse(["relay", self.url.as_str()]).unwrap(),
+                Tag::parse(["challenge", challenge.as_str()]).unwrap(),
+            ])
+            .finalize(&self.keys)
+            .unwrap();
+        let id = event.id;
+        self.send(ClientMessage::auth(event));
+        loop {
+            if let RelayMessage::Ok {
+                event_id,
+                status,
+                message,
+            } = self.next()
+                && event_id == id
+            {
+                assert!(status, "{} rejected our AUTH: {message}", self.url);
+                self.authenticated = true;
+                return;
+            }
+        }
+    }
+
+    /// Publishes one event, authenticating if the relay asks.
+    fn publish(&mut self, event: &Event) {
+        loop {
+            self.send(ClientMessage::event(event.clone()));
+            let (status, message) = loop {
+                if let RelayMessage::Ok {
+                    event_id,
+                    status,
+                    message,
+                } = self.next()
+                    && event_id == event.id
+                {
+                    break (status, message.into_owned());
+                }
+            };
+            if !status && message.starts_with("auth-required") {
+                self.authenticate();
+                continue;
+            }
+            assert!(status, "{} refused a test event: {message}", self.url);
+            return;
+        }
+    }
+
+    /// The stored events matching `filter`, authenticating if the relay asks.
+    fn query(&mut self, filter: Filter) -> Vec<Event> {
+        let sub = SubscriptionId::new("q");
+        loop {
+            self.send(ClientMessage::req(sub.clone(), vec![filter.clone()]));
+            let mut found = Vec::new();
+            loop {
+                match self.next() {
+                    RelayMessage::Event {
+                        subscription_id,
+                        event,
+                    } if *subscription_id == sub => found.push(event.into_owned()),
+                    RelayMessage::EndOfStoredEvents(id) if *id == sub => {
+                        self.send(ClientMessage::close(sub.clone()));
+                        return found;
+                    }
+                    RelayMessage::Closed {
+                        subscription_id,
+                        message,
+                    } if *subscription_id == sub => {
+                        assert!(
+                            message.starts_with("auth-required"),
+                            "{} closed our query: {message}",
+                            self.url
+                        );
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            self.authenticate();
+        }
+    }
+}
+
+/// Publishes events to a relay that may require NIP-42 AUTH, answering its
+/// challenge with `keys`; one at a time, each OK awaited.
+pub fn publish_as(url: &str, keys: &Keys, events: &[Event]) {
+    let mut session = AuthSession::connect(url, keys);
+    for e in events {
+        session.publish(e);
+    }
+}
+
+/// How many of `ids` a relay that may require NIP-42 AUTH does not hold,
+/// read as `keys`.
+pub fn missing_as(url: &str, keys: &Keys, ids: &[EventId]) -> usize {
+    let mut session = AuthSession::connect(url, keys);
+    let mut found = 0;
+    for chunk in ids.chunks(400) {
+        found += session
+            .query(Filter::new().ids(chunk.iter().copied()).limit(500))
+            .len();
     }
     ids.len() - found
 }
@@ -221,11 +393,32 @@ impl Drop for RsRelay {
 /// The `grasp-sync` binary as a child process, stopped with SIGTERM on drop.
 pub struct GraspSync {
     child: Option<Child>,
+    /// Where its stderr (the log) goes, when captured.
+    log: Option<PathBuf>,
 }
 
 impl GraspSync {
     /// Runs `grasp-sync --own-relay <own>` with test timings plus `extra` flags.
     pub fn start(own: &str, extra: &[&str]) -> GraspSync {
+        GraspSync::spawn(own, extra, &[], None)
+    }
+
+    /// Like [`GraspSync::start`], with `env` added to its environment
+    /// (`RUST_LOG` there wins) and its stderr captured for [`GraspSync::log`].
+    pub fn start_logged(own: &str, extra: &[&str], env: &[(&str, &str)]) -> GraspSync {
+        let path = std::env::temp_dir().join(format!(
+            "grasp-sync-log-{}-{}.txt",
+            std::process::id(),
+            free_port()
+        ));
+        GraspSync::spawn(own, extra, env, Some(path))
+    }
+
+    fn spawn(own: &str, extra: &[&str], env: &[(&str, &str)], log: Option<PathBuf>) -> GraspSync {
+        let stderr = match &log {
+            Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
+            None => Stdio::inherit(),
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
             .args([
                 "--own-relay",
@@ -241,10 +434,23 @@ impl GraspSync {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
             )
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("grasp-sync starts");
-        GraspSync { child: Some(child) }
+        GraspSync {
+            child: Some(child),
+            log,
+        }
+    }
+
+    /// Its log so far (empty unless started with [`GraspSync::start_logged`]).
+    pub fn log(&self) -> String {
+        self.log
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
     }
 
     /// SIGTERM, then the exit code.
@@ -274,6 +480,9 @@ impl Drop for GraspSync {
     fn drop(&mut self) {
         if let Some(child) = self.child.take() {
             terminate(child);
+        }
+        if let Some(path) = self.log.take() {
+            let _ = std::fs::remove_file(path);
         }
     }
 }
