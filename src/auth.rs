@@ -118,21 +118,13 @@ impl Engine {
             return;
         }
         info!("{}: authenticated", self.relay_url(relay));
-        let own = relay == self.own;
         let state = self.relay(relay);
         state.auth = AuthState::Accepted;
         if state.paused_until.is_none() {
             return;
         }
-        if own && state.subs.is_empty() {
-            // The self-subscription was refused before it ever reached
-            // EOSE. A resume would ask only for the last quick-reconnect
-            // window before this connection, and every older announcement
-            // and root would never be read: ask for everything again.
-            state.paused_until = None;
-            self.subscribe_self(None, now);
-            return;
-        }
+        // Resuming re-opens a refused self-subscription with the `since`
+        // it had, so a first read refused for AUTH starts from the beginning.
         let epoch = state.epoch;
         self.on_resume(relay, epoch, now);
     }

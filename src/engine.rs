@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::time::Duration;
 
-use nostr::prelude::{Event, EventId, Filter};
+use nostr::prelude::{Event, EventId, Filter, Timestamp};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
@@ -213,6 +213,8 @@ pub struct Engine {
     /// Open `ListLocal` requests: relay, negentropy job, filter index.
     pub(crate) lists: HashMap<u64, (RelayId, u64, usize)>,
     pub(crate) next_list: u64,
+    /// `since` for re-opening the self-subscription after a refusal.
+    pub(crate) self_since: Option<Timestamp>,
 }
 
 impl Engine {
@@ -268,6 +270,7 @@ impl Engine {
             sink_lists: true,
             lists: HashMap::new(),
             next_list: 0,
+            self_since: None,
             config,
         };
         engine.ensure_relay_slots();

@@ -7,7 +7,7 @@
 //! what the subscription asked. Only then does it reach the sink.
 
 use log::{debug, info, warn};
-use nostr::prelude::{Event, EventId, RelayMessage};
+use nostr::prelude::{Event, EventId, RelayMessage, Timestamp};
 
 use crate::conduct::Offence;
 use crate::engine::{Engine, Output, Timer};
@@ -256,6 +256,16 @@ impl Engine {
         s.eose = true;
         s.heard = true;
         state.health.record_success();
+        if s.scope == Scope::Own {
+            // Everything before now is read: a re-subscription after a
+            // refusal need only reach back over the quick window.
+            let back = now.saturating_sub(self.config.quick_reconnect);
+            self.self_since = Some(Timestamp::from_secs(back.as_secs()));
+        }
+        let state = self.relay(relay);
+        let Some(s) = state.subs.get_mut(&id) else {
+            return;
+        };
         let next = s.next_page(limit);
         let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
         let work = std::mem::take(&mut s.work);

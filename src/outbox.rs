@@ -145,6 +145,13 @@ impl Outbox {
         }
     }
 
+    /// The own relay accepted our AUTH: what it refused for wanting AUTH
+    /// may go again now rather than when the pause runs out.
+    pub fn resume(&mut self) {
+        self.paused_until = None;
+        self.failures = 0;
+    }
+
     /// The connection to the own relay was lost: everything in flight goes
     /// back to the front of the queue, in order.
     pub fn handle_disconnect(&mut self) {

@@ -189,6 +189,7 @@ impl Engine {
 
     /// The own relay's self-subscription.
     pub(crate) fn subscribe_self(&mut self, since: Option<Timestamp>, now: Time) {
+        self.self_since = since;
         let filter = self_filter(since).limit(self.config.page_limit);
         self.open_subscription(
             self.own,
@@ -419,10 +420,10 @@ impl Engine {
         state.paused_until = None;
         if relay == self.own {
             if self.relays[relay.index()].subs.is_empty() {
-                let since = self.relays[relay.index()]
-                    .last_connected
-                    .map(|t| t.saturating_sub(self.config.quick_reconnect));
-                self.subscribe_self(since.map(|t| Timestamp::from_secs(t.as_secs())), now);
+                // The refused subscription's own `since` until it reached
+                // EOSE (a first read refused for AUTH must start over from
+                // the beginning), the quick window before its EOSE after.
+                self.subscribe_self(self.self_since, now);
             }
             return;
         }

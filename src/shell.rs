@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use log::{debug, info, warn};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use nostr::prelude::{ClientMessage, Event, Filter, RelayMessage};
+use nostr::prelude::{ClientMessage, Event, EventId, Filter, RelayMessage};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use slab::Slab;
@@ -228,10 +228,23 @@ struct OwnSink {
     outbox: Outbox,
     /// Negentropy listings in flight on the sink connection.
     listings: Listings,
+    /// NIP-42 on the sink connection.
+    auth: SinkAuth,
     slot: Option<Token>,
     open: bool,
     retry_at: Time,
     failures: u32,
+}
+
+/// Where the sink connection stands with NIP-42: one answer per connection,
+/// as the engine does for relays it reads (a relay challenging with every
+/// refusal must not get a burst of AUTHs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SinkAuth {
+    None,
+    Sent(EventId),
+    Accepted,
+    Rejected,
 }
 
 enum SinkState {
@@ -330,6 +343,7 @@ impl Shell {
                 url: engine.relay_url(engine.own_relay()).to_owned(),
                 outbox: Outbox::new(opts.outbox_capacity, 100),
                 listings: Listings::default(),
+                auth: SinkAuth::None,
                 slot: None,
                 open: false,
                 retry_at: now,
@@ -814,6 +828,7 @@ impl Shell {
                         info!("own relay sink connected");
                         s.open = true;
                         s.failures = 0;
+                        s.auth = SinkAuth::None;
                     }
                 }
                 (SlotKind::OwnSink { .. }, WsEvent::Text(text)) => self.on_sink_message(&text, now),
@@ -1088,6 +1103,21 @@ impl Shell {
                 event_id,
                 status,
                 message,
+            }) if s.auth == SinkAuth::Sent(event_id) => {
+                if !status {
+                    s.auth = SinkAuth::Rejected;
+                    return warn!("own relay rejected our AUTH: {message}");
+                }
+                info!("own relay sink authenticated");
+                s.auth = SinkAuth::Accepted;
+                s.outbox.resume();
+                let again = s.listings.retry_refused();
+                self.send_to_sink(again, now);
+            }
+            Ok(RelayMessage::Ok {
+                event_id,
+                status,
+                message,
             }) => s.outbox.handle_ok(now, &event_id, status, &message),
             Ok(RelayMessage::Notice(n)) => info!("own relay notice: {n}"),
             Ok(RelayMessage::Auth { challenge }) => self.auth_sink(&challenge, now),
@@ -1103,14 +1133,20 @@ impl Shell {
             info!("own relay asks for AUTH; no key configured");
             return;
         };
-        let SinkState::OwnRelay(s) = &self.sink else {
+        let SinkState::OwnRelay(s) = &mut self.sink else {
             return;
         };
+        if s.auth != SinkAuth::None {
+            return;
+        }
         let (Some(token), url) = (s.slot, s.url.clone()) else {
             return;
         };
         let message = match crate::auth::auth_event(keys, &url, challenge, now) {
-            Ok(event) => ClientMessage::auth(event).as_json(),
+            Ok(event) => {
+                s.auth = SinkAuth::Sent(event.id);
+                ClientMessage::auth(event).as_json()
+            }
             Err(e) => return warn!("own relay AUTH: {e}"),
         };
         let mut out = std::mem::take(&mut self.scratch);

@@ -47,6 +47,9 @@ struct Listing {
 #[derive(Default)]
 pub struct Listings {
     pending: HashMap<String, Listing>,
+    /// Listings the own relay refused (typically `auth-required:`), to ask
+    /// again once it accepts our AUTH.
+    refused: Vec<(u64, Filter)>,
     next: u64,
 }
 
@@ -98,16 +101,26 @@ impl Listings {
                 subscription_id, ..
             } => {
                 let l = self.pending.remove(subscription_id.as_str())?;
+                self.refused.push((l.request, l.filter));
                 Some(ListStep::Refused(l.request))
             }
             _ => None,
         }
     }
 
+    /// Asks again for every listing the own relay refused; returns the REQs.
+    pub fn retry_refused(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.refused)
+            .into_iter()
+            .map(|(request, filter)| self.start(request, filter))
+            .collect()
+    }
+
     /// The sink connection is gone: its listings are lost (the engine's
     /// timeout falls back for them).
     pub fn clear(&mut self) {
         self.pending.clear();
+        self.refused.clear();
     }
 
     fn on_eose(&mut self, sub: &str) -> Option<ListStep> {
@@ -193,5 +206,10 @@ mod tests {
         assert_eq!(l.on_message(&closed), Some(ListStep::Refused(3)));
         let other = RelayMessage::eose(SubscriptionId::new("x"));
         assert_eq!(l.on_message(&other), None);
+        let again = l.retry_refused();
+        assert_eq!(again.len(), 1);
+        assert!(again[0].starts_with(r#"["REQ","list1""#), "{}", again[0]);
+        assert!(l.owns("list1"));
+        assert!(l.retry_refused().is_empty());
     }
 }

@@ -177,3 +177,47 @@ fn strfry_style_auth_required_is_understood() {
     assert_eq!(sim.engine.stats().auth_required, before + 1);
     assert!(sim.synced(&comment.id));
 }
+
+/// The `since` of the newest REQ the own relay got.
+fn last_self_since(sim: &Sim) -> Option<Timestamp> {
+    let (_, filters) = sim.reqs(&sim.own).last().expect("a self REQ").clone();
+    filters[0].since
+}
+
+#[test]
+fn a_self_subscription_refused_before_eose_resumes_from_its_own_since() {
+    let mut sim = Sim::new(config());
+    let own = sim.own.clone();
+    sim.relay(&own).silent = true;
+    sim.settle();
+    assert_eq!(
+        last_self_since(&sim),
+        None,
+        "a fresh connect reads everything"
+    );
+    let sub = sim.reqs(&own)[0].0.clone();
+    sim.inject(
+        &own,
+        &format!(r#"["CLOSED","{sub}","rate-limited: slow down"]"#),
+    );
+    sim.advance(Duration::from_secs(70));
+    assert_eq!(sim.reqs(&own).len(), 2, "retried after the cooldown");
+    assert_eq!(last_self_since(&sim), None, "still from the beginning");
+
+    // Once a self-subscription reached EOSE, a refusal resumes over the
+    // quick window before that EOSE only.
+    sim.relay(&own).silent = false;
+    let sub = sim.reqs(&own)[1].0.clone();
+    sim.inject(&own, &format!(r#"["EOSE","{sub}"]"#));
+    let eose_at = sim.now;
+    sim.inject(
+        &own,
+        &format!(r#"["CLOSED","{sub}","rate-limited: again"]"#),
+    );
+    sim.advance(Duration::from_secs(70));
+    let window = config().quick_reconnect.as_secs();
+    assert_eq!(
+        last_self_since(&sim),
+        Some(Timestamp::from_secs(eose_at.as_secs() - window))
+    );
+}

@@ -431,19 +431,27 @@ fn an_own_relay_requiring_auth_for_reads_and_writes_is_synced_into() {
     let key = KeyFile::new(&engine_keys().secret_key().to_secret_hex());
     let metrics = metrics_addr();
     // The sink's negentropy listings sent before it authenticated are
-    // refused with auth-required and only time out (shell.rs drops the
-    // refusal); a short timeout keeps the REQ fallback within the test.
+    // refused with auth-required and asked again once AUTH is accepted, well
+    // before the 15 s negentropy timeout would fall back to REQ.
     let engine = GraspSync::start_logged(
         &own.url,
-        &["--metrics", &metrics, "--neg-timeout-secs", "2"],
+        &["--metrics", &metrics],
         &[
             ("RUST_LOG", "info"),
             ("GRASP_SYNC_AUTH_KEY_FILE", key.path()),
         ],
     );
-    assert_within(15, &engine, "history stored in the own relay", || {
+    assert_within(10, &engine, "history stored in the own relay", || {
         missing_as(&own.url, &tester, &ids(&history)) == 0
     });
+    let neg = |event: &str| {
+        metric(
+            &metrics,
+            &format!("grasp_sync_negentropy_total{{event=\"{event}\"}} "),
+        )
+    };
+    assert!(neg("session") >= 1, "{}", engine.log());
+    assert_eq!(neg("fallback"), 0, "{}", engine.log());
     let live = reply(&keys(6), &issue, Timestamp::now().as_secs(), "live");
     publish(&remote.url, std::slice::from_ref(&live));
     assert_within(10, &engine, "live event stored in the own relay", || {
