@@ -4,7 +4,15 @@
 //! that matches a historic filter. The own relay is asked with a plain REQ
 //! on the sink's websocket, paged backwards with `until` because relays cap
 //! results per REQ; only ids and timestamps are kept (40 bytes an event).
-//! Paging stops when a page brings no id not already listed. The traffic
+//! `until` is inclusive, so each page asks again for the second of the
+//! previous page's oldest event (siblings cut at the page boundary). A page
+//! that brings nothing new is then either short (everything at or below its
+//! `until` was listed: done) or a full page of events all in that one
+//! second: more events share it than the relay returns at once, and paging
+//! steps one second back rather than stopping, so everything older is still
+//! listed. The events of that second the relay never returns cannot be
+//! reached by NIP-01 paging; negentropy reports them as missing and they are
+//! fetched again (duplicates for the sink, nothing lost). The traffic
 //! stays on the link to the own relay, which is local in every deployment
 //! this tool has; the point of negentropy is the link to remote relays.
 
@@ -38,9 +46,17 @@ struct Listing {
     filter: Filter,
     held: Vec<(EventId, Timestamp)>,
     ids: HashSet<EventId>,
+    /// Events in the current page.
+    page: usize,
     /// Ids new to this listing in the current page.
     fresh: usize,
+    /// Oldest `created_at` in the current page.
     oldest: Option<Timestamp>,
+    /// The current page's `until`.
+    until: Option<Timestamp>,
+    /// The largest page so far: the relay returns at least this many when
+    /// it has them, so a smaller page was not cut.
+    largest: usize,
 }
 
 /// Listings in flight on the sink connection, by subscription id.
@@ -66,8 +82,11 @@ impl Listings {
                 filter,
                 held: Vec::new(),
                 ids: HashSet::new(),
+                page: 0,
                 fresh: 0,
                 oldest: None,
+                until: None,
+                largest: 0,
             },
         );
         req
@@ -86,6 +105,7 @@ impl Listings {
                 event,
             } => {
                 let l = self.pending.get_mut(subscription_id.as_str())?;
+                l.page += 1;
                 if l.ids.insert(event.id) {
                     l.held.push((event.id, event.created_at));
                     l.fresh += 1;
@@ -126,16 +146,36 @@ impl Listings {
     fn on_eose(&mut self, sub: &str) -> Option<ListStep> {
         let close = ClientMessage::close(SubscriptionId::new(sub)).as_json();
         let l = self.pending.get_mut(sub)?;
-        if l.fresh == 0 {
+        l.largest = l.largest.max(l.page);
+        let until = match l.oldest {
+            // More may share the oldest second, or lie below it.
+            Some(oldest) if l.fresh > 0 => Some(oldest),
+            // Nothing new and short: all at or below `until` is listed.
+            Some(_) if l.page < l.largest => None,
+            // Nothing new in a full page: events older than `until` would
+            // have been new, so the whole page is that one second. Go below
+            // (only from there: a relay ignoring `until` must not loop us).
+            Some(oldest) if l.until == Some(oldest) => oldest
+                .as_secs()
+                .checked_sub(1)
+                .map(Timestamp::from_secs)
+                .filter(|_| l.filter.since.is_none_or(|since| since < oldest)),
+            // An empty page, or one older than `until` bringing nothing new.
+            _ => None,
+        };
+        let Some(until) = until else {
             let l = self.pending.remove(sub)?;
             return Some(ListStep::Done {
                 request: l.request,
                 held: l.held,
                 close,
             });
-        }
+        };
+        l.page = 0;
         l.fresh = 0;
-        let next = req(sub, &l.filter, l.oldest);
+        l.oldest = None;
+        l.until = Some(until);
+        let next = req(sub, &l.filter, Some(until));
         Some(ListStep::Send(vec![close, next]))
     }
 }
@@ -196,6 +236,104 @@ mod tests {
         want.sort();
         assert_eq!(ids, want);
         assert!(!l.owns(sub));
+    }
+
+    /// Feeds one page (`events`, then EOSE) and returns the step.
+    fn page(l: &mut Listings, sub: &str, events: &[&nostr::prelude::Event]) -> ListStep {
+        for e in events {
+            deliver(l, sub, e);
+        }
+        l.on_message(&RelayMessage::eose(SubscriptionId::new(sub)))
+            .expect("a listing's EOSE")
+    }
+
+    fn until_of(step: &ListStep) -> String {
+        let ListStep::Send(texts) = step else {
+            panic!("another page, not {step:?}");
+        };
+        let filter: serde_json::Value = serde_json::from_str(&texts[1]).unwrap();
+        filter[2]["until"].to_string()
+    }
+
+    /// A relay returning 2 events a REQ, holding 3 in second 200 (a bulk
+    /// import) and 2 older: the listing used to stop at the second page,
+    /// which brought nothing new, and never listed anything older than 200.
+    #[test]
+    fn a_full_page_of_one_second_steps_below_it_instead_of_stopping() {
+        let keys = Keys::generate();
+        let same: Vec<_> = (0..3)
+            .map(|i| {
+                EventBuilder::new(Kind::from_u16(1621), format!("{i}"))
+                    .custom_created_at(Timestamp::from_secs(200))
+                    .finalize(&keys)
+                    .unwrap()
+            })
+            .collect();
+        let older = [event(&keys, 151), event(&keys, 150)];
+        let mut l = Listings::default();
+        l.start(5, Filter::new().kind(Kind::from_u16(1621)));
+        let sub = "list0";
+        let step = page(&mut l, sub, &[&same[0], &same[1]]);
+        assert_eq!(until_of(&step), "200");
+        // The same two again: nothing new, a full page, all in second 200.
+        let step = page(&mut l, sub, &[&same[0], &same[1]]);
+        assert_eq!(until_of(&step), "199");
+        let step = page(&mut l, sub, &[&older[0], &older[1]]);
+        assert_eq!(until_of(&step), "150");
+        // Second 150 again, short: done.
+        let ListStep::Done { request, held, .. } = page(&mut l, sub, &[&older[1]]) else {
+            panic!("done");
+        };
+        assert_eq!(request, 5);
+        let mut ids: Vec<_> = held.iter().map(|(id, _)| *id).collect();
+        ids.sort();
+        // The third event of second 200 the relay never returned is left
+        // for negentropy to report missing.
+        let mut want = vec![same[0].id, same[1].id, older[0].id, older[1].id];
+        want.sort();
+        assert_eq!(ids, want);
+    }
+
+    #[test]
+    fn an_empty_page_or_since_ends_the_listing() {
+        let keys = Keys::generate();
+        let a = event(&keys, 300);
+        let mut l = Listings::default();
+        l.start(1, Filter::new().kind(Kind::from_u16(1621)));
+        assert_eq!(until_of(&page(&mut l, "list0", &[&a])), "300");
+        // A full page (1 is the largest so far) of second 300: below it.
+        assert_eq!(until_of(&page(&mut l, "list0", &[&a])), "299");
+        assert!(matches!(
+            page(&mut l, "list0", &[]),
+            ListStep::Done { request: 1, .. }
+        ));
+        // With `since` at that second there is nothing below to ask for.
+        l.start(
+            2,
+            Filter::new()
+                .kind(Kind::from_u16(1621))
+                .since(Timestamp::from_secs(300)),
+        );
+        assert_eq!(until_of(&page(&mut l, "list1", &[&a])), "300");
+        assert!(matches!(
+            page(&mut l, "list1", &[&a]),
+            ListStep::Done { request: 2, .. }
+        ));
+    }
+
+    #[test]
+    fn a_relay_ignoring_until_does_not_keep_the_listing_going() {
+        let keys = Keys::generate();
+        let a = event(&keys, 300);
+        let mut l = Listings::default();
+        l.start(4, Filter::new().kind(Kind::from_u16(1621)));
+        assert_eq!(until_of(&page(&mut l, "list0", &[&a])), "300");
+        assert_eq!(until_of(&page(&mut l, "list0", &[&a])), "299");
+        // Asked below 300, it sends 300 again.
+        assert!(matches!(
+            page(&mut l, "list0", &[&a]),
+            ListStep::Done { request: 4, .. }
+        ));
     }
 
     #[test]

@@ -105,6 +105,46 @@ pub fn publish(url: &str, events: &[Event]) {
     }
 }
 
+/// Publishes many events without waiting per event: windows of
+/// [`BULK_WINDOW`] EVENTs are written, then their OKs read (reading between
+/// windows keeps both sides' socket buffers from filling). LocalRelay
+/// (nostr-sdk 0.45.1) drops a connection sending more than about 6,000
+/// messages a minute, a limit its Python builder does not expose, so each
+/// [`BULK_PER_CONNECTION`] events go over a fresh websocket.
+pub fn publish_bulk(url: &str, events: &[Event]) {
+    for batch in events.chunks(BULK_PER_CONNECTION) {
+        let (mut ws, _) = tungstenite::connect(url).unwrap();
+        if let tungstenite::stream::MaybeTlsStream::Plain(tcp) = ws.get_ref() {
+            tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
+        }
+        for window in batch.chunks(BULK_WINDOW) {
+            for e in window {
+                ws.write(Message::text(ClientMessage::event(e.clone()).as_json()))
+                    .unwrap();
+            }
+            ws.flush().unwrap();
+            let mut acked = 0;
+            while acked < window.len() {
+                if let Message::Text(t) = ws.read().expect("an OK within 30 s")
+                    && let Ok(RelayMessage::Ok {
+                        status, message, ..
+                    }) = RelayMessage::from_json(t.as_str())
+                {
+                    assert!(status, "{url} refused a test event: {message}");
+                    acked += 1;
+                }
+            }
+        }
+        let _ = ws.close(None);
+    }
+}
+
+/// EVENTs [`publish_bulk`] has in flight at most.
+pub const BULK_WINDOW: usize = 500;
+/// EVENTs [`publish_bulk`] sends over one websocket.
+pub const BULK_PER_CONNECTION: usize = 4_000;
+
 /// How many of `ids` a relay does not hold.
 pub fn missing(url: &str, ids: &[EventId]) -> usize {
     let (mut ws, _) = tungstenite::connect(url).unwrap();
