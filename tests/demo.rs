@@ -39,7 +39,19 @@ fn demo_syncs_everything_and_prints_the_summary_line() {
             "missing",
             "seconds",
             "peak_rss_kib",
-            "reqs"
+            "reqs",
+            "neg_sessions",
+            "neg_rounds",
+            "neg_ids_fetched",
+            "neg_fallbacks",
+            "relay_neg_errors",
+            "auth_attempts",
+            "auth_rejected",
+            "restart_needed",
+            "restart_synced",
+            "restart_fetched",
+            "restart_received",
+            "restart_seconds",
         ]
     );
     let get = |k: &str| fields.iter().find(|(n, _)| *n == k).unwrap().1;
@@ -51,6 +63,64 @@ fn demo_syncs_everything_and_prints_the_summary_line() {
         stdout.contains("restarting relay"),
         "a relay restarts midway"
     );
+}
+
+/// A numeric field of the summary line.
+fn field(line: &str, key: &str) -> u64 {
+    line.split(' ')
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("{key} in {line}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} is a number in {line}"))
+}
+
+#[test]
+fn demo_relays_speak_nip77_and_the_restart_fetches_only_what_it_missed() {
+    // Ten remote relays: two of them (farm relays 5 and 10) require AUTH.
+    let out = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
+        .args([
+            "demo",
+            "--relays",
+            "10",
+            "--seed",
+            "3",
+            "--timeout-secs",
+            "120",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("the remote relays speak NIP-77; 2 of them require NIP-42 AUTH"),
+        "{stdout}"
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    let f = |k: &str| field(last, k);
+    assert_eq!(f("missing"), 0, "{last}");
+    // Negentropy ran and no honest relay failed a reconciliation (a
+    // session cut by the relay restarted midway may go unanswered: rounds
+    // can be fewer than sessions).
+    assert!(f("neg_sessions") > 0, "{last}");
+    assert!(f("neg_rounds") > 0, "{last}");
+    assert_eq!(f("relay_neg_errors"), 0, "{last}");
+    // Both runs answered both AUTH relays' challenges, and were let in.
+    assert!(f("auth_attempts") >= 4, "{last}");
+    assert_eq!(f("auth_rejected"), 0, "{last}");
+    // The restarted engine found everything published while it was down by
+    // negentropy (an event matching filters of two reconciliations counts
+    // twice), and downloaded far less than the history it already had:
+    // re-reading by REQ would download all of it again.
+    let needed = f("restart_needed");
+    assert!(needed > 0, "{last}");
+    assert_eq!(f("restart_synced"), needed, "{last}");
+    assert!(f("restart_fetched") >= needed, "{last}");
+    let history = f("expected") - needed;
+    assert!(2 * f("restart_received") < history, "{last}");
 }
 
 #[test]
@@ -127,13 +197,7 @@ fn demo_chaos_loses_nothing_and_ingests_nothing_invalid() {
         "{stdout}"
     );
     let last = stdout.lines().last().unwrap_or_default();
-    let field = |k: &str| -> u64 {
-        last.split(' ')
-            .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
-            .unwrap_or_else(|| panic!("{k} in {last}"))
-            .parse()
-            .unwrap()
-    };
+    let field = |k: &str| field(last, k);
     assert_eq!(field("relays"), 30);
     assert_eq!(field("chaotic"), 10);
     assert!(field("faults_injected") > 0, "{last}");

@@ -654,3 +654,289 @@ fn tls_farm_serves_wss() {
     let mut again = connect_tls(&farm, 1);
     assert_eq!(ids(&again.req("s", vec![kinds(1)])), vec![e.id]);
 }
+
+// ---------------------------------------------------------------- NIP-77
+
+use grasp_sync::reconcile::{Reconciliation, Step};
+
+fn neg_farm(count: usize) -> RelayFarm {
+    let opts = FarmOptions {
+        negentropy: true,
+        ..FarmOptions::default()
+    };
+    RelayFarm::start(count, opts).expect("farm starts")
+}
+
+/// Reconciles `filter` on `client` against `local`, as the engine does;
+/// returns the ids the relay holds and `local` lacks, the longest hex frame
+/// the relay sent, and how many `NEG-MSG`s it sent.
+fn reconcile<S: Read + Write>(
+    client: &mut Client<S>,
+    sub: &str,
+    filter: &Filter,
+    local: &[Event],
+    message_limit: usize,
+) -> (Vec<EventId>, usize, usize) {
+    let held = local.iter().map(|e| (e.id, e.created_at));
+    let (mut recon, open) = Reconciliation::start(sub, filter, held, message_limit).unwrap();
+    client.send(open);
+    let mut longest = 0;
+    let mut answers = 0;
+    loop {
+        let answer = client.recv();
+        answers += 1;
+        assert_eq!(answer[0], "NEG-MSG", "{answer}");
+        longest = longest.max(answer[2].as_str().unwrap().len());
+        let message = RelayMessage::from_json(answer.to_string()).unwrap();
+        match recon.handle(&message).expect("an answer for our session") {
+            Step::Send(text) => client.send(text),
+            Step::Done { need, close } => {
+                client.send(close);
+                return (need, longest, answers);
+            }
+            Step::Failed { reason, .. } => panic!("reconciliation failed: {reason}"),
+        }
+    }
+}
+
+fn sorted_ids(events: &[&Event]) -> Vec<EventId> {
+    let mut ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
+    ids.sort_unstable();
+    ids
+}
+
+#[test]
+fn negentropy_needs_exactly_the_missing_ids() {
+    let k = keys(20);
+    // Several events per second, as on a busy relay; other kinds beside.
+    let notes: Vec<Event> = (0..6_000)
+        .map(|i| note(&k, T0 + i / 3, &i.to_string()))
+        .collect();
+    let others: Vec<Event> = (0..200)
+        .map(|i| sign(&k, 1621, T0 + i, Vec::new(), "issue"))
+        .collect();
+    let farm = neg_farm(2);
+    farm.seed(1, notes.iter().chain(&others).cloned().collect());
+    let missing: Vec<&Event> = notes.iter().step_by(211).collect();
+    let extra: Vec<Event> = (0..50)
+        .map(|i| note(&keys(21), T0 + i, "only we hold it"))
+        .collect();
+    let local: Vec<Event> = notes
+        .iter()
+        .filter(|e| !missing.iter().any(|m| m.id == e.id))
+        .chain(&extra)
+        .cloned()
+        .collect();
+    let mut c = connect(&farm.url(1));
+
+    let (need, longest, rounds) = reconcile(&mut c, "n1", &kinds(1), &local, 60_000);
+    assert_eq!(need, sorted_ids(&missing));
+    assert!(longest <= 2 * 60_000, "a frame of {longest} hex digits");
+    // Small frames on our side: more rounds, the same answer.
+    let (need, _, more) = reconcile(&mut c, "n2", &kinds(1), &local, 9_000);
+    assert_eq!(need, sorted_ids(&missing));
+    assert!(
+        more > rounds,
+        "{more} rounds with small frames, {rounds} without"
+    );
+    // The filter scopes the set: nothing held of kind 1621, all of it needed.
+    let (need, _, scoped) = reconcile(&mut c, "n3", &kinds(1621), &[], 60_000);
+    assert_eq!(need, sorted_ids(&others.iter().collect::<Vec<_>>()));
+    // An empty relay needs nothing whatever we hold.
+    let mut empty = connect(&farm.url(0));
+    let (need, _, nothing) = reconcile(&mut empty, "n4", &kinds(1), &local, 60_000);
+    assert_eq!(need, []);
+
+    let stats = farm.stats();
+    assert_eq!(stats.neg_sessions, 4);
+    // Every NEG-MSG but the answers to the four NEG-OPENs is a round.
+    let answers = rounds + more + scoped + nothing;
+    assert_eq!(stats.neg_rounds as usize, answers - 4, "{stats:?}");
+    assert_eq!(stats.neg_errors, 0);
+    assert_eq!(stats.reqs, 0, "negentropy is not counted as REQ");
+    // Sessions are closed by NEG-CLOSE: a further round is an error.
+    c.send(r#"["NEG-MSG","n1","61"]"#);
+    let err = c.recv();
+    assert_eq!(err[0], "NEG-ERR", "{err}");
+    assert!(err[2].as_str().unwrap().starts_with("closed:"), "{err}");
+    c.assert_quiet();
+}
+
+#[test]
+fn negentropy_garbage_gets_neg_err_and_the_connection_goes_on() {
+    let farm = neg_farm(1);
+    let e = note(&keys(22), T0, "x");
+    farm.seed(0, vec![e.clone()]);
+    let mut c = connect(&farm.url(0));
+    for (text, sub) in [
+        (r#"["NEG-OPEN","a",{"kinds":[1]},"zz"]"#, "a"),
+        (r#"["NEG-OPEN","b",{"kinds":[1]},"6"]"#, "b"),
+        (r#"["NEG-MSG","nobody","61"]"#, "nobody"),
+    ] {
+        c.send(text);
+        let err = c.recv();
+        assert_eq!(err[0], "NEG-ERR", "{text}: {err}");
+        assert_eq!(err[1], sub, "{text}: {err}");
+    }
+    assert_eq!(farm.stats().neg_errors, 3);
+    assert_eq!(farm.stats().neg_sessions, 0);
+    // A good session after the bad ones.
+    assert_eq!(reconcile(&mut c, "ok", &kinds(1), &[], 60_000).0, [e.id]);
+    assert_eq!(ids(&c.req("s", vec![kinds(1)])), [e.id]);
+}
+
+#[test]
+fn negentropy_is_off_by_default() {
+    let farm = farm(1);
+    let mut c = connect(&farm.url(0));
+    c.send(r#"["NEG-OPEN","n",{"kinds":[1]},"6100000200"]"#);
+    assert_eq!(c.recv(), json!(["NOTICE", "error: unsupported message"]));
+    assert_eq!(farm.stats().neg_sessions, 0);
+}
+
+// ---------------------------------------------------------------- NIP-42
+
+fn auth_farm() -> RelayFarm {
+    let opts = FarmOptions {
+        negentropy: true,
+        auth_required: vec![1],
+        ..FarmOptions::default()
+    };
+    RelayFarm::start(2, opts).expect("farm starts")
+}
+
+/// The challenge a relay requiring AUTH sends first on a new connection.
+fn challenge_of(c: &mut PlainClient) -> String {
+    let msg = c.recv();
+    assert_eq!(msg[0], "AUTH", "{msg}");
+    msg[1].as_str().expect("a string challenge").to_owned()
+}
+
+fn auth_event(k: &Keys, kind: u16, relay: &str, challenge: &str, at: Timestamp) -> Event {
+    EventBuilder::new(Kind::from_u16(kind), "")
+        .tags([
+            Tag::custom("relay", [relay]),
+            Tag::custom("challenge", [challenge]),
+        ])
+        .custom_created_at(at)
+        .finalize(k)
+        .unwrap()
+}
+
+/// Sends `["AUTH", event]` (as raw JSON) and returns the OK's status and
+/// message.
+fn send_auth(c: &mut PlainClient, event: &Value) -> (bool, String) {
+    c.send(json!(["AUTH", event]).to_string());
+    let ok = c.recv();
+    assert_eq!(ok[0], "OK", "{ok}");
+    assert_eq!(ok[1], event["id"], "{ok}");
+    (ok[2].as_bool().unwrap(), ok[3].as_str().unwrap().to_owned())
+}
+
+fn json_of(event: &Event) -> Value {
+    serde_json::from_str(&event.as_json()).unwrap()
+}
+
+#[test]
+fn auth_is_required_for_reads_and_checked() {
+    let farm = auth_farm();
+    let e = note(&keys(30), T0, "members only");
+    farm.seed(1, vec![e.clone()]);
+    let url = farm.url(1);
+    let mut c = connect(&url);
+    let challenge = challenge_of(&mut c);
+    assert_eq!(challenge.len(), 32, "16 random bytes as hex");
+
+    // Reads are refused until AUTH; writes are not.
+    c.send_req("s", vec![kinds(1)]);
+    let closed = c.recv();
+    assert_eq!(closed[0], "CLOSED", "{closed}");
+    assert_eq!(closed[1], "s");
+    assert!(closed[2].as_str().unwrap().starts_with("auth-required:"));
+    c.send(r#"["NEG-OPEN","n",{"kinds":[1]},"6100000200"]"#);
+    let err = c.recv();
+    assert_eq!(err[0], "NEG-ERR", "{err}");
+    assert!(err[2].as_str().unwrap().starts_with("auth-required:"));
+    let written = note(&keys(31), T0 + 1, "writes need no AUTH");
+    assert_eq!(c.publish(&written), (true, String::new()));
+
+    // Every way to get AUTH wrong is an OK false, and reads stay refused.
+    let k = keys(32);
+    let now = Timestamp::now();
+    let good = auth_event(&k, 22242, &url, &challenge, now);
+    let mut bad_sig = json_of(&good);
+    let other = auth_event(&keys(33), 22242, &url, &challenge, now);
+    bad_sig["sig"] = json_of(&other)["sig"].clone();
+    let wrong_port = url.replace(&farm.port(1).to_string(), &farm.port(0).to_string());
+    let bad = [
+        (bad_sig, "invalid: bad id or signature"),
+        (
+            json_of(&auth_event(&k, 22242, &url, "not-it", now)),
+            "invalid: wrong challenge",
+        ),
+        (
+            json_of(&auth_event(&k, 1, &url, &challenge, now)),
+            "invalid: not a kind 22242 event",
+        ),
+        (
+            json_of(&auth_event(&k, 22242, &wrong_port, &challenge, now)),
+            "invalid: the relay tag does not name this relay",
+        ),
+        (
+            json_of(&auth_event(&k, 22242, &url, &challenge, now - 3_600)),
+            "invalid: created_at too far from now",
+        ),
+    ];
+    for (event, reason) in &bad {
+        assert_eq!(send_auth(&mut c, event), (false, (*reason).to_owned()));
+    }
+    c.send_req("s", vec![kinds(1)]);
+    assert_eq!(c.recv()[0], "CLOSED");
+
+    // A valid AUTH: OK true, then reads are served, REQ and NEG-OPEN alike.
+    assert_eq!(send_auth(&mut c, &json_of(&good)), (true, String::new()));
+    let mut want = vec![e.id, written.id];
+    want.sort_unstable();
+    let mut got = ids(&c.req("s", vec![kinds(1)]));
+    got.sort_unstable();
+    assert_eq!(got, want);
+    assert_eq!(
+        reconcile(&mut c, "n", &kinds(1), std::slice::from_ref(&e), 60_000).0,
+        [written.id]
+    );
+
+    // AUTH is per connection, and each gets its own challenge: the first
+    // connection's event is refused on the second.
+    let mut second = connect(&url);
+    let challenge2 = challenge_of(&mut second);
+    assert_ne!(challenge2, challenge);
+    assert_eq!(
+        send_auth(&mut second, &json_of(&good)),
+        (false, "invalid: wrong challenge".to_owned())
+    );
+    second.send_req("s", vec![kinds(1)]);
+    assert_eq!(second.recv()[0], "CLOSED");
+
+    let stats = farm.stats();
+    assert_eq!(stats.auth_accepted, 1);
+    assert_eq!(stats.auth_rejected, 6);
+    assert_eq!(stats.auth_refusals, 4);
+    assert_eq!(stats.neg_errors, 1);
+}
+
+#[test]
+fn relays_that_do_not_require_auth_never_challenge() {
+    let farm = auth_farm();
+    let e = note(&keys(34), T0, "open relay");
+    farm.seed(0, vec![e.clone()]);
+    let mut c = connect(&farm.url(0));
+    // The first message is the REQ's answer: no AUTH came before it.
+    assert_eq!(ids(&c.req("s", vec![kinds(1)])), [e.id]);
+    // An AUTH nobody asked for is refused; reads go on.
+    let event = auth_event(&keys(35), 22242, &farm.url(0), "x", Timestamp::now());
+    let (ok, reason) = send_auth(&mut c, &json_of(&event));
+    assert!(!ok);
+    assert!(reason.starts_with("auth-required:"), "{reason}");
+    assert_eq!(ids(&c.req("t", vec![kinds(1)])), [e.id]);
+    assert_eq!(farm.stats().auth_refusals, 0);
+}

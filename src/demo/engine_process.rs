@@ -2,27 +2,72 @@
 //! binary with its real flags, so the demo exercises exactly what operators
 //! run, and the engine's memory and CPU are measured apart from the
 //! simulated relays.
+//!
+//! Secrets reach it the way operators give them: the test CA and the
+//! NIP-42 key in files (`--extra-ca-file`, `--auth-key-file`), written
+//! only readable by us and deleted when the child is gone.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use nostr::prelude::Keys;
+
+/// Longest the counters are given to settle after the last event arrived.
+const SETTLE_MAX: Duration = Duration::from_secs(5);
+
+/// Two scrapes this far apart that agree mean the engine went quiet.
+const SETTLE_STEP: Duration = Duration::from_millis(500);
 
 /// A running engine child.
 pub struct EngineProcess {
     child: Child,
     metrics: SocketAddr,
-    ca_file: Option<PathBuf>,
+    /// The CA and key files: held only to be deleted on drop, after the
+    /// child.
+    _files: Vec<TempFile>,
+}
+
+/// The engine counters the demo reports (NIP-77, NIP-42, downloads, sink
+/// refusals), read from its metrics in one scrape.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineCounters {
+    /// Negentropy reconciliations started.
+    pub neg_sessions: u64,
+    /// `NEG-MSG` rounds.
+    pub neg_rounds: u64,
+    /// Ids negentropy found missing (and fetched).
+    pub neg_ids_fetched: u64,
+    /// Negentropy jobs given back to REQ.
+    pub neg_fallbacks: u64,
+    /// Events the own relay listed for negentropy.
+    pub sink_listed: u64,
+    /// AUTH events sent.
+    pub auth_attempts: u64,
+    /// AUTH events the relay rejected.
+    pub auth_rejected: u64,
+    /// Subscriptions refused with `auth-required:`.
+    pub auth_required: u64,
+    /// Events received from remote relays (downloaded).
+    pub events_received: u64,
+    /// Events the own relay refused (e.g. a bad id or signature).
+    pub sink_rejected: u64,
 }
 
 impl EngineProcess {
-    /// Starts `grasp-sync --own-relay <own> ...` with demo timings.
+    /// Starts `grasp-sync --own-relay <own> ...` with demo timings; trusts
+    /// `ca_pem` when given and answers NIP-42 challenges with `auth_key`
+    /// when given.
     pub fn spawn(
         own: &str,
         relays: usize,
         seed: u64,
         ca_pem: Option<&str>,
+        auth_key: Option<&Keys>,
     ) -> Result<EngineProcess, String> {
         let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
         let port = TcpListener::bind("127.0.0.1:0")
@@ -53,31 +98,68 @@ impl EngineProcess {
         )
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-        let ca_file = match ca_pem {
-            Some(pem) => {
-                let path = std::env::temp_dir()
-                    .join(format!("grasp-sync-demo-ca-{}.pem", std::process::id()));
-                std::fs::write(&path, pem).map_err(|e| format!("{}: {e}", path.display()))?;
-                cmd.arg("--extra-ca-file").arg(&path);
-                Some(path)
-            }
-            None => None,
-        };
+        let mut files = Vec::new();
+        if let Some(pem) = ca_pem {
+            let file = TempFile::write("ca.pem", pem)?;
+            cmd.arg("--extra-ca-file").arg(&file.path);
+            files.push(file);
+        }
+        if let Some(keys) = auth_key {
+            let file = TempFile::write("auth.key", &keys.secret_key().to_secret_hex())?;
+            cmd.arg("--auth-key-file").arg(&file.path);
+            files.push(file);
+        }
         let child = cmd
             .spawn()
             .map_err(|e| format!("starting the engine: {e}"))?;
         Ok(EngineProcess {
             child,
             metrics,
-            ca_file,
+            _files: files,
         })
+    }
+
+    /// The counters so far (zeros if the metrics cannot be read).
+    pub fn counters(&self) -> EngineCounters {
+        let text = http_get(self.metrics).unwrap_or_default();
+        let get = |name: &str| value(&text, name).unwrap_or(0);
+        let neg = |event: &str| get(&format!("grasp_sync_negentropy_total{{event=\"{event}\"}}"));
+        let auth = |event: &str| get(&format!("grasp_sync_auth_total{{event=\"{event}\"}}"));
+        EngineCounters {
+            neg_sessions: neg("session"),
+            neg_rounds: neg("round"),
+            neg_ids_fetched: neg("id_fetched"),
+            neg_fallbacks: neg("fallback"),
+            sink_listed: neg("sink_listed"),
+            auth_attempts: auth("attempt"),
+            auth_rejected: auth("rejected"),
+            auth_required: auth("auth_required"),
+            events_received: get("grasp_sync_events_total{outcome=\"received\"}"),
+            sink_rejected: get("grasp_sync_sink_events_total{outcome=\"rejected\"}"),
+        }
     }
 
     /// One metric value (name with labels) from the engine's `/metrics`.
     pub fn metric(&self, name: &str) -> Option<u64> {
-        let text = http_get(self.metrics)?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        value(&http_get(self.metrics)?, name)
+    }
+
+    /// The counters once the engine went quiet: the last expected event
+    /// may arrive while other relays are still reconciling (finding nothing
+    /// missing), and the figures should include them. At most
+    /// [`SETTLE_MAX`]: misbehaving relays keep some counters moving for
+    /// good.
+    pub fn settled_counters(&self) -> EngineCounters {
+        let until = Instant::now() + SETTLE_MAX;
+        let mut last = self.counters();
+        loop {
+            std::thread::sleep(SETTLE_STEP);
+            let now = self.counters();
+            if now == last || Instant::now() >= until {
+                return now;
+            }
+            last = now;
+        }
     }
 
     /// Peak and current resident memory of the engine, KiB.
@@ -130,12 +212,75 @@ impl EngineProcess {
 
 impl Drop for EngineProcess {
     fn drop(&mut self) {
+        // The files go (TempFile's drop) once the child is gone.
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if let Some(path) = &self.ca_file {
-            let _ = std::fs::remove_file(path);
+    }
+}
+
+impl std::ops::Add for EngineCounters {
+    type Output = EngineCounters;
+
+    /// Counters of two engine runs together.
+    fn add(self, o: EngineCounters) -> EngineCounters {
+        EngineCounters {
+            neg_sessions: self.neg_sessions + o.neg_sessions,
+            neg_rounds: self.neg_rounds + o.neg_rounds,
+            neg_ids_fetched: self.neg_ids_fetched + o.neg_ids_fetched,
+            neg_fallbacks: self.neg_fallbacks + o.neg_fallbacks,
+            sink_listed: self.sink_listed + o.sink_listed,
+            auth_attempts: self.auth_attempts + o.auth_attempts,
+            auth_rejected: self.auth_rejected + o.auth_rejected,
+            auth_required: self.auth_required + o.auth_required,
+            events_received: self.events_received + o.events_received,
+            sink_rejected: self.sink_rejected + o.sink_rejected,
         }
     }
+}
+
+/// A file in the temp directory, readable by this user only, deleted on
+/// drop: the CA and the key outlive no run.
+struct TempFile {
+    path: PathBuf,
+}
+
+impl TempFile {
+    /// Writes `text` to a new file named after this process, a per-process
+    /// counter and `name`, so concurrent demos and successive engine
+    /// children never share one.
+    fn write(name: &str, text: &str) -> Result<TempFile, String> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("grasp-sync-demo-{}-{n}-{name}", std::process::id()));
+        // A new file only: never one planted in the shared temp directory
+        // (a symlink would send the key elsewhere). Ours, and so deleted on
+        // drop, only once created.
+        let mut handle = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = TempFile { path };
+        handle
+            .write_all(text.as_bytes())
+            .map_err(|e| format!("{}: {e}", file.path.display()))?;
+        Ok(file)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        // Already gone is fine: the goal is no file left.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The value of metric `name` (with its labels) in Prometheus text.
+fn value(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
 }
 
 fn http_get(addr: SocketAddr) -> Option<String> {

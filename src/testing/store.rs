@@ -2,22 +2,29 @@
 //! [`RelayFarm`]): NIP-01 storage rules and `REQ` answers, shared so both
 //! relays behave exactly alike.
 //!
-//! Events are kept in three indexes: by `created_at` (newest first, ties by
+//! Events are kept in four indexes: by `created_at` (newest first, ties by
 //! id: the order a relay answers a `REQ` in), by insertion (the order they
-//! were stored) and by id; replaceable and addressable events are also
-//! indexed by address. Inserting, replacing and looking up are logarithmic
-//! or constant; a `REQ` walks the time index from its `until` and stops at
-//! its `since` or once it has enough results, so a capped `REQ` costs about
-//! its cap, not the store size.
+//! were stored), by id, and by single-letter tag value; replaceable and
+//! addressable events are also indexed by address. Inserting, replacing and
+//! looking up are logarithmic or constant. A `REQ` filter with tag
+//! conditions reads its candidates from the tag index (the condition with
+//! the fewest); any other walks the time index from its `until` and stops
+//! at its `since` or once it has enough results, so a capped `REQ` costs
+//! about its cap, and a tag `REQ` about its candidates, not the store size.
+//! That matters for the demo's own relay, which answers the engine's
+//! negentropy listings (a tag filter each, thousands at scale) from a store
+//! holding every synced event.
 //!
 //! [`TestRelay`]: crate::testing::relay::TestRelay
 //! [`RelayFarm`]: crate::testing::farm::RelayFarm
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 
-use nostr::prelude::{Event, EventId, Filter, Kind, MatchEventOptions, PublicKey, Timestamp};
+use nostr::prelude::{
+    Event, EventId, Filter, Kind, MatchEventOptions, PublicKey, SingleLetterTag, Timestamp,
+};
 
 /// What storing an event did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +91,19 @@ pub struct Store {
     ids: HashMap<EventId, (u64, EventKey)>,
     /// Address to the id of the version stored.
     addresses: HashMap<Address, EventId>,
+    /// Single-letter tag and its value (a tag's first value, as NIP-01
+    /// matches it) to the events carrying it.
+    tags: HashMap<SingleLetterTag, HashMap<String, BTreeSet<EventKey>>>,
     next_seq: u64,
+}
+
+/// The `(letter, value)` pairs of an event's tags that a `#letter` filter
+/// condition matches on.
+fn tag_values(event: &Event) -> impl Iterator<Item = (SingleLetterTag, &str)> + '_ {
+    event
+        .tags
+        .iter()
+        .filter_map(|t| Some((t.single_letter_tag()?, t.content()?)))
 }
 
 impl Store {
@@ -119,6 +138,14 @@ impl Store {
         self.next_seq += 1;
         self.ids.insert(event.id, (seq, key));
         self.by_seq.insert(seq, key);
+        for (letter, value) in tag_values(&event) {
+            self.tags
+                .entry(letter)
+                .or_default()
+                .entry(value.to_owned())
+                .or_default()
+                .insert(key);
+        }
         self.by_time.insert(key, event);
         Stored::New
     }
@@ -126,9 +153,22 @@ impl Store {
     /// Removes an event from the id, insertion and time indexes (not from
     /// the address index: the caller replaces that entry).
     fn remove(&mut self, id: &EventId) {
-        if let Some((seq, key)) = self.ids.remove(id) {
-            self.by_seq.remove(&seq);
-            self.by_time.remove(&key);
+        let Some((seq, key)) = self.ids.remove(id) else {
+            return;
+        };
+        self.by_seq.remove(&seq);
+        let Some(event) = self.by_time.remove(&key) else {
+            return;
+        };
+        for (letter, value) in tag_values(&event) {
+            if let Some(values) = self.tags.get_mut(&letter)
+                && let Some(keys) = values.get_mut(value)
+            {
+                keys.remove(&key);
+                if keys.is_empty() {
+                    values.remove(value);
+                }
+            }
         }
     }
 
@@ -220,6 +260,13 @@ impl Store {
             hits.truncate(take);
             return hits;
         }
+        if let Some(candidates) = self.tag_candidates(f) {
+            return candidates
+                .into_iter()
+                .filter(|key| self.by_time.get(key).is_some_and(matching))
+                .take(take)
+                .collect();
+        }
         let start = match f.until {
             Some(until) => {
                 Bound::Included(EventKey(Reverse(until), EventId::from_byte_array([0; 32])))
@@ -239,5 +286,112 @@ impl Store {
             }
         }
         hits
+    }
+
+    /// For a filter with tag conditions, the events that can match it: the
+    /// carriers of the condition with the fewest, in `REQ` order (a superset:
+    /// the caller checks the whole filter). `None` without tag conditions.
+    fn tag_candidates(&self, f: &Filter) -> Option<BTreeSet<EventKey>> {
+        let carriers = |letter: &SingleLetterTag, value: &String| {
+            self.tags.get(letter).and_then(|values| values.get(value))
+        };
+        let (letter, values) = f.generic_tags.iter().min_by_key(|(letter, values)| {
+            values
+                .iter()
+                .filter_map(|v| carriers(letter, v))
+                .map(BTreeSet::len)
+                .sum::<usize>()
+        })?;
+        Some(
+            values
+                .iter()
+                .filter_map(|v| carriers(letter, v))
+                .flatten()
+                .copied()
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Tag};
+
+    fn event(keys: &Keys, kind: u16, at: u64, tags: &[[&str; 2]]) -> Event {
+        EventBuilder::new(Kind::from_u16(kind), "")
+            .tags(tags.iter().map(|t| Tag::parse(*t).unwrap()))
+            .custom_created_at(Timestamp::from_secs(at))
+            .finalize(keys)
+            .unwrap()
+    }
+
+    /// Every filter answered through the tag index equals a scan of every
+    /// stored event, also after addressable events were replaced by
+    /// versions with other tags.
+    #[test]
+    fn tag_queries_match_a_full_scan() {
+        let keys = Keys::generate();
+        let mut store = Store::new();
+        let mut all = Vec::new();
+        for i in 0..300u64 {
+            let a = format!("30617:x:repo-{}", i % 7);
+            let e = format!("{:064x}", i % 11);
+            let tags = [["a", a.as_str()], ["e", e.as_str()]];
+            let kind = [1, 1621, 1111][(i % 3) as usize];
+            all.push(event(&keys, kind, 1_000 + i / 2, &tags));
+        }
+        // Addressable: each `d` is replaced twice, its `r` tag changing.
+        for (i, r) in ["one", "two", "three"].iter().enumerate() {
+            for d in ["p", "q"] {
+                all.push(event(&keys, 30618, 2_000 + i as u64, &[["d", d], ["r", r]]));
+            }
+        }
+        for e in &all {
+            store.insert(e.clone());
+        }
+        let stored: Vec<&Event> = all.iter().filter(|e| store.contains(&e.id)).collect();
+        assert_eq!(stored.len(), 302);
+        let filters = [
+            Filter::new().custom_tag(SingleLetterTag::from_char('a').unwrap(), "30617:x:repo-3"),
+            Filter::new()
+                .custom_tags(
+                    SingleLetterTag::from_char('a').unwrap(),
+                    ["30617:x:repo-1", "30617:x:repo-2"],
+                )
+                .custom_tag(
+                    SingleLetterTag::from_char('e').unwrap(),
+                    format!("{:064x}", 4),
+                )
+                .kind(Kind::from_u16(1621)),
+            Filter::new()
+                .custom_tag(
+                    SingleLetterTag::from_char('e').unwrap(),
+                    format!("{:064x}", 5),
+                )
+                .since(Timestamp::from_secs(1_040))
+                .until(Timestamp::from_secs(1_120))
+                .limit(7),
+            Filter::new().custom_tag(SingleLetterTag::from_char('r').unwrap(), "three"),
+            Filter::new().custom_tag(SingleLetterTag::from_char('r').unwrap(), "one"),
+            Filter::new().custom_tag(SingleLetterTag::from_char('a').unwrap(), "nothing"),
+        ];
+        for f in &filters {
+            let mut want: Vec<EventKey> = stored
+                .iter()
+                .filter(|e| f.match_event(e, MatchEventOptions::new()))
+                .map(|e| EventKey::of(e))
+                .collect();
+            want.sort_unstable();
+            want.truncate(f.limit.unwrap_or(usize::MAX));
+            assert_eq!(
+                store.query_keys(std::slice::from_ref(f), usize::MAX),
+                want,
+                "{f:?}"
+            );
+        }
+        // The replaced versions' tags lead nowhere.
+        let r = SingleLetterTag::from_char('r').unwrap();
+        assert_eq!(store.tags[&r].keys().collect::<Vec<_>>(), ["three"]);
     }
 }
