@@ -143,8 +143,10 @@ pub struct Stats {
     pub neg_rounds: u64,
     /// Event ids negentropy found missing and fetched.
     pub neg_ids_fetched: u64,
-    /// Negentropy jobs that fell back to REQ.
+    /// Negentropy jobs that fell back to REQ (the relay failed or lacks it).
     pub neg_fallbacks: u64,
+    /// Negentropy jobs sent to REQ because the sink held nothing for them.
+    pub neg_skipped: u64,
 }
 
 /// Why the engine could not start.

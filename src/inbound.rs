@@ -365,8 +365,8 @@ impl Engine {
         if sub.purpose == Purpose::Live && self.relays[relay.index()].live_mode != LiveMode::Wide
             || sub.scope == Scope::Wide
         {
+            let lost = uncovered_from(&sub, now);
             let state = self.relay(relay);
-            let lost = if sub.eose { now } else { sub.started.min(now) };
             state.uncovered_since = Some(state.uncovered_since.map_or(lost, |t| t.min(lost)));
         }
         if refusal == Refusal::AuthRequired {
@@ -426,6 +426,28 @@ impl Engine {
         let epoch = state.epoch;
         self.arm(until, Timer::Resume(relay, epoch));
     }
+}
+
+/// From when a refused live subscription's events are missing. Past EOSE,
+/// from now. Before it, from what its filters asked: a live set opened
+/// without `since` (a fresh connect reads Layer 1 from the beginning, e.g.
+/// announcements on a relay that wants AUTH first) must be re-read from
+/// the beginning, not from when it was sent. A historic chunk's own items
+/// are re-fetched by their batch, so only its start counts.
+fn uncovered_from(sub: &Subscription, now: Time) -> Time {
+    if sub.eose {
+        return now;
+    }
+    if !sub.work.is_empty() {
+        return sub.started.min(now);
+    }
+    let asked = sub
+        .filters
+        .iter()
+        .map(|f| f.since.map_or(0, |t| t.as_secs()))
+        .min()
+        .unwrap_or(0);
+    Time::from_secs(asked).min(now)
 }
 
 /// The subscription id and event id of an `["EVENT","<sub>",{..."id":"<hex>"...}]`

@@ -174,13 +174,14 @@ pub fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &SinkView) -
     counter_labeled(
         &mut out,
         "grasp_sync_negentropy_total",
-        "NIP-77: sessions, NEG-MSG rounds, ids found missing, fallbacks to REQ, events the sink listed.",
+        "NIP-77: sessions, NEG-MSG rounds, ids found missing, fallbacks to REQ, jobs skipped (nothing held), events the sink listed.",
         "event",
         &[
             ("session", s.neg_sessions),
             ("round", s.neg_rounds),
             ("id_fetched", s.neg_ids_fetched),
             ("fallback", s.neg_fallbacks),
+            ("skipped_nothing_held", s.neg_skipped),
             ("sink_listed", shell.sink_listed),
         ],
     );

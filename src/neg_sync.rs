@@ -31,6 +31,9 @@ use crate::relay::{LiveMode, Status};
 use crate::subscription::{Purpose, Scope, WorkRef};
 use crate::time::Time;
 
+/// How many `neg_timeout`s a job may wait for the sink's listings.
+const LISTING_TIMEOUT_FACTOR: u32 = 4;
+
 /// Whether a relay speaks NIP-77, as far as we know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NegSupport {
@@ -158,9 +161,11 @@ impl Engine {
             return;
         }
         if job.held.iter().flatten().all(Vec::is_empty) {
-            // Nothing to reconcile against: a plain REQ costs less.
+            // Nothing to reconcile against: a plain REQ costs less. Not a
+            // failure: counted apart from fallbacks.
             debug!("{}: nothing held locally; REQ", self.relay_url(relay));
-            return self.neg_fallback(relay, id, false, now);
+            self.stats.neg_skipped += 1;
+            return self.neg_skip(relay, id, now);
         }
         self.open_session(relay, id, now);
     }
@@ -332,15 +337,33 @@ impl Engine {
     /// Gives the job's chunks back to the REQ path; `unsupported` marks the
     /// relay as not speaking negentropy.
     fn neg_fallback(&mut self, relay: RelayId, id: u64, unsupported: bool, now: Time) {
+        self.send_job_to_req(relay, id, unsupported, false, now);
+    }
+
+    /// The job goes by REQ because nothing is held locally for it.
+    fn neg_skip(&mut self, relay: RelayId, id: u64, now: Time) {
+        self.send_job_to_req(relay, id, false, true, now);
+    }
+
+    /// Moves a job's chunks to the REQ path; `skipped` for a job that did not
+    /// fail but had nothing to reconcile.
+    fn send_job_to_req(
+        &mut self,
+        relay: RelayId,
+        id: u64,
+        unsupported: bool,
+        skipped: bool,
+        now: Time,
+    ) {
         let Some(job) = self.relay(relay).neg_jobs.remove(&id) else {
             return;
         };
         self.forget_lists(relay, Some(id));
-        self.stats.neg_fallbacks += 1;
         if unsupported && self.relays[relay.index()].neg != NegSupport::Supported {
             info!("{}: no negentropy; REQ from now on", self.relay_url(relay));
             self.relay(relay).neg = NegSupport::Unsupported;
         }
+        self.stats.neg_fallbacks += u64::from(!skipped);
         let state = self.relay(relay);
         state.neg_bypass.extend(job.work.iter().map(|w| w.batch));
         for work in job.work.into_iter().rev() {
@@ -360,13 +383,21 @@ impl Engine {
     /// answered `NEG-OPEN` does not speak negentropy; a job that stalled
     /// later goes back to REQ.
     pub(crate) fn on_neg_timeout(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
-        let timeout = self.config.neg_timeout;
         let state = &self.relays[relay.index()];
         if state.epoch != epoch || state.status != Status::Connected {
             return;
         }
         let Some(job) = state.neg_jobs.get(&id) else {
             return;
+        };
+        // Listings wait in line at the own relay behind every other relay's
+        // (thousands after a restart): that is not the remote's silence.
+        let timeout = match job.session {
+            Some(_) => self.config.neg_timeout,
+            None => self
+                .config
+                .neg_timeout
+                .saturating_mul(LISTING_TIMEOUT_FACTOR),
         };
         if now < job.progress + timeout {
             let at = job.progress + timeout;

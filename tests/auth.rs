@@ -221,3 +221,24 @@ fn a_self_subscription_refused_before_eose_resumes_from_its_own_since() {
         Some(Timestamp::from_secs(eose_at.as_secs() - window))
     );
 }
+
+#[test]
+fn announcements_on_a_relay_that_wants_auth_first_are_read_from_the_beginning() {
+    let mut config = config_with_key();
+    config.bootstrap = vec![A.to_owned()];
+    let mut sim = Sim::new(config);
+    sim.add_relay(A).require_auth = Some("boot".to_owned());
+    let owner = keys(1);
+    // Announced on A two hours before we start, listing our relay and B.
+    let ann = announcement(&owner, "r", &[OWN, B], T0 - 7_200);
+    sim.seed(A, &ann);
+    let comment = repo_comment(&owner, &coord(&owner, "r"), T0 - 7_000, "on B");
+    sim.seed(B, &comment);
+    sim.advance(Duration::from_secs(30));
+    assert_eq!(sim.relays[A].auths.len(), 1);
+    assert!(
+        sim.synced(&ann.id),
+        "Layer 1 re-read from the beginning after AUTH"
+    );
+    assert!(sim.synced(&comment.id), "and the repo it announces synced");
+}

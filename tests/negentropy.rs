@@ -169,5 +169,7 @@ fn nothing_held_locally_goes_straight_to_req() {
     sim.publish(&own, &announcement(&owner, "r", &[A], T0));
     sim.advance(Duration::from_secs(10));
     assert!(sim.synced(&comment.id));
-    assert_eq!(sim.engine.stats().neg_sessions, 0);
+    let stats = sim.engine.stats();
+    assert_eq!(stats.neg_sessions, 0);
+    assert_eq!((stats.neg_skipped, stats.neg_fallbacks), (1, 0));
 }

@@ -230,8 +230,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
     .map_err(|e| format!("starting relays: {e}"))?;
     let own_url = farm.url(0);
     let urls: Vec<String> = (1..farm.len()).map(|i| farm.url(i)).collect();
-    let remote_auth: Vec<usize> = auth_required.iter().map(|i| i - 1).collect();
-    let scenario = generate(opts, &own_url, &urls, &chaos.urls(), &remote_auth);
+    let scenario = generate(opts, &own_url, &urls, &chaos.urls());
     farm.seed(0, scenario.own.clone());
     for (i, events) in scenario.remote.iter().enumerate() {
         farm.seed(i + 1, events.clone());

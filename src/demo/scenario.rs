@@ -53,21 +53,13 @@ pub struct Scenario {
 /// Generates the repos and their events over the honest relays `urls`,
 /// deterministically from the seed; repo `i` also lists misbehaving relay
 /// `i % chaotic.len()`. Default sizes count both kinds of relay.
-///
-/// `auth` are the relays of `urls` (by index) that require NIP-42 AUTH.
-/// They hold history like any other but no remote-only announcement: the
-/// engine's first discovery REQ on a relay (all announcements) is refused
-/// there until AUTH, and the engine retries it only as a live subscription
-/// from the time of the refusal, so an announcement stored there before
-/// would never be found, nor its repository's events elsewhere. That is an
-/// engine gap to close; until then the demo keeps discovery off those
-/// relays rather than fail on it every run.
+/// Relays that require NIP-42 AUTH host remote-only announcements like any
+/// other: the engine must read them from the beginning once accepted.
 pub fn generate(
     opts: &DemoOptions,
     own_url: &str,
     urls: &[String],
     chaotic: &[String],
-    auth: &[usize],
 ) -> Scenario {
     let mut rng = SmallRng::seed_from_u64(opts.seed);
     let n = urls.len();
@@ -120,7 +112,7 @@ pub fn generate(
             s.remote[host].push(ann.clone());
             s.expected.push(ann.id);
         } else {
-            listed.extend(repo.relays.iter().copied().filter(|r| !auth.contains(r)));
+            listed.extend(repo.relays.iter().copied());
             s.own.push(ann);
         }
         let state = sign(
