@@ -374,10 +374,17 @@ impl Engine {
         let mode = self.relays[relay.index()].live_mode;
         let state = self.relay(relay);
         if mode == LiveMode::PerId {
+            // Only pages still working for a pending batch count: one whose
+            // batch failed (a sibling chunk was refused) holds stale work,
+            // and with no batch pending `schedule` would consolidate again
+            // at once, and again, until the stack overflowed (found by
+            // fuzzing).
+            let batches = &state.batches;
             state.uncovered_since = state
                 .subs
                 .values()
-                .filter(|s| s.purpose == Purpose::Page && !s.work.is_empty())
+                .filter(|s| s.purpose == Purpose::Page)
+                .filter(|s| s.work.iter().any(|w| batches.contains_key(&w.batch)))
                 .map(|s| s.started)
                 .min();
         }
