@@ -153,6 +153,7 @@ fuzz_target!(|input: Input| {
         repos_per_root: repos_cap,
         allow_private: input.allow_private,
     };
+    // OWN is a constant, canonical relay URL (the engine started with it).
     let own = normalize(OWN).expect("own relay URL is valid");
     if let Err(e) = Model::new(&own, &applied, limits).check(&world.engine) {
         panic!("index differs from the model: {e}");

@@ -65,6 +65,10 @@ fn config(knobs: u8, more: u8) -> Config {
     c
 }
 
+/// One frame: raw text (0-5), a pool event on an open subscription (6),
+/// EOSE (7), CLOSED (8), NOTICE (9), time passing (10), a dropped
+/// connection (11), how the relay answers connects from now on (12), a
+/// protocol offence (13), a locally fed pool event (14) or a pong (15).
 fn step(world: &mut World, frame: &[u8]) {
     let Some((&ctrl, arg)) = frame.split_first() else {
         return;
