@@ -365,8 +365,9 @@ impl Engine {
         if sub.purpose == Purpose::Live && self.relays[relay.index()].live_mode != LiveMode::Wide
             || sub.scope == Scope::Wide
         {
-            let lost = uncovered_from(&sub, now);
+            let (lost, layer1) = uncovered_from(&sub, now);
             let state = self.relay(relay);
+            state.layer1_unread |= layer1;
             state.uncovered_since = Some(state.uncovered_since.map_or(lost, |t| t.min(lost)));
         }
         if refusal == Refusal::AuthRequired {
@@ -428,26 +429,18 @@ impl Engine {
     }
 }
 
-/// From when a refused live subscription's events are missing. Past EOSE,
-/// from now. Before it, from what its filters asked: a live set opened
-/// without `since` (a fresh connect reads Layer 1 from the beginning, e.g.
-/// announcements on a relay that wants AUTH first) must be re-read from
-/// the beginning, not from when it was sent. A historic chunk's own items
-/// are re-fetched by their batch, so only its start counts.
-fn uncovered_from(sub: &Subscription, now: Time) -> Time {
+/// From when a refused live subscription's events are missing (from now
+/// past EOSE, else from when it was sent), and whether it was a Layer 1
+/// read from the beginning (a fresh connect's announcements, no `since`):
+/// that one must be asked again from the beginning, e.g. on a relay that
+/// refused it until we authenticated, or announcements stored there
+/// before would never be found.
+fn uncovered_from(sub: &Subscription, now: Time) -> (Time, bool) {
     if sub.eose {
-        return now;
+        return (now, false);
     }
-    if !sub.work.is_empty() {
-        return sub.started.min(now);
-    }
-    let asked = sub
-        .filters
-        .iter()
-        .map(|f| f.since.map_or(0, |t| t.as_secs()))
-        .min()
-        .unwrap_or(0);
-    Time::from_secs(asked).min(now)
+    let from_start = sub.work.is_empty() && sub.filters.iter().any(|f| f.since.is_none());
+    (sub.started.min(now), from_start)
 }
 
 /// The subscription id and event id of an `["EVENT","<sub>",{..."id":"<hex>"...}]`

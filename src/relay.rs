@@ -132,6 +132,9 @@ pub(crate) struct RelayState {
     /// Confirmed items lack live coverage since this time; the next
     /// consolidation re-subscribes them from before it.
     pub uncovered_since: Option<Time>,
+    /// Layer 1 (announcements) was refused before it was read to the end:
+    /// the next live set asks it from the beginning.
+    pub layer1_unread: bool,
     /// Waiting for pending batches before consolidating.
     pub consolidating: bool,
     /// Historic work paused (after a refusal) until this time.
@@ -169,6 +172,7 @@ impl RelayState {
             limits,
             live_mode: LiveMode::PerId,
             uncovered_since: None,
+            layer1_unread: false,
             consolidating: false,
             paused_until: None,
             epoch: 0,
@@ -225,5 +229,6 @@ impl RelayState {
         self.neg_bypass.clear();
         self.consolidating = false;
         self.uncovered_since = None;
+        self.layer1_unread = false;
     }
 }

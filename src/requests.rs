@@ -237,7 +237,12 @@ impl Engine {
             LiveMode::Wide
         };
         self.relay(relay).live_mode = mode;
-        let mut filters = vec![announcement_filter(since).limit(limit)];
+        let layer1_since = if std::mem::take(&mut self.relay(relay).layer1_unread) {
+            None
+        } else {
+            since
+        };
+        let mut filters = vec![announcement_filter(layer1_since).limit(limit)];
         let scope = match mode {
             LiveMode::PerId => {
                 let per_id = self.per_id_filters(&confirmed, since);
