@@ -1035,7 +1035,9 @@ impl Shell {
                 return debug!("own relay not connected; listing {request} not asked");
             }
         };
-        self.send_to_sink(vec![req], now);
+        if let Some(req) = req {
+            self.send_to_sink(vec![req], now);
+        }
     }
 
     /// Sends texts on the own-relay sink connection, if it is up.
@@ -1078,12 +1080,16 @@ impl Shell {
                 close,
             }) => {
                 self.stats.sink_listed += held.len() as u64;
-                self.send_to_sink(vec![close], now);
+                let mut texts = vec![close];
+                texts.extend(s.listings.start_waiting());
+                self.send_to_sink(texts, now);
                 self.engine.handle_local_list(now, request, Some(held));
                 true
             }
             Some(ListStep::Refused(request)) => {
                 info!("own relay refused listing {request}");
+                let next = s.listings.start_waiting();
+                self.send_to_sink(next, now);
                 true
             }
         }

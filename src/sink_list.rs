@@ -16,7 +16,7 @@
 //! stays on the link to the own relay, which is local in every deployment
 //! this tool has; the point of negentropy is the link to remote relays.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
@@ -59,10 +59,18 @@ struct Listing {
     largest: usize,
 }
 
+/// Listings asked of the own relay at once; the rest wait their turn. After
+/// a restart thousands of relays' jobs list at the same moment: all at once
+/// would hold every answer in memory together and trip the own relay's
+/// own subscription limit.
+const MAX_IN_FLIGHT: usize = 8;
+
 /// Listings in flight on the sink connection, by subscription id.
 #[derive(Default)]
 pub struct Listings {
     pending: HashMap<String, Listing>,
+    /// Listings waiting for a free slot, oldest first.
+    waiting: VecDeque<(u64, Filter)>,
     /// Listings the own relay refused (typically `auth-required:`), to ask
     /// again once it accepts our AUTH.
     refused: Vec<(u64, Filter)>,
@@ -70,8 +78,30 @@ pub struct Listings {
 }
 
 impl Listings {
-    /// Starts listing `filter` for engine request `request`; returns the REQ.
-    pub fn start(&mut self, request: u64, filter: Filter) -> String {
+    /// Lists `filter` for engine request `request`: returns the REQ to send,
+    /// or `None` when it waits for a slot (see [`Listings::start_waiting`]).
+    pub fn start(&mut self, request: u64, filter: Filter) -> Option<String> {
+        if self.pending.len() >= MAX_IN_FLIGHT {
+            self.waiting.push_back((request, filter));
+            return None;
+        }
+        Some(self.open(request, filter))
+    }
+
+    /// Starts waiting listings while slots are free; returns their REQs.
+    /// Called after a listing ends.
+    pub fn start_waiting(&mut self) -> Vec<String> {
+        let mut reqs = Vec::new();
+        while self.pending.len() < MAX_IN_FLIGHT {
+            let Some((request, filter)) = self.waiting.pop_front() else {
+                break;
+            };
+            reqs.push(self.open(request, filter));
+        }
+        reqs
+    }
+
+    fn open(&mut self, request: u64, filter: Filter) -> String {
         let sub = format!("list{:x}", self.next);
         self.next += 1;
         let req = req(&sub, &filter, None);
@@ -128,18 +158,19 @@ impl Listings {
         }
     }
 
-    /// Asks again for every listing the own relay refused; returns the REQs.
+    /// Asks again for every listing the own relay refused (in turn, behind
+    /// the ones already waiting); returns the REQs that can go now.
     pub fn retry_refused(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.refused)
-            .into_iter()
-            .map(|(request, filter)| self.start(request, filter))
-            .collect()
+        let refused = std::mem::take(&mut self.refused);
+        self.waiting.extend(refused);
+        self.start_waiting()
     }
 
     /// The sink connection is gone: its listings are lost (the engine's
     /// timeout falls back for them).
     pub fn clear(&mut self) {
         self.pending.clear();
+        self.waiting.clear();
         self.refused.clear();
     }
 
@@ -210,7 +241,9 @@ mod tests {
         let keys = Keys::generate();
         let events: Vec<_> = (0..5).map(|i| event(&keys, 100 + i)).collect();
         let mut l = Listings::default();
-        let first = l.start(7, Filter::new().kind(Kind::from_u16(1621)));
+        let first = l
+            .start(7, Filter::new().kind(Kind::from_u16(1621)))
+            .unwrap();
         assert!(first.contains("\"limit\":5000"));
         let sub = "list0";
         for e in &events[2..] {
@@ -349,5 +382,34 @@ mod tests {
         assert!(again[0].starts_with(r#"["REQ","list1""#), "{}", again[0]);
         assert!(l.owns("list1"));
         assert!(l.retry_refused().is_empty());
+    }
+
+    #[test]
+    fn at_most_a_few_listings_run_at_once_the_rest_wait_their_turn() {
+        let mut l = Listings::default();
+        let kind = |k: u16| Filter::new().kind(Kind::from_u16(k));
+        for r in 0..MAX_IN_FLIGHT as u64 {
+            assert!(l.start(r, kind(1621)).is_some());
+        }
+        assert_eq!(l.start(100, kind(1617)), None);
+        assert_eq!(l.start(101, kind(1618)), None);
+        assert!(l.start_waiting().is_empty(), "no slot is free yet");
+        let eose = RelayMessage::eose(SubscriptionId::new("list0"));
+        assert!(matches!(
+            l.on_message(&eose),
+            Some(ListStep::Done { request: 0, .. })
+        ));
+        let next = l.start_waiting();
+        assert_eq!(next.len(), 1);
+        assert!(
+            next[0].contains("1617"),
+            "oldest waiting first: {}",
+            next[0]
+        );
+        l.clear();
+        assert!(
+            l.start_waiting().is_empty(),
+            "a lost connection drops the queue"
+        );
     }
 }
