@@ -78,14 +78,7 @@ impl HealthTracker {
         rng: &mut impl Rng,
     ) -> Time {
         self.refusals = self.refusals.saturating_add(1);
-        let exp = self
-            .refusals
-            .saturating_sub(1)
-            .saturating_add(penalty)
-            .min(31);
-        let backoff = policy.base.saturating_mul(1u32 << exp).min(policy.max);
-        let jitter_ms = rng.gen_range(0..=backoff.as_millis() as u64 / 10);
-        now + backoff + Duration::from_millis(jitter_ms)
+        now + backoff(self.refusals, penalty, policy, rng)
     }
 
     /// The relay failed at `now`; returns when to try it again. `penalty`
@@ -103,14 +96,7 @@ impl HealthTracker {
         if now.since(since) >= policy.dead_after {
             return now + policy.dead_retry;
         }
-        let exp = self
-            .failures
-            .saturating_sub(1)
-            .saturating_add(penalty)
-            .min(31);
-        let backoff = policy.base.saturating_mul(1u32 << exp).min(policy.max);
-        let jitter_ms = rng.gen_range(0..=backoff.as_millis() as u64 / 10);
-        now + backoff + Duration::from_millis(jitter_ms)
+        now + backoff(self.failures, penalty, policy, rng)
     }
 
     /// The relay said `rate-limited:` at `now`; returns when to try again.
@@ -140,6 +126,16 @@ impl HealthTracker {
             Health::Healthy
         }
     }
+}
+
+/// The wait after the `nth` failure (or refusal) in a row: `base` doubled
+/// per earlier one and per `penalty` step, capped at `max`, plus up to 10 %
+/// jitter so relays that failed together do not retry together.
+fn backoff(nth: u32, penalty: u32, policy: &BackoffPolicy, rng: &mut impl Rng) -> Duration {
+    let exp = nth.saturating_sub(1).saturating_add(penalty).min(31);
+    let wait = policy.base.saturating_mul(1u32 << exp).min(policy.max);
+    let jitter_ms = rng.gen_range(0..=wait.as_millis() as u64 / 10);
+    wait + Duration::from_millis(jitter_ms)
 }
 
 #[cfg(test)]

@@ -67,6 +67,7 @@ pub mod dns;
 pub mod engine;
 pub mod filters;
 pub mod health;
+pub mod hex;
 mod inbound;
 pub mod index;
 mod lifecycle;

@@ -46,6 +46,17 @@ pub enum NegSupport {
     Unsupported,
 }
 
+/// Why a negentropy job goes to the REQ path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToReq {
+    /// The sink holds nothing for it: not a failure, REQ costs less.
+    NothingHeld,
+    /// This job failed (a stalled session, a limit too small, no listing).
+    Failed,
+    /// The relay showed it does not speak NIP-77: remembered.
+    Unsupported,
+}
+
 /// One packed chunk of historic work done by negentropy.
 pub(crate) struct NegJob {
     /// Chunks of pending batches this job completes.
@@ -148,7 +159,7 @@ impl Engine {
         let Some(held) = held else {
             info!("the sink cannot list what it holds; negentropy off");
             self.sink_lists = false;
-            return self.neg_fallback(relay, id, false, now);
+            return self.job_to_req(relay, id, ToReq::Failed, now);
         };
         let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
             return;
@@ -164,8 +175,7 @@ impl Engine {
             // Nothing to reconcile against: a plain REQ costs less. Not a
             // failure: counted apart from fallbacks.
             debug!("{}: nothing held locally; REQ", self.relay_url(relay));
-            self.stats.neg_skipped += 1;
-            return self.neg_skip(relay, id, now);
+            return self.job_to_req(relay, id, ToReq::NothingHeld, now);
         }
         self.open_session(relay, id, now);
     }
@@ -189,7 +199,7 @@ impl Engine {
             }
             Err(e) => {
                 debug!("{}: {e:?}; REQ", self.relay_url(relay));
-                self.neg_fallback(relay, id, false, now);
+                self.job_to_req(relay, id, ToReq::Failed, now);
             }
         }
         self.flush(now);
@@ -239,7 +249,12 @@ impl Engine {
                         message: close,
                     });
                 }
-                self.neg_fallback(relay, id, !answered_before, now);
+                let why = if answered_before {
+                    ToReq::Failed
+                } else {
+                    ToReq::Unsupported
+                };
+                self.job_to_req(relay, id, why, now);
             }
         }
     }
@@ -256,7 +271,7 @@ impl Engine {
             .map(|(id, _)| *id)
             .collect();
         for &id in &waiting {
-            self.neg_fallback(relay, id, true, now);
+            self.job_to_req(relay, id, ToReq::Unsupported, now);
         }
         !waiting.is_empty()
     }
@@ -334,36 +349,23 @@ impl Engine {
         }
     }
 
-    /// Gives the job's chunks back to the REQ path; `unsupported` marks the
-    /// relay as not speaking negentropy.
-    fn neg_fallback(&mut self, relay: RelayId, id: u64, unsupported: bool, now: Time) {
-        self.send_job_to_req(relay, id, unsupported, false, now);
-    }
-
-    /// The job goes by REQ because nothing is held locally for it.
-    fn neg_skip(&mut self, relay: RelayId, id: u64, now: Time) {
-        self.send_job_to_req(relay, id, false, true, now);
-    }
-
-    /// Moves a job's chunks to the REQ path; `skipped` for a job that did not
-    /// fail but had nothing to reconcile.
-    fn send_job_to_req(
-        &mut self,
-        relay: RelayId,
-        id: u64,
-        unsupported: bool,
-        skipped: bool,
-        now: Time,
-    ) {
+    /// Moves a job's chunks to the REQ path, for reason `why`.
+    fn job_to_req(&mut self, relay: RelayId, id: u64, why: ToReq, now: Time) {
         let Some(job) = self.relay(relay).neg_jobs.remove(&id) else {
             return;
         };
         self.forget_lists(relay, Some(id));
-        if unsupported && self.relays[relay.index()].neg != NegSupport::Supported {
-            info!("{}: no negentropy; REQ from now on", self.relay_url(relay));
-            self.relay(relay).neg = NegSupport::Unsupported;
+        match why {
+            ToReq::NothingHeld => self.stats.neg_skipped += 1,
+            ToReq::Failed => self.stats.neg_fallbacks += 1,
+            ToReq::Unsupported => {
+                self.stats.neg_fallbacks += 1;
+                if self.relays[relay.index()].neg != NegSupport::Supported {
+                    info!("{}: no negentropy; REQ from now on", self.relay_url(relay));
+                    self.relay(relay).neg = NegSupport::Unsupported;
+                }
+            }
         }
-        self.stats.neg_fallbacks += u64::from(!skipped);
         let state = self.relay(relay);
         state.neg_bypass.extend(job.work.iter().map(|w| w.batch));
         for work in job.work.into_iter().rev() {
@@ -411,6 +413,11 @@ impl Engine {
             let message = ClientMessage::NegClose { subscription_id }.as_json();
             self.actions.push_back(Action::Send { relay, message });
         }
-        self.neg_fallback(relay, id, silent, now);
+        let why = if silent {
+            ToReq::Unsupported
+        } else {
+            ToReq::Failed
+        };
+        self.job_to_req(relay, id, why, now);
     }
 }

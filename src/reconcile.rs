@@ -21,6 +21,7 @@ use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
 use crate::filters::Encoded;
+use crate::hex::{decode, encode};
 
 /// The smallest frame the negentropy crate accepts, in bytes before hex.
 const MIN_FRAME: usize = 4096;
@@ -120,7 +121,7 @@ impl Reconciliation {
             .expect("a new instance over sealed storage initiates once");
         // The text ends in `""]`: the hex goes between the quotes, and hex
         // digits need no JSON escaping.
-        open.insert_str(open.len() - 2, &to_hex(&first));
+        open.insert_str(open.len() - 2, &encode(&first));
         let state = Reconciliation {
             sub_id,
             negentropy,
@@ -167,7 +168,7 @@ impl Reconciliation {
         if self.rounds > MAX_ROUNDS {
             return self.fail(format!("no end after {MAX_ROUNDS} rounds"));
         }
-        let Some(frame) = from_hex(hex) else {
+        let Some(frame) = decode(hex) else {
             return self.fail("NEG-MSG is not hex".to_owned());
         };
         // We only pull: the ids we have and the relay lacks are not ours to push.
@@ -206,7 +207,7 @@ impl Reconciliation {
     fn neg_msg(&self, frame: Vec<u8>) -> String {
         ClientMessage::NegMsg {
             subscription_id: Cow::Borrowed(&self.sub_id),
-            message: Cow::Owned(to_hex(&frame)),
+            message: Cow::Owned(encode(&frame)),
         }
         .as_json()
     }
@@ -263,32 +264,6 @@ pub fn means_unsupported(notice: &str) -> bool {
     ];
     let lower = notice.to_ascii_lowercase();
     HINTS.iter().any(|hint| lower.contains(hint))
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut hex = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        hex.push(DIGITS[usize::from(byte >> 4)] as char);
-        hex.push(DIGITS[usize::from(byte & 0xf)] as char);
-    }
-    hex
-}
-
-/// Decodes hex (either case); `None` for an odd length or a non-hex digit.
-fn from_hex(hex: &str) -> Option<Vec<u8>> {
-    let digits = hex.as_bytes();
-    if !digits.len().is_multiple_of(2) {
-        return None;
-    }
-    digits
-        .chunks_exact(2)
-        .map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?))
-        .collect()
-}
-
-fn nibble(digit: u8) -> Option<u8> {
-    char::from(digit).to_digit(16).map(|d| d as u8)
 }
 
 #[cfg(test)]
@@ -349,8 +324,8 @@ mod tests {
                 other => panic!("unexpected {other:?}"),
             };
             let negentropy = self.negentropy.as_mut().unwrap();
-            let reply = negentropy.reconcile(&from_hex(&hex).unwrap()).unwrap();
-            neg_msg(sub.as_str(), &to_hex(&reply))
+            let reply = negentropy.reconcile(&decode(&hex).unwrap()).unwrap();
+            neg_msg(sub.as_str(), &encode(&reply))
         }
     }
 
@@ -509,8 +484,8 @@ mod tests {
             }
             let mut recon = started();
             // Any outcome is fine but a panic; a later message is still handled.
-            let _ = recon.handle(&parse(&neg_msg("neg1", &to_hex(&frame))));
-            let _ = recon.handle(&parse(&neg_msg("neg1", &to_hex(&frame))));
+            let _ = recon.handle(&parse(&neg_msg("neg1", &encode(&frame))));
+            let _ = recon.handle(&parse(&neg_msg("neg1", &encode(&frame))));
         }
     }
 
@@ -602,16 +577,5 @@ mod tests {
         ] {
             assert!(!means_unsupported(notice), "{notice}");
         }
-    }
-
-    #[test]
-    fn hex_round_trips_and_rejects_non_hex() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        assert_eq!(from_hex(&to_hex(&bytes)), Some(bytes));
-        assert_eq!(from_hex("0aFf"), Some(vec![0x0a, 0xff]));
-        assert_eq!(from_hex("abc"), None);
-        assert_eq!(from_hex("0g"), None);
-        assert_eq!(from_hex("+1"), None);
-        assert_eq!(from_hex(""), Some(vec![]));
     }
 }

@@ -38,6 +38,14 @@ fn world(sim: &mut Sim, challenge: &str) -> Vec<Event> {
     vec![on_a, on_b]
 }
 
+/// REQs on `A` asking tags (Layer 2/3 work), refused or not.
+fn tag_reqs(sim: &Sim) -> usize {
+    sim.reqs(A)
+        .iter()
+        .filter(|(_, fs)| fs.iter().any(|f| !f.generic_tags.is_empty()))
+        .count()
+}
+
 #[test]
 fn with_a_key_the_challenge_is_answered_and_refused_work_is_resent() {
     let mut sim = Sim::new(config_with_key());
@@ -88,11 +96,7 @@ fn without_a_key_the_relay_is_backed_off_and_counted() {
     assert!(stats.auth_required >= 1);
     assert_eq!(stats.auth_attempts, 0);
     // Backoff, not a loop: ten minutes of doubling retries from 5 s.
-    let tag_reqs = sim
-        .reqs(A)
-        .iter()
-        .filter(|(_, fs)| fs.iter().any(|f| !f.generic_tags.is_empty()))
-        .count();
+    let tag_reqs = tag_reqs(&sim);
     assert!(tag_reqs <= 20, "{tag_reqs} REQs in ten minutes");
     let a = sim.id(A);
     assert_ne!(sim.engine.relay_health(a, sim.now), Health::Healthy);
@@ -107,11 +111,7 @@ fn a_rejected_auth_is_not_retried_on_the_same_connection() {
     assert_eq!(sim.missing(&wanted), vec![wanted[0].id]);
     assert_eq!(sim.relays[A].auths.len(), 1);
     assert_eq!(sim.engine.stats().auth_failures, 1);
-    let tag_reqs = sim
-        .reqs(A)
-        .iter()
-        .filter(|(_, fs)| fs.iter().any(|f| !f.generic_tags.is_empty()))
-        .count();
+    let tag_reqs = tag_reqs(&sim);
     assert!(tag_reqs <= 20, "{tag_reqs} REQs in ten minutes");
 }
 
@@ -123,11 +123,7 @@ fn restricted_after_auth_backs_off_instead_of_looping() {
     sim.advance(Duration::from_secs(600));
     assert_eq!(sim.missing(&wanted), vec![wanted[0].id]);
     assert_eq!(sim.relays[A].auths.len(), 1, "one AUTH per connection");
-    let tag_reqs = sim
-        .reqs(A)
-        .iter()
-        .filter(|(_, fs)| fs.iter().any(|f| !f.generic_tags.is_empty()))
-        .count();
+    let tag_reqs = tag_reqs(&sim);
     assert!(tag_reqs <= 20, "{tag_reqs} REQs in ten minutes");
     // B is unaffected.
     assert!(sim.synced(&wanted[1].id));

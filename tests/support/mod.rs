@@ -129,11 +129,9 @@ impl FakeRelay {
         let Some(neg) = self.neg_sessions.get_mut(&sub) else {
             return vec![format!(r#"["NEG-ERR","{sub}","closed: unknown"]"#)];
         };
-        let bytes: Vec<u8> = (0..hex.len() / 2)
-            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
-            .collect();
+        let bytes = grasp_sync::hex::decode(hex).unwrap();
         let reply = neg.reconcile(&bytes).unwrap();
-        let hex: String = reply.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = grasp_sync::hex::encode(&reply);
         vec![format!(r#"["NEG-MSG","{sub}","{hex}"]"#)]
     }
 

@@ -22,7 +22,7 @@ pub const MAX_SKEW_SECS: u64 = 600;
 pub fn challenge(rng: &mut SmallRng) -> String {
     let mut bytes = [0u8; 16];
     rng.fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::encode(&bytes)
 }
 
 /// Why an AUTH event was refused (the `OK false` message), or `Ok` when it

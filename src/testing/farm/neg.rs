@@ -16,6 +16,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
+use crate::hex::{decode, encode};
 use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use nostr::prelude::{EventId, RelayMessage, SubscriptionId, Timestamp};
 
@@ -76,14 +77,14 @@ impl NegSessions {
         let Some(negentropy) = self.sessions.get_mut(&sub) else {
             return neg_err(sub, "closed: no such negentropy session");
         };
-        let reply = match from_hex(hex) {
+        let reply = match decode(hex) {
             Some(frame) => negentropy.reconcile(&frame).map_err(|e| e.to_string()),
             None => Err("not hex".to_owned()),
         };
         match reply {
             Ok(frame) => RelayMessage::NegMsg {
                 subscription_id: Cow::Owned(sub),
-                message: Cow::Owned(to_hex(&frame)),
+                message: Cow::Owned(encode(&frame)),
             },
             Err(e) => {
                 self.sessions.remove(&sub);
@@ -112,45 +113,9 @@ pub fn neg_err(sub: SubscriptionId, reason: &str) -> RelayMessage<'static> {
     }
 }
 
-fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut hex = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        hex.push(char::from(DIGITS[usize::from(byte & 0xf)]));
-    }
-    hex
-}
-
-/// Decodes hex (either case); `None` for an odd length or a non-hex digit.
-fn from_hex(hex: &str) -> Option<Vec<u8>> {
-    let digits = hex.as_bytes();
-    if !digits.len().is_multiple_of(2) {
-        return None;
-    }
-    digits
-        .chunks_exact(2)
-        .map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?))
-        .collect()
-}
-
-fn nibble(digit: u8) -> Option<u8> {
-    // to_digit(16) is below 16: the cast cannot truncate.
-    char::from(digit).to_digit(16).map(|d| d as u8)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hex_round_trips_and_rejects_non_hex() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        assert_eq!(from_hex(&to_hex(&bytes)), Some(bytes));
-        assert_eq!(from_hex("0aFf"), Some(vec![0x0a, 0xff]));
-        assert_eq!(from_hex("abc"), None);
-        assert_eq!(from_hex("0g"), None);
-    }
 
     #[test]
     fn garbage_is_a_neg_err_that_ends_the_session() {
@@ -172,7 +137,7 @@ mod tests {
     fn sessions_are_capped_per_connection() {
         let mut s = NegSessions::default();
         let mut initiator = Negentropy::owned(sealed(), 0).unwrap();
-        let initial = to_hex(&initiator.initiate().unwrap());
+        let initial = encode(&initiator.initiate().unwrap());
         for i in 0..MAX_SESSIONS {
             let reply = s.open(SubscriptionId::new(i.to_string()), [], &initial);
             assert!(matches!(reply, RelayMessage::NegMsg { .. }), "{reply:?}");
