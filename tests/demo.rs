@@ -4,24 +4,7 @@ use std::process::Command;
 
 #[test]
 fn demo_syncs_everything_and_prints_the_summary_line() {
-    let out = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
-        .args([
-            "demo",
-            "--relays",
-            "6",
-            "--seed",
-            "3",
-            "--timeout-secs",
-            "120",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_demo(&["--relays", "6", "--seed", "3", "--timeout-secs", "120"]);
     let last = stdout.lines().last().unwrap_or_default();
     let fields: Vec<(&str, &str)> = last
         .strip_prefix("demo: ")
@@ -66,6 +49,23 @@ fn demo_syncs_everything_and_prints_the_summary_line() {
 }
 
 /// A numeric field of the summary line.
+/// Runs the demo with `args` (after `demo`); returns its stdout, which
+/// must end in success.
+fn run_demo(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
+        .arg("demo")
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "demo {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 fn field(line: &str, key: &str) -> u64 {
     line.split(' ')
         .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
@@ -77,24 +77,7 @@ fn field(line: &str, key: &str) -> u64 {
 #[test]
 fn demo_relays_speak_nip77_and_the_restart_fetches_only_what_it_missed() {
     // Ten remote relays: two of them (farm relays 5 and 10) require AUTH.
-    let out = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
-        .args([
-            "demo",
-            "--relays",
-            "10",
-            "--seed",
-            "3",
-            "--timeout-secs",
-            "120",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_demo(&["--relays", "10", "--seed", "3", "--timeout-secs", "120"]);
     assert!(
         stdout.contains("the remote relays speak NIP-77; 2 of them require NIP-42 AUTH"),
         "{stdout}"
@@ -134,25 +117,7 @@ fn demo_rejects_unknown_flags_with_exit_code_2() {
 
 #[test]
 fn demo_over_wss_with_the_test_ca() {
-    let out = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
-        .args([
-            "demo",
-            "--relays",
-            "3",
-            "--seed",
-            "5",
-            "--tls",
-            "--idle-secs",
-            "1",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo --tls failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_demo(&["--relays", "3", "--seed", "5", "--tls", "--idle-secs", "1"]);
     assert!(stdout.contains("(wss, test CA)"));
     assert!(
         stdout
@@ -173,25 +138,15 @@ fn demo_chaos_loses_nothing_and_ingests_nothing_invalid() {
     // Seed 13 starts the fault cycle at the bad events: bad id, bad
     // signature, outside the filter, duplicates, garbage, HTTP 429 and 503,
     // a cut mid-stream, a restart and a missing EOSE.
-    let out = Command::new(env!("CARGO_BIN_EXE_grasp-sync"))
-        .args([
-            "demo",
-            "--chaos",
-            "--relays",
-            "30",
-            "--seed",
-            "13",
-            "--timeout-secs",
-            "120",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo --chaos failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_demo(&[
+        "--chaos",
+        "--relays",
+        "30",
+        "--seed",
+        "13",
+        "--timeout-secs",
+        "120",
+    ]);
     assert!(
         stdout.contains("demo: chaos: 10 relays misbehave: bad-id, bad-signature, outside-filter,"),
         "{stdout}"
