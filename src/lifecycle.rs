@@ -10,9 +10,12 @@
 
 use log::{debug, info, warn};
 use nostr::prelude::Timestamp;
+use rand::rngs::SmallRng;
 
 use crate::auth::AuthState;
+
 use crate::engine::{Action, Engine, Timer};
+use crate::health::{BackoffPolicy, HealthTracker};
 use crate::index::RelayId;
 use crate::relay::{ItemState, Role, Status};
 use crate::time::Time;
@@ -130,18 +133,10 @@ impl Engine {
             );
             return self.fail_connection(relay, now);
         }
-        self.stats.connect_failures += 1;
-        self.drop_connection(relay, now);
-        let policy = self.policy;
-        let state = &mut self.relays[relay.index()];
-        let retry = state.health.record_rate_limit(now, &policy);
-        state.retry_at = Some(retry);
-        warn!(
-            "{}: HTTP {status} (busy); retry in {:?}",
-            self.index.relay_url(relay),
-            retry.since(now)
-        );
-        self.arm(retry, Timer::Reconnect(relay));
+        warn!("{}: HTTP {status} (busy)", self.relay_url(relay));
+        self.fail_connection_with(relay, now, |health, policy, _| {
+            health.record_rate_limit(now, policy)
+        });
     }
 
     /// The connection to `relay` was lost.
@@ -173,14 +168,24 @@ impl Engine {
 
     /// Marks `relay` disconnected after a failure and schedules the retry.
     pub(crate) fn fail_connection(&mut self, relay: RelayId, now: Time) {
+        let penalty = self.relays[relay.index()].conduct.backoff_steps();
+        self.fail_connection_with(relay, now, |health, policy, rng| {
+            health.record_failure(now, policy, penalty, rng)
+        });
+    }
+
+    /// Marks `relay` disconnected and schedules the retry `retry_at` picks.
+    fn fail_connection_with(
+        &mut self,
+        relay: RelayId,
+        now: Time,
+        retry_at: impl FnOnce(&mut HealthTracker, &BackoffPolicy, &mut SmallRng) -> Time,
+    ) {
         self.stats.connect_failures += 1;
         self.drop_connection(relay, now);
         let policy = self.policy;
         let state = &mut self.relays[relay.index()];
-        let penalty = state.conduct.backoff_steps();
-        let retry = state
-            .health
-            .record_failure(now, &policy, penalty, &mut self.rng);
+        let retry = retry_at(&mut state.health, &policy, &mut self.rng);
         state.retry_at = Some(retry);
         warn!(
             "{} failed; retry in {:?}",
