@@ -85,6 +85,9 @@ pub struct Config {
     /// A negentropy job making no progress this long falls back to REQ
     /// (and a relay that never answered is taken as not supporting it).
     pub neg_timeout: Duration,
+    /// Fetch each remote relay's NIP-11 document once and start from the
+    /// limits it publishes.
+    pub relay_info: bool,
     /// Follow-up pages one subscription may ask before the rest is given up.
     pub max_pages: u32,
     /// Event ids remembered for de-duplication (per generation; two are kept).
@@ -133,6 +136,7 @@ impl Config {
             auth_keys: None,
             negentropy: true,
             neg_timeout: Duration::from_secs(15),
+            relay_info: true,
             max_pages: 10_000,
             seen_capacity: 100_000,
             wide_kinds: vec![

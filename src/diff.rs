@@ -106,7 +106,7 @@ impl Engine {
 
     /// Turns a connected relay's queued items into one pending batch.
     fn diff_relay(&mut self, relay: RelayId) {
-        let chunk_size = self.config.chunk_size.max(1);
+        let chunk_size = self.chunk_size(relay);
         let batch_id = self.next_batch;
         let state = &mut self.relays[relay.index()];
         if state.status != Status::Connected || state.paused_until.is_some() {

@@ -51,6 +51,17 @@ pub enum Action {
         /// The relay.
         relay: RelayId,
     },
+    /// Fetch the relay's NIP-11 information document (HTTP GET on its URL
+    /// with `Accept: application/nostr+json`, off the loop like a connect)
+    /// and report it with `handle_relay_info`, `None` if it failed. Asked
+    /// once per relay, right after its first `Connect`; the connection does
+    /// not wait for it.
+    FetchInfo {
+        /// The relay.
+        relay: RelayId,
+        /// Its normalized websocket URL (`ws`→`http`, `wss`→`https`).
+        url: String,
+    },
     /// List what the sink holds matching `filter` (id and `created_at`,
     /// for negentropy) and report it with `handle_local_list(request, ..)`;
     /// `None` there if the sink cannot list.
@@ -398,6 +409,18 @@ impl Engine {
         &self.index
     }
 
+    /// The `limit` to ask `relay` per filter.
+    pub(crate) fn page_limit(&self, relay: RelayId) -> usize {
+        self.relays[relay.index()].limits.page_limit
+    }
+
+    /// Items per historic chunk and per live per-id filter on `relay`:
+    /// ours, or fewer if the relay refuses that many tag values.
+    pub(crate) fn chunk_size(&self, relay: RelayId) -> usize {
+        let limits = &self.relays[relay.index()].limits;
+        self.config.chunk_size.min(limits.tag_values).max(1)
+    }
+
     pub(crate) fn arm(&mut self, at: Time, timer: Timer) -> crate::timer::TimerId {
         self.timers.insert(at.as_millis(), timer)
     }
@@ -412,6 +435,9 @@ impl Engine {
             subscriptions: self.config.max_subscriptions.max(1),
             filters_per_req: self.config.max_filters_per_req.max(1),
             message_bytes: self.config.max_message_bytes.max(1024),
+            page_limit: self.config.page_limit.max(1),
+            tag_values: self.config.chunk_size.max(1),
+            kinds: usize::MAX,
         };
         while self.relays.len() < self.index.relay_count() {
             self.relays

@@ -7,7 +7,7 @@
 //! what the subscription asked. Only then does it reach the sink.
 
 use log::{debug, info, warn};
-use nostr::prelude::{Event, EventId, RelayMessage, Timestamp};
+use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
 use crate::conduct::Offence;
 use crate::engine::{Engine, Output, Timer};
@@ -243,7 +243,7 @@ impl Engine {
     }
 
     fn on_eose(&mut self, relay: RelayId, sub: Option<u64>, now: Time) {
-        let limit = self.config.page_limit;
+        let limit = self.page_limit(relay);
         let max_pages = self.config.max_pages;
         let Some(id) = sub else { return };
         let state = self.relay(relay);
@@ -266,7 +266,7 @@ impl Engine {
         let Some(s) = state.subs.get_mut(&id) else {
             return;
         };
-        let next = s.next_page(limit);
+        let next = s.next_page(limit, &mut state.result_cap);
         let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
         let work = std::mem::take(&mut s.work);
         match next {
@@ -275,9 +275,10 @@ impl Engine {
                     "{}: page {page} of {id:x} full; asking the next",
                     self.relay_url(relay)
                 );
-                self.open_subscription(
+                let encoded = filters.iter().map(|p| Encoded::new(p.filter.clone()));
+                let sub = self.open_subscription(
                     relay,
-                    filters.into_iter().map(Encoded::new).collect(),
+                    encoded.collect(),
                     Purpose::Page,
                     scope,
                     work,
@@ -285,6 +286,9 @@ impl Engine {
                     started,
                     now,
                 );
+                if let Some(s) = self.relays[relay.index()].subs.get_mut(&sub) {
+                    s.set_previous(&filters);
+                }
             }
             _ => {
                 if next.is_some() {
@@ -374,11 +378,12 @@ impl Engine {
             self.on_auth_required(relay, now);
         }
         if refusal.is_limit() && !self.relays[relay.index()].limits.at_floor(refusal) {
-            self.lower_limits(
-                relay,
-                refusal,
-                open_before.saturating_sub(1).max(sub.filter_count),
-            );
+            let hint = match refusal {
+                Refusal::TooManyValues => sub.filters.iter().map(values_in).max(),
+                Refusal::TooManyKinds => sub.filters.iter().map(kinds_in).max(),
+                _ => Some(open_before.saturating_sub(1).max(sub.filter_count)),
+            };
+            self.lower_limits(relay, refusal, hint.unwrap_or(0));
         } else {
             // A limit already as low as it goes is not a limit: retrying at
             // once would loop, so it backs off like any refusal.
@@ -399,6 +404,12 @@ impl Engine {
             }
             Refusal::TooLarge => {
                 limits.message_bytes = (limits.message_bytes / 2).max(MIN_MESSAGE_BYTES)
+            }
+            Refusal::TooManyValues => {
+                limits.tag_values = limits.tag_values.min(fewer_values(hint, limits.tag_values))
+            }
+            Refusal::TooManyKinds => {
+                limits.kinds = limits.kinds.min(fewer_values(hint, limits.kinds))
             }
             _ => {}
         }
@@ -427,6 +438,35 @@ impl Engine {
         let epoch = state.epoch;
         self.arm(until, Timer::Resume(relay, epoch));
     }
+}
+
+/// The next value cap below a refused filter's `asked` values (its current
+/// cap if the filter is gone): straight to 10 from above it, the cap of
+/// eventstore's SQL backends (the commonest that refuses), halving below.
+fn fewer_values(asked: usize, current: usize) -> usize {
+    const COMMON_CAP: usize = 10;
+    let asked = if asked == 0 { current } else { asked };
+    if asked > COMMON_CAP {
+        COMMON_CAP
+    } else {
+        (asked / 2).max(1)
+    }
+}
+
+/// The longest value list of a filter: tag values, ids or authors.
+fn values_in(filter: &Filter) -> usize {
+    let tags = filter.generic_tags.values().map(|v| v.len()).max();
+    let ids = filter.ids.as_ref().map(|v| v.len());
+    let authors = filter.authors.as_ref().map(|v| v.len());
+    [tags, ids, authors]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0)
+}
+
+fn kinds_in(filter: &Filter) -> usize {
+    filter.kinds.as_ref().map_or(0, |k| k.len())
 }
 
 /// From when a refused live subscription's events are missing (from now

@@ -78,8 +78,10 @@ pub mod read_rate;
 pub mod reconcile;
 pub mod refusal;
 pub mod relay;
+pub mod relay_info;
 pub mod relay_url;
 mod requests;
+pub mod result_cap;
 pub mod rlimit;
 pub mod seen;
 pub mod shell;
@@ -97,6 +99,7 @@ pub use engine::{Action, ConfigError, Engine, ItemCounts, ItemKey, Output, Stats
 pub use health::Health;
 pub use index::{Item, RelayId, RepoId, RootId};
 pub use relay::{ItemState, Status};
+pub use relay_info::RelayInfo;
 pub use shell::{Shell, ShellHandle, ShellOptions, SinkTarget};
 pub use sink::Sink;
 pub use time::Time;

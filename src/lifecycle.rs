@@ -17,7 +17,8 @@ use crate::auth::AuthState;
 use crate::engine::{Action, Engine, Timer};
 use crate::health::{BackoffPolicy, HealthTracker};
 use crate::index::RelayId;
-use crate::relay::{ItemState, Role, Status};
+use crate::relay::{ItemState, MIN_MESSAGE_BYTES, Role, Status};
+use crate::relay_info::RelayInfo;
 use crate::time::Time;
 
 impl Engine {
@@ -75,6 +76,35 @@ impl Engine {
             self.arm_daily(relay, now);
         }
         self.flush(now);
+    }
+
+    /// The relay's NIP-11 document, fetched for `Action::FetchInfo`
+    /// (`None`: none could be had). Its limits only ever lower ours; they
+    /// apply to the next REQs.
+    pub fn handle_relay_info(&mut self, _now: Time, relay: RelayId, info: Option<RelayInfo>) {
+        let Some(info) = info else { return };
+        let Some(state) = self.relays.get_mut(relay.index()) else {
+            return;
+        };
+        let limits = &mut state.limits;
+        let lower = |ours: &mut usize, theirs: Option<usize>, floor: usize| {
+            if let Some(t) = theirs {
+                *ours = (*ours).min(t.max(floor));
+            }
+        };
+        lower(&mut limits.page_limit, info.max_limit, 1);
+        lower(&mut limits.subscriptions, info.max_subscriptions, 1);
+        lower(&mut limits.filters_per_req, info.max_filters, 1);
+        lower(
+            &mut limits.message_bytes,
+            info.max_message_length,
+            MIN_MESSAGE_BYTES,
+        );
+        info!(
+            "{}: NIP-11 limits {:?}",
+            self.index.relay_url(relay),
+            self.relays[relay.index()].limits
+        );
     }
 
     /// The relay answered a ping.
@@ -159,7 +189,16 @@ impl Engine {
         self.stats.connects += 1;
         let url = self.relay_url(relay).to_owned();
         debug!("connecting {url}");
-        self.actions.push_back(Action::Connect { relay, url });
+        self.actions.push_back(Action::Connect {
+            relay,
+            url: url.clone(),
+        });
+        let ask_info = self.config.relay_info;
+        let state = self.relay(relay);
+        if !state.info_asked && state.role != Role::Own && ask_info {
+            state.info_asked = true;
+            self.actions.push_back(Action::FetchInfo { relay, url });
+        }
         self.arm(
             now + self.config.connect_timeout,
             Timer::ConnectTimeout(relay, epoch),

@@ -308,7 +308,7 @@ impl Engine {
         );
         self.mark_uncovered(relay, job.started);
         let state = &self.relays[relay.index()];
-        let max_ids = IDS_PER_FILTER.min(self.config.page_limit).max(1);
+        let max_ids = IDS_PER_FILTER.min(self.page_limit(relay)).max(1);
         let groups = fetch_filters(&job.need, max_ids, state.limits.message_bytes);
         if groups.is_empty() {
             for w in &job.work {

@@ -15,6 +15,11 @@ pub enum Refusal {
     TooManyFilters,
     /// The message was too large: lower the message limit and retry.
     TooLarge,
+    /// Too many values in one tag (or `ids`/`authors`) list of a filter,
+    /// as eventstore's SQL backends refuse: chunk smaller and retry.
+    TooManyValues,
+    /// Too many kinds in one filter (eventstore's SQL backends: 10).
+    TooManyKinds,
     /// `rate-limited:`: cool down, then retry.
     RateLimited,
     /// `auth-required:`: the relay wants NIP-42 first.
@@ -56,7 +61,11 @@ impl Refusal {
     pub fn is_limit(self) -> bool {
         matches!(
             self,
-            Refusal::TooManySubscriptions | Refusal::TooManyFilters | Refusal::TooLarge
+            Refusal::TooManySubscriptions
+                | Refusal::TooManyFilters
+                | Refusal::TooLarge
+                | Refusal::TooManyValues
+                | Refusal::TooManyKinds
         )
     }
 }
@@ -69,7 +78,21 @@ fn limit_kind(lower: &str) -> Option<Refusal> {
         "too many req",
         "max_subscriptions",
     ];
-    if lower.contains("too many filters") || lower.contains("max_filters") {
+    let values = [
+        "tag values",
+        "values",
+        "ids",
+        "authors",
+        "tags",
+        "max_tag_values",
+    ];
+    if lower.contains("too many kinds") || lower.contains("max_kinds") {
+        Some(Refusal::TooManyKinds)
+    } else if (lower.contains("too many") || lower.contains("max_"))
+        && values.iter().any(|v| lower.contains(v))
+    {
+        Some(Refusal::TooManyValues)
+    } else if lower.contains("too many filters") || lower.contains("max_filters") {
         Some(Refusal::TooManyFilters)
     } else if lower.contains("too large")
         || lower.contains("too big")
@@ -146,6 +169,17 @@ mod tests {
             Some(Refusal::RateLimited)
         );
         assert_eq!(Refusal::of_notice("welcome to my relay"), None);
+        for (reason, want) in [
+            ("error: too many tag values", Refusal::TooManyValues),
+            ("ERROR: Too Many Tag Values", Refusal::TooManyValues),
+            ("blocked: too many ids", Refusal::TooManyValues),
+            ("error: too many authors", Refusal::TooManyValues),
+            ("error: too many kinds", Refusal::TooManyKinds),
+        ] {
+            assert_eq!(Refusal::of_closed(reason), want, "{reason}");
+            assert_eq!(Refusal::of_notice(reason), Some(want), "{reason}");
+        }
+        assert!(Refusal::TooManyValues.is_limit());
         assert!(Refusal::TooLarge.is_limit());
         assert!(!Refusal::RateLimited.is_limit());
     }

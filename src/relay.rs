@@ -15,6 +15,7 @@ use crate::health::HealthTracker;
 use crate::index::Item;
 use crate::neg_sync::{NegJob, NegSupport};
 use crate::refusal::Refusal;
+use crate::result_cap::ResultCap;
 use crate::subscription::{Purpose, Subscription, WorkRef};
 use crate::time::Time;
 use crate::timer::TimerId;
@@ -81,6 +82,12 @@ pub(crate) struct Limits {
     pub subscriptions: usize,
     pub filters_per_req: usize,
     pub message_bytes: usize,
+    /// `limit` asked per filter: ours, or the relay's NIP-11 `max_limit`.
+    pub page_limit: usize,
+    /// Values per tag filter (repo refs, root ids) the relay accepts.
+    pub tag_values: usize,
+    /// Kinds per filter the relay accepts.
+    pub kinds: usize,
 }
 
 /// The smallest message limit a refusal may lower us to.
@@ -93,6 +100,8 @@ impl Limits {
             Refusal::TooManySubscriptions => self.subscriptions <= 1,
             Refusal::TooManyFilters => self.filters_per_req <= 1,
             Refusal::TooLarge => self.message_bytes <= MIN_MESSAGE_BYTES,
+            Refusal::TooManyValues => self.tag_values <= 1,
+            Refusal::TooManyKinds => self.kinds <= 1,
             _ => false,
         }
     }
@@ -128,6 +137,10 @@ pub(crate) struct RelayState {
     pub work: VecDeque<WorkRef>,
     pub subs: HashMap<u64, Subscription>,
     pub limits: Limits,
+    /// The relay's per-filter result cap, as far as its pages showed it.
+    pub result_cap: ResultCap,
+    /// NIP-11 document asked (once per process).
+    pub info_asked: bool,
     pub live_mode: LiveMode,
     /// Confirmed items lack live coverage since this time; the next
     /// consolidation re-subscribes them from before it.
@@ -170,6 +183,8 @@ impl RelayState {
             work: VecDeque::new(),
             subs: HashMap::new(),
             limits,
+            result_cap: ResultCap::default(),
+            info_asked: false,
             live_mode: LiveMode::PerId,
             uncovered_since: None,
             layer1_unread: false,

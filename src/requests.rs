@@ -94,7 +94,8 @@ impl Engine {
 
     /// Pops queued chunks that fit in one REQ (at least one chunk).
     fn take_packed_chunks(&mut self, relay: RelayId) -> (Vec<WorkRef>, Vec<Encoded>) {
-        let limit = self.config.page_limit;
+        self.split_front_chunk(relay);
+        let limit = self.page_limit(relay);
         let state = &self.relays[relay.index()];
         let limits = state.limits;
         let mut chunks = Vec::new();
@@ -118,6 +119,36 @@ impl Engine {
         let state = self.relay(relay);
         state.work.drain(..chunks.len());
         (chunks, filters)
+    }
+
+    /// A chunk queued before the relay refused that many tag values is
+    /// split to the relay's chunk size, so no REQ repeats what it refused.
+    fn split_front_chunk(&mut self, relay: RelayId) {
+        let size = self.chunk_size(relay);
+        let state = self.relay(relay);
+        let Some(front) = state.work.front() else {
+            return;
+        };
+        if front.items.len() <= size {
+            return;
+        }
+        let Some(work) = state.work.pop_front() else {
+            return;
+        };
+        let parts: Vec<WorkRef> = work
+            .items
+            .chunks(size)
+            .map(|items| WorkRef {
+                batch: work.batch,
+                items: items.to_vec(),
+            })
+            .collect();
+        if let Some(b) = state.batches.get_mut(&work.batch) {
+            b.chunks_left += parts.len() as u32 - 1;
+        }
+        for part in parts.into_iter().rev() {
+            state.work.push_front(part);
+        }
     }
 
     /// A new historic REQ stays open for live events when the relay's live
@@ -146,7 +177,7 @@ impl Engine {
         page: u32,
         started: Time,
         now: Time,
-    ) {
+    ) -> u64 {
         let id = self.next_sub;
         self.next_sub += 1;
         let sub_id = format!("{id:x}");
@@ -167,6 +198,7 @@ impl Engine {
             now + self.config.eose_timeout,
             Timer::EoseTimeout(relay, epoch, id),
         );
+        id
     }
 
     /// Sends CLOSE for a subscription and forgets it.
@@ -190,7 +222,7 @@ impl Engine {
     /// The own relay's self-subscription.
     pub(crate) fn subscribe_self(&mut self, since: Option<Timestamp>, now: Time) {
         self.self_since = since;
-        let filter = self_filter(since).limit(self.config.page_limit);
+        let filter = self_filter(since).limit(self.page_limit(self.own));
         self.open_subscription(
             self.own,
             vec![Encoded::new(filter)],
@@ -213,7 +245,7 @@ impl Engine {
         with_confirmed: bool,
         now: Time,
     ) {
-        let limit = self.config.page_limit;
+        let limit = self.page_limit(relay);
         let confirmed: Vec<Item> = if with_confirmed {
             let mut items: Vec<Item> = self.relays[relay.index()]
                 .items
@@ -226,7 +258,7 @@ impl Engine {
         } else {
             Vec::new()
         };
-        let per_id_count = self.per_id_filter_count(&confirmed);
+        let per_id_count = self.per_id_filter_count(relay, &confirmed);
         let state = &self.relays[relay.index()];
         let budget = (state.limits.subscriptions / 2).max(1);
         let fits = per_id_count < self.config.consolidation_threshold
@@ -245,7 +277,7 @@ impl Engine {
         let mut filters = vec![announcement_filter(layer1_since).limit(limit)];
         let scope = match mode {
             LiveMode::PerId => {
-                let per_id = self.per_id_filters(&confirmed, since);
+                let per_id = self.per_id_filters(relay, &confirmed, since);
                 filters.extend(per_id.into_iter().map(|f| f.limit(limit)));
                 Scope::Exact
             }
@@ -253,7 +285,10 @@ impl Engine {
                 let since = since.unwrap_or_else(|| {
                     Timestamp::from_secs(now.saturating_sub(self.config.quick_reconnect).as_secs())
                 });
-                filters.push(wide_filter(&self.config.wide_kinds, since).limit(limit));
+                let per_filter = self.relays[relay.index()].limits.kinds.max(1);
+                for kinds in self.config.wide_kinds.chunks(per_filter) {
+                    filters.push(wide_filter(kinds, since).limit(limit));
+                }
                 Scope::Wide
             }
         };
@@ -270,16 +305,21 @@ impl Engine {
     /// How many per-id filters `items` need, counted without building them
     /// (a relay with 100,000 roots goes wide; building them first would
     /// cost more than the whole decision).
-    fn per_id_filter_count(&self, items: &[Item]) -> usize {
-        let chunk = self.config.chunk_size.max(1);
+    fn per_id_filter_count(&self, relay: RelayId, items: &[Item]) -> usize {
+        let chunk = self.chunk_size(relay);
         let repos = items.iter().filter(|i| matches!(i, Item::Repo(_))).count();
         let roots = items.len() - repos;
         repos.div_ceil(chunk) * REPO_FILTERS_PER_CHUNK
             + roots.div_ceil(chunk) * ROOT_FILTERS_PER_CHUNK
     }
 
-    fn per_id_filters(&self, items: &[Item], since: Option<Timestamp>) -> Vec<Filter> {
-        let chunk = self.config.chunk_size.max(1);
+    fn per_id_filters(
+        &self,
+        relay: RelayId,
+        items: &[Item],
+        since: Option<Timestamp>,
+    ) -> Vec<Filter> {
+        let chunk = self.chunk_size(relay);
         let (repos, roots): (Vec<Item>, Vec<Item>) =
             items.iter().partition(|i| matches!(i, Item::Repo(_)));
         let mut filters = Vec::new();

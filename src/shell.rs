@@ -484,6 +484,7 @@ impl Shell {
             }
             Action::Ping { relay } => self.with_relay_ws(relay, now, |ws, out| ws.ping(out)),
             Action::ListLocal { request, filter } => self.list_sink(request, filter, now),
+            Action::FetchInfo { relay, .. } => self.engine.handle_relay_info(now, relay, None),
             Action::Disconnect { relay } => {
                 if let Some(token) = self.relay_slots.remove(&relay) {
                     self.remove_slot(token);

@@ -9,6 +9,7 @@
 use nostr::prelude::{Event, Filter, MatchEventOptions, Timestamp};
 
 use crate::index::Item;
+use crate::result_cap::ResultCap;
 use crate::time::Time;
 
 /// How far a filter's `limit` may grow to page through events that share one second.
@@ -44,6 +45,14 @@ pub enum Scope {
 struct PageStats {
     count: usize,
     oldest: Option<Timestamp>,
+    /// Events of this page at its `oldest` second.
+    at_oldest: usize,
+    /// Events the previous page of this filter returned.
+    prev: usize,
+    /// That page was shorter than asked: if this one holds events older
+    /// than its oldest, the relay cut it at `prev`.
+    prev_short: bool,
+    prev_oldest: Option<Timestamp>,
 }
 
 /// An open subscription.
@@ -108,6 +117,16 @@ impl Subscription {
         }
     }
 
+    /// Records what the previous page of each filter returned (a follow-up
+    /// page, filters in the same order as [`Subscription::next_page`] gave).
+    pub fn set_previous(&mut self, pages: &[PageFilter]) {
+        for (s, p) in self.stats.iter_mut().zip(pages) {
+            s.prev = p.prev;
+            s.prev_short = p.prev_short;
+            s.prev_oldest = p.prev_oldest;
+        }
+    }
+
     /// Drops the filters of a live subscription whose stored events are
     /// over: thousands of relays times a few filters each (every one a
     /// B-tree of tag values) would be most of the engine's memory, and the
@@ -136,34 +155,55 @@ impl Subscription {
         for &i in matched {
             let s = &mut self.stats[i];
             s.count += 1;
-            s.oldest = Some(s.oldest.map_or(created_at, |o| o.min(created_at)));
+            match s.oldest {
+                Some(o) if o == created_at => s.at_oldest += 1,
+                Some(o) if o < created_at => {}
+                _ => {
+                    s.oldest = Some(created_at);
+                    s.at_oldest = 1;
+                }
+            }
         }
     }
 
     /// The filters of the next page, or `None` when this page was the last.
+    /// Learns the relay's result cap from this page on the way
+    /// ([`ResultCap`]).
     ///
-    /// A page is full when the whole REQ reached `limit` events or one
-    /// filter reached its own `limit`. If the whole REQ was capped, every
-    /// filter may have been cut and all are asked again (below their oldest
-    /// event if they had one); otherwise only the filters that reached their
-    /// limit continue. `until` is inclusive, so a page whose oldest event is
-    /// exactly its `until` made no progress: more events share that second
-    /// than one page holds. Such a filter first asks the same second again
-    /// with a doubled `limit` (up to [`MAX_LIMIT_FACTOR`] times the page
-    /// limit, which relays that allow larger pages will honour), and only
-    /// then steps one second back, so the chain always ends.
-    pub fn next_page(&self, limit: usize) -> Option<Vec<Filter>> {
+    /// A filter continues when the relay may have cut its page: it reached
+    /// its `limit`, or the relay's proven or possible cap (see
+    /// [`ResultCap::may_be_cut`]), or the whole REQ reached `limit` (a
+    /// relay capping per REQ may have cut every filter). `until` is
+    /// inclusive, so a page whose oldest event is exactly its `until` made
+    /// no progress: more events share that second than one page holds.
+    /// Such a filter first asks the same second again with a doubled
+    /// `limit` (up to [`MAX_LIMIT_FACTOR`] times the page limit, which
+    /// relays that allow larger pages will honour), and only then steps one
+    /// second back, so the chain always ends.
+    pub fn next_page(&self, limit: usize, cap: &mut ResultCap) -> Option<Vec<PageFilter>> {
+        for s in &self.stats {
+            let older = matches!((s.oldest, s.prev_oldest), (Some(o), Some(p)) if o < p);
+            if older && s.prev_short {
+                cap.learn_cut(s.prev);
+            }
+        }
         let capped = self.total >= limit;
-        let next: Vec<Filter> = self
-            .filters
-            .iter()
-            .zip(&self.stats)
+        let mut next = Vec::new();
+        for (f, s) in self.filters.iter().zip(&self.stats) {
+            let asked = f.limit.unwrap_or(limit);
+            let cut = cap.may_be_cut(s.count, asked);
+            // Short, and short of any proven cap: only the floor says it
+            // may be cut. Ask just past the events sharing its oldest
+            // second: one older event proves the cut.
+            let probe = s.count < asked && cap.proven().is_none_or(|c| s.count < c);
+            cap.observe(s.count);
             // An `ids` filter that got every id it asked is complete.
-            .filter(|(f, s)| f.ids.as_ref().is_none_or(|ids| s.count < ids.len()))
-            .filter(|(f, s)| capped || s.count >= f.limit.unwrap_or(limit))
-            .map(|(f, s)| match s.oldest {
+            let ids_done = f.ids.as_ref().is_some_and(|ids| s.count >= ids.len());
+            if ids_done || !(cut || capped) {
+                continue;
+            }
+            let filter = match s.oldest {
                 Some(oldest) if f.until == Some(oldest) => {
-                    let asked = f.limit.unwrap_or(limit);
                     if asked < limit.saturating_mul(MAX_LIMIT_FACTOR) {
                         f.clone().limit(asked.saturating_mul(2))
                     } else {
@@ -171,10 +211,37 @@ impl Subscription {
                         f.clone().until(back).limit(limit)
                     }
                 }
-                Some(oldest) => f.clone().until(oldest),
+                // A page all in one second says nothing of the relay's cap
+                // beyond it: look below that second.
+                Some(oldest) if probe && !capped && s.at_oldest == s.count => {
+                    let back = Timestamp::from_secs(oldest.as_secs().saturating_sub(1));
+                    f.clone().until(back).limit(limit)
+                }
+                Some(oldest) if probe && !capped => f.clone().until(oldest).limit(s.at_oldest + 1),
+                Some(oldest) => f.clone().until(oldest).limit(limit),
                 None => f.clone(),
-            })
-            .collect();
+            };
+            next.push(PageFilter {
+                filter,
+                prev: s.count,
+                prev_short: s.count < asked,
+                prev_oldest: s.oldest,
+            });
+        }
         (!next.is_empty()).then_some(next)
     }
+}
+
+/// A filter of a follow-up page and what its previous page returned, so
+/// the follow-up can tell whether that page was cut.
+#[derive(Debug, Clone)]
+pub struct PageFilter {
+    /// The filter to ask.
+    pub filter: Filter,
+    /// Events the previous page returned for it.
+    pub prev: usize,
+    /// The previous page was shorter than asked.
+    pub prev_short: bool,
+    /// The oldest event the previous page returned.
+    pub prev_oldest: Option<Timestamp>,
 }

@@ -128,9 +128,11 @@ fn retry_after_upgrade_refused(status: u16) -> (Duration, u64) {
     engine.handle_connect_refused(t0, a, status);
     while let Some(next) = engine.poll_timeout() {
         engine.handle_timeout(next);
-        if let Some(Action::Connect { relay, .. }) = engine.poll_action() {
-            assert_eq!(relay, a);
-            return (next.since(t0), engine.stats().upgrades_refused);
+        while let Some(action) = engine.poll_action() {
+            if let Action::Connect { relay, .. } = action {
+                assert_eq!(relay, a);
+                return (next.since(t0), engine.stats().upgrades_refused);
+            }
         }
     }
     panic!("never retried");

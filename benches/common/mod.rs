@@ -133,6 +133,7 @@ pub fn answer(engine: &mut Engine, now: Time, action: Action, count: &mut ReqCou
         Action::Disconnect { .. } => {}
         // The benches measure the REQ path: the sink cannot list.
         Action::ListLocal { request, .. } => engine.handle_local_list(now, request, None),
+        Action::FetchInfo { relay, .. } => engine.handle_relay_info(now, relay, None),
     }
 }
 

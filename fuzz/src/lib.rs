@@ -101,6 +101,9 @@ impl World {
                     self.subs.remove(&relay);
                 }
                 Action::ListLocal { request, filter } => self.answer_list(request, &filter),
+                Action::FetchInfo { relay, .. } => {
+                    self.engine.handle_relay_info(self.now, relay, None)
+                }
             }
         }
         while self.engine.poll_output().is_some() {}

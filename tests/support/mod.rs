@@ -11,7 +11,7 @@ pub mod running;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use grasp_sync::{Action, Config, Engine, Output, RelayId, Time};
+use grasp_sync::{Action, Config, Engine, Output, RelayId, RelayInfo, Time};
 use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use nostr::prelude::*;
 
@@ -58,6 +58,10 @@ pub struct FakeRelay {
     pub negentropy: NegMode,
     /// NEG-OPENs received.
     pub neg_opens: usize,
+    /// The NIP-11 limits it publishes (`None`: no document).
+    pub info: Option<RelayInfo>,
+    /// NIP-11 documents asked of it.
+    pub info_fetches: usize,
     neg_sessions: HashMap<String, Negentropy<'static, NegentropyStorageVector>>,
 }
 
@@ -94,6 +98,8 @@ impl FakeRelay {
             authed: false,
             negentropy: NegMode::Unknown,
             neg_opens: 0,
+            info: None,
+            info_fetches: 0,
             neg_sessions: HashMap::new(),
         }
     }
@@ -400,6 +406,12 @@ impl Sim {
                 self.ingested.push((url, (*event).clone()));
                 let own = self.own.clone();
                 self.publish(&own, &event);
+                // The own relay accepted it: the shell feeds accepted
+                // announcements and roots back (its `OK true`), as an
+                // embedding relay feeds what it stores.
+                if grasp_sync::index::is_index_kind(event.kind) {
+                    self.engine.handle_local_event(self.now, *event);
+                }
             } else {
                 return;
             }
@@ -444,6 +456,13 @@ impl Sim {
                     .map(|e| (e.id, e.created_at))
                     .collect();
                 self.engine.handle_local_list(self.now, request, Some(held));
+            }
+            Action::FetchInfo { relay, url } => {
+                let info = self.relays.get_mut(&url).and_then(|r| {
+                    r.info_fetches += 1;
+                    r.info.filter(|_| r.online)
+                });
+                self.engine.handle_relay_info(self.now, relay, info);
             }
             Action::Disconnect { relay } => {
                 self.connected.remove(&relay);
