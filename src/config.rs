@@ -13,8 +13,10 @@ use nostr::prelude::Keys;
 pub struct Config {
     /// The relay this engine syncs into (`ws://` or `wss://`); never a sync target.
     pub own_relay: String,
-    /// Host (and port) that remote announcements must list in `relays` to be
-    /// passed on (GRASP-01). Defaults to the own relay's host.
+    /// The own relay's public host (and port). Remote announcements must
+    /// list it in `relays` and `clone` to be passed on (GRASP-01), and a
+    /// relay URL naming it (`ws://` or `wss://`) is the own relay, never a
+    /// sync target. Defaults to the own relay's host and port.
     pub domain: Option<String>,
     /// Relays always connected for discovery, never dropped by the disconnect check.
     pub bootstrap: Vec<String>,
@@ -94,6 +96,13 @@ pub struct Config {
     pub seen_capacity: usize,
     /// Kinds asked by a relay's wide live filter, used once per-id filters
     /// would pass the consolidation threshold; tags are then matched locally.
+    /// The NIP-34 kinds only: replies (1111), patches, PRs and updates,
+    /// issues, status and state. Kinds 1 and 7 are left out: on a public
+    /// relay they are the whole note and reaction firehose, each event
+    /// signature-checked to be dropped. Kind 1 replies and reactions to
+    /// our roots still arrive by their per-id filters: live while a relay's
+    /// live set is per-id, and by historic sync on every connect, after a
+    /// refused live set and in the daily full sync.
     pub wide_kinds: Vec<u16>,
     /// Seed of the engine's own RNG (jitter); fixed seeds make runs repeatable.
     pub seed: u64,
@@ -140,7 +149,7 @@ impl Config {
             max_pages: 10_000,
             seen_capacity: 100_000,
             wide_kinds: vec![
-                1, 7, 1111, 1617, 1618, 1619, 1621, 1622, 1630, 1631, 1632, 1633, 30618,
+                1111, 1617, 1618, 1619, 1621, 1622, 1630, 1631, 1632, 1633, 30618,
             ],
             seed: 0,
         }

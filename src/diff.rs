@@ -23,6 +23,17 @@ impl Engine {
     /// later events, so a steady stream still produces a batch per window.
     pub(crate) fn push_to_batch(&mut self, now: Time, event: Event) {
         self.batch.push(event);
+        self.open_batch_window(now);
+    }
+
+    /// A verified announcement from another relay that drops the service
+    /// joins the window too, to withdraw its repo.
+    pub(crate) fn push_withdrawal(&mut self, now: Time, event: Event) {
+        self.withdrawals.push(event);
+        self.open_batch_window(now);
+    }
+
+    fn open_batch_window(&mut self, now: Time) {
         if !self.batch_open {
             self.batch_open = true;
             self.arm(now + self.config.batch_window, Timer::BatchWindow);
@@ -33,9 +44,13 @@ impl Engine {
     pub(crate) fn close_batch_window(&mut self, now: Time) {
         self.batch_open = false;
         let events = std::mem::take(&mut self.batch);
+        let withdrawals = std::mem::take(&mut self.withdrawals);
         let mut changes = std::mem::take(&mut self.changes);
         for event in &events {
             self.index.apply(event, now, &mut changes);
+        }
+        for event in &withdrawals {
+            self.index.withdraw(event, now, &mut changes);
         }
         for (repo, due) in self.index.take_holds() {
             self.arm(due, Timer::ReleaseHeld(repo));

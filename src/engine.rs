@@ -19,8 +19,9 @@ use crate::config::Config;
 use crate::health::{BackoffPolicy, Health};
 use crate::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex, TargetChange};
 use crate::relay::{ItemState, Limits, RelayState, Role, Status};
-use crate::relay_url::{UrlError, host_port, normalize};
+use crate::relay_url::{UrlError, normalize};
 use crate::seen::Seen;
+use crate::service::Service;
 use crate::time::Time;
 use crate::timer::TimerWheel;
 
@@ -203,7 +204,8 @@ pub(crate) enum Timer {
 pub struct Engine {
     pub(crate) config: Config,
     pub(crate) policy: BackoffPolicy,
-    pub(crate) domain: String,
+    /// The own relay's names and its acceptance rule.
+    pub(crate) service: Service,
     pub(crate) index: RepoIndex,
     pub(crate) relays: Vec<RelayState>,
     pub(crate) own: RelayId,
@@ -214,6 +216,9 @@ pub struct Engine {
     pub(crate) seen: Seen,
     /// Own-relay events collected in the open batch window.
     pub(crate) batch: Vec<Event>,
+    /// Verified announcements from other relays that drop the service,
+    /// newer than the one indexed: they remove the repo's targets.
+    pub(crate) withdrawals: Vec<Event>,
     pub(crate) batch_open: bool,
     pub(crate) next_sub: u64,
     pub(crate) next_batch: u64,
@@ -235,10 +240,7 @@ impl Engine {
     /// self-subscribing) and the bootstrap relays at once.
     pub fn new(config: Config, now: Time) -> Result<Engine, ConfigError> {
         let own_url = normalize(&config.own_relay).map_err(ConfigError::OwnRelay)?;
-        let domain = config
-            .domain
-            .clone()
-            .unwrap_or_else(|| host_port(&own_url).to_owned());
+        let service = Service::new(&own_url, config.domain.as_deref());
         let limits = IndexLimits {
             relays_per_announcement: config.max_relays_per_announcement,
             repos_per_root: config.max_repos_per_root,
@@ -246,12 +248,12 @@ impl Engine {
             max_relays: config.max_known_relays,
             allow_private: config.allow_private_addresses,
         };
-        let mut index = RepoIndex::new(own_url.clone(), limits);
+        let mut index = RepoIndex::new(service.clone(), limits);
         let own = index.intern_relay(&own_url);
         let mut bootstrap = Vec::new();
         for raw in &config.bootstrap {
             let url = normalize(raw).map_err(|e| ConfigError::Bootstrap(raw.clone(), e))?;
-            if url != own_url {
+            if !service.names(&url) {
                 bootstrap.push(index.intern_relay(&url));
             }
         }
@@ -266,7 +268,7 @@ impl Engine {
             rng: SmallRng::seed_from_u64(config.seed),
             seen: Seen::new(config.seen_capacity),
             policy,
-            domain,
+            service,
             index,
             relays: Vec::new(),
             own,
@@ -274,6 +276,7 @@ impl Engine {
             actions: VecDeque::new(),
             outputs: VecDeque::new(),
             batch: Vec::new(),
+            withdrawals: Vec::new(),
             batch_open: false,
             next_sub: 0,
             next_batch: 0,

@@ -15,7 +15,6 @@ use crate::filters::Encoded;
 use crate::index::{Item, KIND_ANNOUNCEMENT, KIND_STATE, RelayId, is_index_kind};
 use crate::refusal::Refusal;
 use crate::relay::{LiveMode, MIN_MESSAGE_BYTES, Status};
-use crate::relay_url::{host_port, normalize};
 use crate::subscription::{Purpose, Scope, Subscription};
 use crate::time::Time;
 
@@ -129,17 +128,61 @@ impl Engine {
                 self.relay_url(relay),
                 event.id
             );
-            self.handle_offence(now, relay, Offence::OutsideFilter);
+            // A compacted live set still reaches repos the relay no longer
+            // carries (one moved away since it was asked): the relay keeps
+            // sending what it was asked for, and that is no offence.
+            if !(scope == Scope::Targets && self.tags_known(&event)) {
+                self.handle_offence(now, relay, Offence::OutsideFilter);
+            }
             return;
         }
+        if own {
+            return self.on_own_event(event, now);
+        }
+        // What the relay targets is decided before anything is spent on the
+        // signature, and before the id is marked seen: a copy dropped here
+        // must not block a wanted copy from another relay.
+        match self.verdict(relay, scope, &event) {
+            Verdict::Wanted => {}
+            Verdict::Unwanted => {
+                self.stats.events_unwanted += 1;
+                return;
+            }
+            Verdict::Withdrawal => {
+                self.stats.events_unwanted += 1;
+                if self.verified(now, relay, &event) {
+                    self.push_withdrawal(now, event);
+                }
+                return;
+            }
+        }
+        if self.seen.contains(&event.id) {
+            self.stats.events_duplicate += 1;
+            return;
+        }
+        if !self.verified(now, relay, &event) {
+            return;
+        }
+        self.seen.insert(event.id);
+        self.stats.events_verified += 1;
+        self.stats.events_ingested += 1;
+        // Announcements and roots reach the index only once the own relay
+        // accepted them (its `OK`, the self-subscription, or the embedding
+        // relay's feed), so the index never holds what the own relay refused.
+        self.outputs.push_back(Output::Ingest {
+            relay,
+            event: Box::new(event),
+        });
+    }
+
+    /// An event of the self-subscription: announcements and roots feed the index.
+    fn on_own_event(&mut self, event: Event, now: Time) {
         if self.seen.contains(&event.id) {
             // A seen id vouches for an event only if the event hashes to it
             // (the id was verified with its signature): the own relay's copy
             // is indexed, and one with a seen id but forged content must not
             // be (found by fuzzing). Hashing costs a fraction of a signature.
-            if !own {
-                self.stats.events_duplicate += 1;
-            } else if event.verify_id() {
+            if event.verify_id() {
                 self.push_to_batch(now, event);
             } else {
                 self.stats.events_invalid += 1;
@@ -148,62 +191,64 @@ impl Engine {
         }
         if event.verify().is_err() {
             self.stats.events_invalid += 1;
-            warn!(
-                "{}: event {} has a bad id or signature",
-                self.relay_url(relay),
-                event.id
-            );
-            self.handle_offence(now, relay, Offence::InvalidEvent);
             return;
         }
         self.seen.insert(event.id);
-        if !own {
-            self.stats.events_verified += 1;
-        }
-        if own {
-            if is_index_kind(event.kind) {
-                self.push_to_batch(now, event);
-            }
-            return;
-        }
-        if !self.wanted_from_remote(relay, scope, &event) {
-            self.stats.events_unwanted += 1;
-            return;
-        }
-        self.stats.events_ingested += 1;
         if is_index_kind(event.kind) {
-            // Learn from what we sync at once rather than only when the own
-            // relay echoes it back: the self-subscription catches up by
-            // `since`, and a synced root carries its old `created_at`, so
-            // one stored while that subscription was down would never come
-            // back through it.
-            self.push_to_batch(now, event.clone());
+            self.push_to_batch(now, event);
         }
-        self.outputs.push_back(Output::Ingest {
-            relay,
-            event: Box::new(event),
-        });
+    }
+
+    /// Checks id and signature; a forgery is counted against the relay.
+    fn verified(&mut self, now: Time, relay: RelayId, event: &Event) -> bool {
+        if event.verify().is_ok() {
+            return true;
+        }
+        self.stats.events_invalid += 1;
+        warn!(
+            "{}: event {} has a bad id or signature",
+            self.relay_url(relay),
+            event.id
+        );
+        self.handle_offence(now, relay, Offence::InvalidEvent);
+        false
     }
 
     /// Rules beyond the filter: wide subscriptions must tag something the
-    /// relay targets; announcements must list our domain (GRASP-01).
-    fn wanted_from_remote(&self, relay: RelayId, scope: Scope, event: &Event) -> bool {
-        let kind = event.kind.as_u16();
-        if kind == KIND_ANNOUNCEMENT {
-            return self.lists_our_domain(event);
+    /// relay targets; announcements must list the service in `relays` and
+    /// `clone` (GRASP-01), and one that does not but is newer than the
+    /// announcement indexed for its repo withdraws the repo from us.
+    fn verdict(&self, relay: RelayId, scope: Scope, event: &Event) -> Verdict {
+        if event.kind.as_u16() == KIND_ANNOUNCEMENT {
+            return if self.service.accepts(event) {
+                Verdict::Wanted
+            } else if self.index.announced_before(event) {
+                Verdict::Withdrawal
+            } else {
+                Verdict::Unwanted
+            };
         }
-        scope != Scope::Wide || self.tags_target(relay, event)
+        if scope != Scope::Wide || self.tags_target(relay, event) {
+            Verdict::Wanted
+        } else {
+            Verdict::Unwanted
+        }
     }
 
-    fn lists_our_domain(&self, event: &Event) -> bool {
-        event
-            .tags
-            .iter()
-            .map(|t| t.as_slice())
-            .filter(|t| t.first().map(String::as_str) == Some("relays"))
-            .flat_map(|t| t[1..].iter())
-            .filter_map(|raw| normalize(raw).ok())
-            .any(|url| host_port(&url).eq_ignore_ascii_case(&self.domain))
+    /// True if `event` tags any repo or root the index knows, targeted by
+    /// this relay or not.
+    fn tags_known(&self, event: &Event) -> bool {
+        event.tags.iter().map(|t| t.as_slice()).any(|t| {
+            let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
+                return false;
+            };
+            match name.as_str() {
+                "a" | "A" => self.index.repo_id(value).is_some(),
+                "e" | "E" => self.root_item(value).is_some(),
+                "q" => self.index.repo_id(value).is_some() || self.root_item(value).is_some(),
+                _ => false,
+            }
+        })
     }
 
     /// True if `event` tags a repo or root that `relay` targets.
@@ -269,6 +314,13 @@ impl Engine {
         let next = s.next_page(limit, &mut state.result_cap);
         let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
         let work = std::mem::take(&mut s.work);
+        // A finished page is closed before its follow-up opens: the relay
+        // never sees one subscription more than we count.
+        if purpose == Purpose::Page {
+            self.close_subscription(relay, id);
+        } else {
+            s.compact();
+        }
         match next {
             Some(filters) if page < max_pages => {
                 debug!(
@@ -301,11 +353,6 @@ impl Engine {
                     self.complete_chunk(relay, w.batch);
                 }
             }
-        }
-        if purpose == Purpose::Page {
-            self.close_subscription(relay, id);
-        } else if let Some(s) = self.relays[relay.index()].subs.get_mut(&id) {
-            s.compact();
         }
         self.dirty.push(relay);
         self.maybe_consolidate(relay, now);
@@ -369,7 +416,7 @@ impl Engine {
         if sub.purpose == Purpose::Live && self.relays[relay.index()].live_mode != LiveMode::Wide
             || sub.scope == Scope::Wide
         {
-            let (lost, layer1) = uncovered_from(&sub, now);
+            let (lost, layer1) = sub.uncovered_from(now);
             let state = self.relay(relay);
             state.layer1_unread |= layer1;
             state.uncovered_since = Some(state.uncovered_since.map_or(lost, |t| t.min(lost)));
@@ -469,18 +516,14 @@ fn kinds_in(filter: &Filter) -> usize {
     filter.kinds.as_ref().map_or(0, |k| k.len())
 }
 
-/// From when a refused live subscription's events are missing (from now
-/// past EOSE, else from when it was sent), and whether it was a Layer 1
-/// read from the beginning (a fresh connect's announcements, no `since`):
-/// that one must be asked again from the beginning, e.g. on a relay that
-/// refused it until we authenticated, or announcements stored there
-/// before would never be found.
-fn uncovered_from(sub: &Subscription, now: Time) -> (Time, bool) {
-    if sub.eose {
-        return (now, false);
-    }
-    let from_start = sub.work.is_empty() && sub.filters.iter().any(|f| f.since.is_none());
-    (sub.started.min(now), from_start)
+/// What becomes of a remote event that matched its subscription.
+enum Verdict {
+    /// Verify, de-duplicate, pass to the sink.
+    Wanted,
+    /// Not for this relay to deliver (or not acceptable): drop unmarked.
+    Unwanted,
+    /// An announcement dropping the service: verify, then un-index its repo.
+    Withdrawal,
 }
 
 /// The subscription id and event id of an `["EVENT","<sub>",{..."id":"<hex>"...}]`

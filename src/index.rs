@@ -16,6 +16,7 @@ use nostr::prelude::{Event, EventId, Kind, Timestamp};
 
 use crate::address::{host_and_port, ip_literal, is_public};
 use crate::relay_url::{normalize, relay_of_clone_url};
+use crate::service::Service;
 use crate::time::Time;
 
 /// Kind of a repository announcement (NIP-34).
@@ -133,7 +134,7 @@ pub struct IndexLimits {
 /// Repos, their relays and roots, with ids interned.
 #[derive(Debug)]
 pub struct RepoIndex {
-    own_relay: String,
+    service: Service,
     limits: IndexLimits,
     repo_ids: HashMap<String, RepoId>,
     repos: Vec<Repo>,
@@ -147,10 +148,11 @@ pub struct RepoIndex {
 }
 
 impl RepoIndex {
-    /// An empty index; `own_relay` (normalized) is never made a target.
-    pub fn new(own_relay: String, limits: IndexLimits) -> Self {
+    /// An empty index; the own relay, under any of its names, is never
+    /// made a target.
+    pub fn new(service: Service, limits: IndexLimits) -> Self {
         RepoIndex {
-            own_relay,
+            service,
             limits,
             repo_ids: HashMap::new(),
             repos: Vec::new(),
@@ -192,10 +194,35 @@ impl RepoIndex {
     pub fn apply(&mut self, event: &Event, now: Time, changes: &mut Vec<TargetChange>) {
         let kind = event.kind.as_u16();
         if kind == KIND_ANNOUNCEMENT {
-            self.apply_announcement(event, now, changes);
+            self.apply_announcement(event, now, changes, false);
         } else if ROOT_KINDS.contains(&kind) {
             self.apply_root(event, changes);
         }
+    }
+
+    /// A verified announcement that no longer lists the service, newer than
+    /// the one in force: the repo keeps its name and roots but loses every
+    /// relay, as if announced with none (GRASP-01: the own relay refuses it,
+    /// so the old relay list must not be synced forever).
+    pub fn withdraw(&mut self, event: &Event, now: Time, changes: &mut Vec<TargetChange>) {
+        if event.kind.as_u16() == KIND_ANNOUNCEMENT {
+            self.apply_announcement(event, now, changes, true);
+        }
+    }
+
+    /// True if the index holds an announcement for `event`'s repo older
+    /// than `event` (a withdrawal would change something).
+    pub fn announced_before(&self, event: &Event) -> bool {
+        let Some(identifier) = identifier_of(event) else {
+            return false;
+        };
+        let coord = format!("{KIND_ANNOUNCEMENT}:{}:{identifier}", event.pubkey);
+        let Some(repo) = self.repo_id(&coord) else {
+            return false;
+        };
+        let entry = &self.repos[repo.0 as usize];
+        let latest = entry.held.as_ref().map(|h| h.stamp).or(entry.announced);
+        latest.is_some_and(|cur| newer((event.created_at, event.id), cur))
     }
 
     /// The id of a relay URL (already normalized), interning it.
@@ -281,7 +308,13 @@ impl RepoIndex {
         targets
     }
 
-    fn apply_announcement(&mut self, event: &Event, now: Time, changes: &mut Vec<TargetChange>) {
+    fn apply_announcement(
+        &mut self,
+        event: &Event,
+        now: Time,
+        changes: &mut Vec<TargetChange>,
+        withdrawn: bool,
+    ) {
         let Some(identifier) = identifier_of(event) else {
             warn!("announcement {} has an oversized d tag; ignored", event.id);
             self.stats.announcements_rejected += 1;
@@ -299,7 +332,11 @@ impl RepoIndex {
             );
             return;
         }
-        let relays = self.relays_of(event);
+        let relays = if withdrawn {
+            Vec::new()
+        } else {
+            self.relays_of(event)
+        };
         let entry = &mut self.repos[repo.0 as usize];
         let first = entry.announced.is_none();
         let due = entry
@@ -441,7 +478,7 @@ impl RepoIndex {
         let mut relays = Vec::new();
         let mut over_cap = 0u64;
         for url in self.relay_urls_of(event) {
-            if url == self.own_relay {
+            if self.service.names(&url) {
                 continue;
             }
             let known = self.relay_ids.get(&url).copied();

@@ -84,6 +84,7 @@ mod requests;
 pub mod result_cap;
 pub mod rlimit;
 pub mod seen;
+pub mod service;
 pub mod shell;
 pub mod sink;
 pub mod sink_list;

@@ -33,16 +33,24 @@ impl Engine {
             );
             return;
         }
-        let fresh = match (state.last_connected, state.disconnected_at) {
-            (Some(_), Some(at)) => now.since(at) > quick_window,
-            _ => true,
-        };
+        // The daily full sync is a per-relay schedule that connections do
+        // not reset: one due while the relay was away is done now.
+        let daily_due = state.daily_due.is_some_and(|due| now >= due);
+        let fresh = daily_due
+            || match (state.last_connected, state.disconnected_at) {
+                (Some(_), Some(at)) => now.since(at) > quick_window,
+                _ => true,
+            };
+        // A quick reconnect reads back from when live coverage ended (the
+        // disconnect, or an earlier refused live set), not from when the
+        // connection began: a relay connected for weeks is not re-read.
         let catch_up = state
-            .last_connected
+            .covered_until
             .filter(|_| !fresh)
             .map(|t| t.saturating_sub(quick_window));
         if fresh {
             state.requeue_where(|s| s == ItemState::Confirmed);
+            state.layer1_unread = false;
         }
         state.status = Status::Connected;
         state.conduct.on_connect();
@@ -68,12 +76,14 @@ impl Engine {
         );
         if relay == self.own {
             self.subscribe_self(since, now);
-            return;
+        } else {
+            self.subscribe_live(relay, since, !fresh, now);
+            self.requeue_all(relay);
         }
-        self.subscribe_live(relay, since, !fresh, now);
-        self.requeue_all(relay);
-        if self.relays[relay.index()].daily_timer.is_none() {
-            self.arm_daily(relay, now);
+        if fresh {
+            self.schedule_daily(relay, now);
+        } else {
+            self.arm_daily(relay);
         }
         self.flush(now);
     }
@@ -242,6 +252,16 @@ impl Engine {
             let state = self.relay(relay);
             if state.status == Status::Connected {
                 state.disconnected_at = Some(now);
+                let mut gap = state.uncovered_since.map_or(now, |t| t.min(now));
+                let mut layer1 = false;
+                // A live set cut before its EOSE covered nothing yet.
+                for sub in state.live_subs().filter(|s| !s.eose) {
+                    let (lost, from_start) = sub.uncovered_from(now);
+                    gap = gap.min(lost);
+                    layer1 |= from_start;
+                }
+                state.layer1_unread |= layer1;
+                state.covered_until = Some(gap);
             }
             state.status = Status::Disconnected;
             state.epoch = state.epoch.wrapping_add(1);
@@ -286,7 +306,11 @@ impl Engine {
     }
 
     /// Daily fresh sync: close everything, forget pending and confirmed,
-    /// fetch full history again. Catches drift a live stream cannot.
+    /// fetch full history again. Catches drift a live stream cannot:
+    /// events stored late with an old `created_at` never match a live
+    /// filter's `since`. The own relay's self-subscription is read again
+    /// from the beginning too, for the announcements and roots it
+    /// accepted that way.
     pub(crate) fn on_daily(&mut self, relay: RelayId, epoch: u32, now: Time) {
         let state = &self.relays[relay.index()];
         if state.epoch != epoch || state.status != Status::Connected {
@@ -298,15 +322,32 @@ impl Engine {
         let state = self.relay(relay);
         state.clear_in_flight();
         state.requeue_where(|s| s == ItemState::Confirmed);
-        self.subscribe_live(relay, None, false, now);
-        self.requeue_all(relay);
-        self.arm_daily(relay, now);
+        if relay == self.own {
+            self.subscribe_self(None, now);
+        } else {
+            self.subscribe_live(relay, None, false, now);
+            self.requeue_all(relay);
+        }
+        self.schedule_daily(relay, now);
     }
 
-    fn arm_daily(&mut self, relay: RelayId, now: Time) {
+    /// A full sync started at `now`: the next is due in 23–25 h.
+    fn schedule_daily(&mut self, relay: RelayId, now: Time) {
         let delay = self.jitter_between(self.config.daily_min, self.config.daily_max);
-        let epoch = self.relays[relay.index()].epoch;
-        let id = self.arm(now + delay, Timer::Daily(relay, epoch));
+        self.relay(relay).daily_due = Some(now + delay);
+        self.arm_daily(relay);
+    }
+
+    /// Arms the daily timer for the connection in force at its due time.
+    fn arm_daily(&mut self, relay: RelayId) {
+        let state = &self.relays[relay.index()];
+        let (Some(due), epoch) = (state.daily_due, state.epoch) else {
+            return;
+        };
+        if let Some(old) = state.daily_timer {
+            self.timers.cancel(old);
+        }
+        let id = self.arm(due, Timer::Daily(relay, epoch));
         self.relay(relay).daily_timer = Some(id);
     }
 

@@ -114,6 +114,11 @@ pub(crate) struct RelayState {
     pub status: Status,
     pub last_connected: Option<Time>,
     pub disconnected_at: Option<Time>,
+    /// Live coverage was unbroken up to here when the last connection
+    /// ended: a quick reconnect catches up from it.
+    pub covered_until: Option<Time>,
+    /// When the next daily full sync is due; kept across connections.
+    pub daily_due: Option<Time>,
     pub health: HealthTracker,
     /// Offences and penalties (hostile-relay defence).
     pub conduct: Conduct,
@@ -170,6 +175,8 @@ impl RelayState {
             status: Status::Disconnected,
             last_connected: None,
             disconnected_at: None,
+            covered_until: None,
+            daily_due: None,
             health: HealthTracker::default(),
             conduct: Conduct::default(),
             auth: AuthState::default(),
@@ -244,6 +251,5 @@ impl RelayState {
         self.neg_bypass.clear();
         self.consolidating = false;
         self.uncovered_since = None;
-        self.layer1_unread = false;
     }
 }

@@ -117,6 +117,21 @@ impl Subscription {
         }
     }
 
+    /// From when this live subscription's events are missing if it ends
+    /// now (refused or cut with the connection): from now past EOSE, else
+    /// from when it was sent. Also whether it was a Layer 1 read from the
+    /// beginning (a fresh connect's announcements, no `since`): that one
+    /// must be asked again from the beginning, e.g. on a relay that refused
+    /// it until we authenticated, or announcements stored there before
+    /// would never be found.
+    pub fn uncovered_from(&self, now: Time) -> (Time, bool) {
+        if self.eose {
+            return (now, false);
+        }
+        let from_start = self.work.is_empty() && self.filters.iter().any(|f| f.since.is_none());
+        (self.started.min(now), from_start)
+    }
+
     /// Records what the previous page of each filter returned (a follow-up
     /// page, filters in the same order as [`Subscription::next_page`] gave).
     pub fn set_previous(&mut self, pages: &[PageFilter]) {
@@ -244,4 +259,101 @@ pub struct PageFilter {
     pub prev_short: bool,
     /// The oldest event the previous page returned.
     pub prev_oldest: Option<Timestamp>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{Kind, SingleLetterTag};
+
+    fn filter() -> Filter {
+        Filter::new()
+            .custom_tag(SingleLetterTag::LOWERCASE_E, "ab".repeat(32))
+            .limit(500)
+    }
+
+    /// A page that got events at these `created_at`s for its one filter.
+    fn page(filters: Vec<Filter>, stamps: &[u64]) -> Subscription {
+        let mut sub = Subscription::new(
+            filters,
+            Purpose::Page,
+            Scope::Exact,
+            Vec::new(),
+            1,
+            Time::default(),
+        );
+        for &t in stamps {
+            sub.count_stored(Timestamp::from_secs(t), &[0]);
+        }
+        sub
+    }
+
+    /// 100 events, newest first, one per second from `top` down.
+    fn hundred(top: u64) -> Vec<u64> {
+        (0..100).map(|i| top - i).collect()
+    }
+
+    #[test]
+    fn a_short_page_is_probed_just_past_its_oldest_second() {
+        let mut cap = ResultCap::default();
+        let next = page(vec![filter()], &hundred(1_000))
+            .next_page(500, &mut cap)
+            .expect("100 of 500 may be a cap of 100");
+        let f = &next[0].filter;
+        assert_eq!(f.until, Some(Timestamp::from_secs(901)));
+        assert_eq!(f.limit, Some(2), "the one event at 901 again, plus one");
+        assert_eq!(cap.proven(), None);
+    }
+
+    #[test]
+    fn an_older_event_in_the_probe_proves_the_cap_and_paging_goes_on() {
+        let mut cap = ResultCap::default();
+        let next = page(vec![filter()], &hundred(1_000))
+            .next_page(500, &mut cap)
+            .unwrap();
+        let mut probe = page(vec![next[0].filter.clone()], &[901, 900]);
+        probe.set_previous(&next);
+        let more = probe
+            .next_page(500, &mut cap)
+            .expect("a full probe goes on");
+        assert_eq!(cap.proven(), Some(100), "the relay cuts at 100");
+        assert_eq!(more[0].filter.limit, Some(500), "back to full pages");
+        assert_eq!(more[0].filter.until, Some(Timestamp::from_secs(900)));
+        // From now on a page of 100 continues without a probe, one of 99 ends.
+        let again = page(vec![filter()], &hundred(5_000)).next_page(500, &mut cap);
+        assert_eq!(again.unwrap()[0].filter.limit, Some(500));
+        let short = page(vec![filter()], &hundred(5_000)[..99]).next_page(500, &mut cap);
+        assert!(short.is_none());
+    }
+
+    #[test]
+    fn a_probe_with_nothing_older_ends_the_chain() {
+        let mut cap = ResultCap::default();
+        let next = page(vec![filter()], &hundred(1_000))
+            .next_page(500, &mut cap)
+            .unwrap();
+        let mut probe = page(vec![next[0].filter.clone()], &[901]);
+        probe.set_previous(&next);
+        assert!(probe.next_page(500, &mut cap).is_none());
+        assert_eq!(cap.proven(), None);
+        let smaller = page(vec![filter()], &hundred(1_000)[..60]).next_page(500, &mut cap);
+        assert!(smaller.is_none(), "below what the relay once returned");
+    }
+
+    #[test]
+    fn a_short_page_all_in_one_second_looks_below_it() {
+        let mut cap = ResultCap::default();
+        let next = page(vec![filter()], &[700, 700, 700])
+            .next_page(500, &mut cap)
+            .unwrap();
+        assert_eq!(next[0].filter.until, Some(Timestamp::from_secs(699)));
+        assert_eq!(next[0].filter.limit, Some(500));
+    }
+
+    #[test]
+    fn an_empty_page_or_a_kind_filter_with_nothing_ends() {
+        let mut cap = ResultCap::default();
+        let kinds = Filter::new().kind(Kind::from_u16(30617)).limit(500);
+        assert!(page(vec![kinds], &[]).next_page(500, &mut cap).is_none());
+    }
 }

@@ -184,7 +184,15 @@ fn random_interleavings_keep_invariants_and_converge() {
         }
         let mut checked = 0;
         for (url, ev, root_id) in &published {
-            let id = sim.id(url);
+            let Some(id) = sim.engine.relay_id(url) else {
+                panic!(
+                    "seed {seed}: {url} unknown; known: {:?}",
+                    sim.engine
+                        .relays()
+                        .map(|r| sim.engine.relay_url(r).to_owned())
+                        .collect::<Vec<_>>()
+                );
+            };
             if sim
                 .engine
                 .item_state(id, &grasp_sync::ItemKey::Root(*root_id))

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use grasp_sync::{Health, ItemKey, ItemState, Status, Time};
+use grasp_sync::{Health, ItemKey, ItemState, Status};
 use nostr::prelude::*;
 use support::*;
 
@@ -62,15 +62,15 @@ fn rule1_self_subscription_kinds_batching_and_reconnect_since() {
         "both events in one batch"
     );
 
-    // Own relay reconnect: since = last_connected - 15 min.
-    let connected_at = Time::from_secs(T0);
+    // Own relay reconnect: since = when it was lost - 15 min.
+    let lost_at = sim.now;
     sim.stop_relay(&own);
     sim.start_relay(&own);
     sim.advance(Duration::from_secs(60));
     let (_, filters) = sim.reqs(&own).last().unwrap().clone();
     assert_eq!(
         filters[0].since,
-        Some(Timestamp::from_secs(connected_at.as_secs() - 900))
+        Some(Timestamp::from_secs(lost_at.as_secs() - 900))
     );
 }
 

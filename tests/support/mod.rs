@@ -24,6 +24,45 @@ pub enum Refuse {
     Notice,
 }
 
+/// What an eventstore SQL backend (under khatru) refuses per filter: more
+/// tag values (all tags together), kinds, or ids/authors than this. It
+/// answers with `CLOSED` and `error: too many tag values` (`kinds`, `ids`,
+/// `authors`), refusing the whole REQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueCaps {
+    pub tag_values: usize,
+    pub kinds: usize,
+    pub ids: usize,
+}
+
+impl ValueCaps {
+    /// fiatjaf/eventstore's SQL backends: 10 tag values, 10 kinds, 500 ids.
+    pub const EVENTSTORE: ValueCaps = ValueCaps {
+        tag_values: 10,
+        kinds: 10,
+        ids: 500,
+    };
+
+    /// The refusal reason for `filter`, if it passes a cap.
+    pub fn refusal(&self, filter: &Filter) -> Option<&'static str> {
+        let tag_values: usize = filter.generic_tags.values().map(|v| v.len()).sum();
+        let kinds = filter.kinds.as_ref().map_or(0, |k| k.len());
+        let ids = filter.ids.as_ref().map_or(0, |v| v.len());
+        let authors = filter.authors.as_ref().map_or(0, |v| v.len());
+        if tag_values > self.tag_values {
+            Some("error: too many tag values")
+        } else if kinds > self.kinds {
+            Some("error: too many kinds")
+        } else if ids > self.ids {
+            Some("error: too many ids")
+        } else if authors > self.ids {
+            Some("error: too many authors")
+        } else {
+            None
+        }
+    }
+}
+
 /// An in-memory NIP-01 relay.
 #[derive(Debug)]
 pub struct FakeRelay {
@@ -31,6 +70,14 @@ pub struct FakeRelay {
     pub online: bool,
     /// Stored results returned per REQ at most (all filters together).
     pub cap: usize,
+    /// Stored results returned per FILTER at most, whatever `limit` asks
+    /// (khatru over eventstore's SQL backends: 100; strfry 500). A filter
+    /// without `limit` gets this many too.
+    pub filter_cap: usize,
+    /// Filters refused for too many values (eventstore SQL backends).
+    pub value_caps: Option<ValueCaps>,
+    /// REQs refused by `value_caps`.
+    pub value_refusals: usize,
     pub max_subs: Option<(usize, Refuse)>,
     pub subs: HashMap<String, Vec<Filter>>,
     /// Every REQ received: (sub id, filters).
@@ -84,6 +131,9 @@ impl FakeRelay {
             events: Vec::new(),
             online: true,
             cap: usize::MAX,
+            filter_cap: usize::MAX,
+            value_caps: None,
+            value_refusals: 0,
             max_subs: None,
             subs: HashMap::new(),
             reqs: Vec::new(),
@@ -199,6 +249,13 @@ impl FakeRelay {
                 if let Some(reason) = self.close_next.pop_front_if(|_| tagged) {
                     return vec![RelayMessage::closed(SubscriptionId::new(&id), reason).as_json()];
                 }
+                if let Some(reason) = self
+                    .value_caps
+                    .and_then(|caps| filters.iter().find_map(|f| caps.refusal(f)))
+                {
+                    self.value_refusals += 1;
+                    return vec![RelayMessage::closed(SubscriptionId::new(&id), reason).as_json()];
+                }
                 if let Some((max, style)) = self.max_subs
                     && self.subs.len() >= max
                 {
@@ -252,8 +309,8 @@ impl FakeRelay {
         }
     }
 
-    /// Stored events for a REQ: per filter newest first up to its limit,
-    /// merged, newest first, capped.
+    /// Stored events for a REQ: per filter newest first up to its limit
+    /// and the per-filter cap, merged, newest first, capped per REQ.
     fn stored(&self, filters: &[Filter]) -> Vec<Event> {
         let mut seen = HashSet::new();
         let mut all = Vec::new();
@@ -264,7 +321,8 @@ impl FakeRelay {
                 .filter(|e| f.match_event(e, MatchEventOptions::new()))
                 .collect();
             hits.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
-            for e in hits.into_iter().take(f.limit.unwrap_or(usize::MAX)) {
+            let limit = f.limit.unwrap_or(usize::MAX).min(self.filter_cap);
+            for e in hits.into_iter().take(limit) {
                 if seen.insert(e.id) {
                     all.push(e.clone());
                 }
@@ -314,6 +372,10 @@ pub struct Sim {
     pub pings: usize,
     /// Connections that stopped answering (half-open TCP).
     pub deaf: HashSet<RelayId>,
+    /// Events the own relay refuses (`OK false`, e.g. by its GRASP-01
+    /// rules): the engine's output is recorded in `ingested`, but the own
+    /// relay neither stores it nor feeds it back.
+    pub sink_refuses: HashSet<EventId>,
 }
 
 pub const OWN: &str = "wss://own.example";
@@ -343,6 +405,7 @@ impl Sim {
             connects: Vec::new(),
             pings: 0,
             deaf: HashSet::new(),
+            sink_refuses: HashSet::new(),
         }
     }
 
@@ -404,6 +467,9 @@ impl Sim {
             } else if let Some(Output::Ingest { relay, event }) = self.engine.poll_output() {
                 let url = self.engine.relay_url(relay).to_owned();
                 self.ingested.push((url, (*event).clone()));
+                if self.sink_refuses.contains(&event.id) {
+                    continue;
+                }
                 let own = self.own.clone();
                 self.publish(&own, &event);
                 // The own relay accepted it: the shell feeds accepted
@@ -568,11 +634,18 @@ pub fn sign(k: &Keys, kind: u16, created_at: u64, tags: Vec<Tag>, content: &str)
         .expect("signing works")
 }
 
-/// A repo announcement listing `relays` in one `relays` tag.
+/// A repo announcement listing `relays` in one `relays` tag, and the
+/// simulated own relay ([`OWN`]) as its GRASP server in a `clone` tag
+/// (`https://own.example/<npub>/<d>.git`): a remote copy is accepted
+/// (GRASP-01: `relays` and `clone`) exactly when `relays` lists us too.
 pub fn announcement(k: &Keys, d: &str, relays: &[&str], created_at: u64) -> Event {
     let mut values = vec!["relays"];
     values.extend_from_slice(relays);
-    sign(k, 30617, created_at, vec![tag(&["d", d]), tag(&values)], "")
+    let npub = k.public_key().to_bech32().expect("bech32 of a key");
+    let host = OWN.split_once("://").map_or(OWN, |(_, h)| h);
+    let clone = format!("https://{host}/{npub}/{d}.git");
+    let tags = vec![tag(&["d", d]), tag(&values), tag(&["clone", &clone])];
+    sign(k, 30617, created_at, tags, "")
 }
 
 pub fn coord(k: &Keys, d: &str) -> String {
