@@ -11,11 +11,10 @@ use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
 use crate::conduct::Offence;
 use crate::engine::{Engine, Output, Timer};
-use crate::filters::Encoded;
 use crate::index::{Item, KIND_ANNOUNCEMENT, KIND_STATE, RelayId, is_index_kind};
 use crate::refusal::Refusal;
 use crate::relay::{LiveMode, MIN_MESSAGE_BYTES, Status};
-use crate::subscription::{Purpose, Scope, Subscription};
+use crate::subscription::{NextPage, Purpose, Scope, Subscription};
 use crate::time::Time;
 
 impl Engine {
@@ -327,20 +326,13 @@ impl Engine {
                     "{}: page {page} of {id:x} full; asking the next",
                     self.relay_url(relay)
                 );
-                let encoded = filters.iter().map(|p| Encoded::new(p.filter.clone()));
-                let sub = self.open_subscription(
-                    relay,
-                    encoded.collect(),
-                    Purpose::Page,
+                self.relay(relay).next_pages.push_back(NextPage {
+                    filters,
                     scope,
                     work,
-                    page + 1,
+                    page: page + 1,
                     started,
-                    now,
-                );
-                if let Some(s) = self.relays[relay.index()].subs.get_mut(&sub) {
-                    s.set_previous(&filters);
-                }
+                });
             }
             _ => {
                 if next.is_some() {

@@ -16,7 +16,7 @@ use crate::index::Item;
 use crate::neg_sync::{NegJob, NegSupport};
 use crate::refusal::Refusal;
 use crate::result_cap::ResultCap;
-use crate::subscription::{Purpose, Subscription, WorkRef};
+use crate::subscription::{NextPage, Purpose, Subscription, WorkRef};
 use crate::time::Time;
 use crate::timer::TimerId;
 
@@ -140,6 +140,9 @@ pub(crate) struct RelayState {
     pub batches: HashMap<u64, Batch>,
     /// Chunks of pending batches waiting for a subscription slot.
     pub work: VecDeque<WorkRef>,
+    /// Follow-up pages waiting for a subscription slot; they go before
+    /// new chunks, so chains finish first.
+    pub next_pages: VecDeque<NextPage>,
     pub subs: HashMap<u64, Subscription>,
     pub limits: Limits,
     /// The relay's per-filter result cap, as far as its pages showed it.
@@ -188,6 +191,7 @@ impl RelayState {
             queued: Vec::new(),
             batches: HashMap::new(),
             work: VecDeque::new(),
+            next_pages: VecDeque::new(),
             subs: HashMap::new(),
             limits,
             result_cap: ResultCap::default(),
@@ -246,6 +250,7 @@ impl RelayState {
         self.requeue_where(|s| matches!(s, ItemState::Pending(_)));
         self.batches.clear();
         self.work.clear();
+        self.next_pages.clear();
         self.subs.clear();
         self.neg_jobs.clear();
         self.neg_bypass.clear();

@@ -25,6 +25,7 @@ use crate::time::Time;
 impl Engine {
     /// Starts as much queued historic work on `relay` as its limits allow.
     pub(crate) fn schedule(&mut self, relay: RelayId, now: Time) {
+        self.open_next_pages(relay, now);
         loop {
             let state = &self.relays[relay.index()];
             if state.status != Status::Connected
@@ -61,6 +62,48 @@ impl Engine {
             self.open_subscription(relay, filters, purpose, scope, chunks, 1, now, now);
         }
         self.maybe_consolidate(relay, now);
+    }
+
+    /// Opens waiting follow-up pages as far as the subscription limit
+    /// allows (a page chain continuing from a live subscription holds one
+    /// slot more than the chain before it). A page of historic work may
+    /// take a live subscription's slot; a page continuing a live set's own
+    /// look-back may not: the consolidation that re-covers an evicted live
+    /// subscription would read the same window again and ask the same page,
+    /// forever. It waits for the next free slot instead.
+    fn open_next_pages(&mut self, relay: RelayId, now: Time) {
+        loop {
+            let state = &self.relays[relay.index()];
+            let Some(next) = state.next_pages.front() else {
+                return;
+            };
+            if state.status != Status::Connected || state.paused_until.is_some() {
+                return;
+            }
+            let may_evict = !next.work.is_empty();
+            if state.open_count() >= state.limits.subscriptions
+                && !(may_evict && self.evict_live_for_history(relay, now))
+            {
+                return;
+            }
+            let Some(next) = self.relay(relay).next_pages.pop_front() else {
+                return;
+            };
+            let encoded = next.filters.iter().map(|p| Encoded::new(p.filter.clone()));
+            let id = self.open_subscription(
+                relay,
+                encoded.collect(),
+                Purpose::Page,
+                next.scope,
+                next.work,
+                next.page,
+                next.started,
+                now,
+            );
+            if let Some(s) = self.relays[relay.index()].subs.get_mut(&id) {
+                s.set_previous(&next.filters);
+            }
+        }
     }
 
     /// When live subscriptions fill a relay's whole budget and history is

@@ -191,10 +191,10 @@ impl Subscription {
     /// relay capping per REQ may have cut every filter). `until` is
     /// inclusive, so a page whose oldest event is exactly its `until` made
     /// no progress: more events share that second than one page holds.
-    /// Such a filter first asks the same second again with a doubled
-    /// `limit` (up to [`MAX_LIMIT_FACTOR`] times the page limit, which
-    /// relays that allow larger pages will honour), and only then steps one
-    /// second back, so the chain always ends.
+    /// Such a filter, if its page was full, first asks the same second
+    /// again with a doubled `limit` (up to [`MAX_LIMIT_FACTOR`] times the
+    /// page limit, which relays that allow larger pages will honour), and
+    /// otherwise steps one second back, so the chain always ends.
     pub fn next_page(&self, limit: usize, cap: &mut ResultCap) -> Option<Vec<PageFilter>> {
         for s in &self.stats {
             let older = matches!((s.oldest, s.prev_oldest), (Some(o), Some(p)) if o < p);
@@ -219,7 +219,10 @@ impl Subscription {
             }
             let filter = match s.oldest {
                 Some(oldest) if f.until == Some(oldest) => {
-                    if asked < limit.saturating_mul(MAX_LIMIT_FACTOR) {
+                    // A bigger limit helps only a page that was full: one
+                    // the relay cut short at this second would come back
+                    // the same.
+                    if s.count >= asked && asked < limit.saturating_mul(MAX_LIMIT_FACTOR) {
                         f.clone().limit(asked.saturating_mul(2))
                     } else {
                         let back = Timestamp::from_secs(oldest.as_secs().saturating_sub(1));
@@ -245,6 +248,22 @@ impl Subscription {
         }
         (!next.is_empty()).then_some(next)
     }
+}
+
+/// A follow-up page waiting for a subscription slot: its filters and the
+/// chain it continues.
+#[derive(Debug)]
+pub struct NextPage {
+    /// The filters, with what their previous page returned.
+    pub filters: Vec<PageFilter>,
+    /// How its events are checked.
+    pub scope: Scope,
+    /// The chunks the chain completes.
+    pub work: Vec<WorkRef>,
+    /// Its page number in the chain.
+    pub page: u32,
+    /// When the chain's first page was sent.
+    pub started: Time,
 }
 
 /// A filter of a follow-up page and what its previous page returned, so
