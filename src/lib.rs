@@ -70,6 +70,7 @@ pub mod health;
 pub mod hex;
 mod inbound;
 pub mod index;
+pub mod info_fetch;
 mod lifecycle;
 pub mod metrics;
 pub mod neg_sync;

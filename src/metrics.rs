@@ -17,11 +17,12 @@ pub struct ShellStats {
     pub bytes_in: u64,
     /// Websocket payload bytes sent.
     pub bytes_out: u64,
-    /// Connections refused by the address guard.
+    /// Connections refused by the address guard (websockets and NIP-11
+    /// fetches alike: one guard for every socket to a relay).
     pub address_refused: u64,
     /// Connections refused by the relay cap.
     pub relay_cap_refused: u64,
-    /// DNS lookups failed or timed out.
+    /// DNS lookups failed or timed out (for websockets and NIP-11 fetches).
     pub dns_failures: u64,
     /// Events handed to a custom sink.
     pub sink_stored: u64,
@@ -29,6 +30,13 @@ pub struct ShellStats {
     pub sink_listed: u64,
     /// Times a relay's reads were paused for exceeding its frame rate.
     pub reads_throttled: u64,
+    /// NIP-11 documents fetched and read.
+    pub relay_info_ok: u64,
+    /// NIP-11 fetches that failed (refused address, DNS, connect, TLS,
+    /// status, size, deadline, not a JSON object, cut by shutdown).
+    pub relay_info_failed: u64,
+    /// NIP-11 fetches not started: too many in flight.
+    pub relay_info_skipped: u64,
 }
 
 /// The sink's view for metrics.
@@ -190,6 +198,17 @@ pub fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &SinkView) -
         "grasp_sync_reads_throttled_total",
         "Times a relay's reads paused for exceeding --max-frames-per-sec.",
         shell.reads_throttled,
+    );
+    counter_labeled(
+        &mut out,
+        "grasp_sync_relay_info_total",
+        "NIP-11 relay information fetches by result.",
+        "result",
+        &[
+            ("ok", shell.relay_info_ok),
+            ("failed", shell.relay_info_failed),
+            ("skipped", shell.relay_info_skipped),
+        ],
     );
     counter(
         &mut out,

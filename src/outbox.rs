@@ -103,11 +103,21 @@ impl Outbox {
         Some(message)
     }
 
-    /// The own relay answered `OK` for `id`.
-    pub fn handle_ok(&mut self, now: Time, id: &EventId, accepted: bool, message: &str) {
+    /// The own relay answered `OK` for `id`. Returns the event when the
+    /// relay now holds it (`OK true`, or `duplicate:`), so the caller can
+    /// act on what the own relay accepted: the engine's index must learn
+    /// only announcements and roots the own relay took (GRASP-01). `None`
+    /// for a refusal, a retry, or an `OK` for nothing in flight.
+    pub fn handle_ok(
+        &mut self,
+        now: Time,
+        id: &EventId,
+        accepted: bool,
+        message: &str,
+    ) -> Option<Event> {
         let Some(pos) = self.inflight.iter().position(|e| e.id == *id) else {
             debug!("OK for {id} not in flight; ignored");
-            return;
+            return None;
         };
         let event = self.inflight.remove(pos);
         let lower = message.to_ascii_lowercase();
@@ -123,7 +133,7 @@ impl Outbox {
             self.stats.stored += 1;
             self.stats.duplicate += u64::from(prefix == "duplicate");
             self.failures = 0;
-            return;
+            return Some(event);
         }
         match prefix.as_str() {
             "rate-limited" | "error" | "auth-required" | "" => {
@@ -143,6 +153,7 @@ impl Outbox {
                 warn!("own relay refused {id}: {message}");
             }
         }
+        None
     }
 
     /// The own relay accepted our AUTH: what it refused for wanting AUTH
@@ -184,6 +195,45 @@ mod tests {
     fn sent_id(msg: &str) -> EventId {
         let v: Vec<serde_json::Value> = serde_json::from_str(msg).unwrap();
         EventId::from_hex(v[1]["id"].as_str().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn ok_hands_back_what_the_own_relay_now_holds() {
+        let mut o = Outbox::new(10, 10);
+        for n in 1..=5 {
+            o.push(event(n));
+        }
+        let t = Time::from_secs(1);
+        let sent: Vec<EventId> = std::iter::from_fn(|| o.next_message(t))
+            .map(|m| sent_id(&m))
+            .collect();
+        let back = |o: &mut Outbox, i: usize, ok: bool, msg: &str| {
+            o.handle_ok(t, &sent[i], ok, msg).map(|e| e.id)
+        };
+        assert_eq!(back(&mut o, 0, true, ""), Some(sent[0]), "stored");
+        assert_eq!(
+            back(&mut o, 1, false, "duplicate: have it"),
+            Some(sent[1]),
+            "held already: the relay holds it all the same"
+        );
+        assert_eq!(back(&mut o, 2, false, "blocked: not our repo"), None);
+        assert_eq!(
+            back(&mut o, 3, false, "rate-limited: slow"),
+            None,
+            "retried"
+        );
+        assert_eq!(
+            back(&mut o, 0, true, ""),
+            None,
+            "a second OK: not in flight"
+        );
+        assert_eq!(
+            o.handle_ok(t, &EventId::from_byte_array([9; 32]), true, ""),
+            None,
+            "never sent"
+        );
+        assert_eq!(back(&mut o, 4, true, ""), Some(sent[4]));
+        assert_eq!(o.depth(), 1, "only the rate-limited event is left");
     }
 
     #[test]

@@ -9,6 +9,17 @@
 //! [`Sink`] supplied by an embedding relay. When the outbox is full the shell
 //! stops reading remote relays until it drains, so a slow own relay slows
 //! syncing down instead of losing events.
+//!
+//! Two more things ride on the own-relay sink and the connections:
+//!
+//! - NIP-11 fetches (`Action::FetchInfo`): an HTTP GET per relay through the
+//!   same DNS pool, address guard, TLS roots and slab as a websocket
+//!   connect, bounded in bytes (`info_fetch`) and time
+//!   ([`info_fetch::DEADLINE`]), each answered to the engine exactly once.
+//! - The index follows the own relay (GRASP-01): an announcement or root
+//!   event the own relay answers `OK true` (or `duplicate:`) is fed back to
+//!   the engine, so a remotely found repo is synced only once the own relay
+//!   took it. A custom sink's embedder feeds what it stores itself.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
@@ -32,7 +43,8 @@ use crate::conduct::Offence;
 use crate::config::Config;
 use crate::dns::{Resolved, Resolver};
 use crate::engine::{Action, ConfigError, Engine, Output};
-use crate::index::RelayId;
+use crate::index::{RelayId, is_index_kind};
+use crate::info_fetch;
 use crate::metrics::{ShellStats, SinkView, http_response, render};
 use crate::outbox::Outbox;
 use crate::read_rate::ReadRate;
@@ -40,7 +52,7 @@ use crate::sink::Sink;
 use crate::sink_list::{ListStep, Listings};
 use crate::time::Time;
 use crate::timer::TimerWheel;
-use crate::ws::{TlsTarget, WsConnection, WsEvent};
+use crate::ws::{GetEvent, HttpGet, TlsTarget, WsConnection, WsEvent};
 
 const WAKER: Token = Token(usize::MAX);
 const SIGNALS: Token = Token(usize::MAX - 1);
@@ -57,7 +69,9 @@ const METRICS_REQUEST_MAX: usize = 8 * 1024;
 pub struct ShellOptions {
     /// Connect to relays that resolve to loopback/private/link-local addresses.
     pub allow_private_addresses: bool,
-    /// Relays connected at once at most.
+    /// Relays connected at once at most; also the most NIP-11 fetches in
+    /// flight at once (counted apart: a relay's fetch runs beside its
+    /// websocket, and one past the cap is skipped, not queued).
     pub max_relays: usize,
     /// PEM files with extra root certificates (private CAs).
     pub extra_ca_files: Vec<PathBuf>,
@@ -183,7 +197,8 @@ impl Clock {
     }
 }
 
-/// A connection's transport: waiting for DNS, or a websocket in progress.
+/// A connection's transport: waiting for DNS, a websocket in progress, or
+/// a NIP-11 fetch in progress.
 enum Conn {
     Resolving {
         url: String,
@@ -192,6 +207,17 @@ enum Conn {
         trusted: bool,
     },
     Ws(Box<WsConnection>),
+    Http(Box<HttpGet>),
+}
+
+impl Conn {
+    fn socket(&mut self) -> Option<&mut TcpStream> {
+        match self {
+            Conn::Resolving { .. } => None,
+            Conn::Ws(ws) => ws.socket(),
+            Conn::Http(get) => get.socket(),
+        }
+    }
 }
 
 struct MetricsConn {
@@ -213,6 +239,12 @@ enum SlotKind {
     OwnSink {
         conn: Conn,
         opened: bool,
+    },
+    /// A NIP-11 fetch for `relay`; answered to the engine when it ends,
+    /// however it ends.
+    Info {
+        relay: RelayId,
+        conn: Conn,
     },
     Metrics(MetricsConn),
 }
@@ -294,6 +326,11 @@ pub struct Shell {
     active: bool,
     /// NIP-42 key, for the sink connection (the engine has its own copy).
     auth_keys: Option<nostr::prelude::Keys>,
+    /// NIP-11 fetches in flight (`SlotKind::Info` slots, counted by
+    /// `insert_slot` and `remove_slot`), at most `max_relays`: each relay's
+    /// fetch runs beside its websocket, so a burst of connects needs at
+    /// most twice the sockets the operator allowed for, never more.
+    info_inflight: usize,
 }
 
 impl Shell {
@@ -390,6 +427,7 @@ impl Shell {
             scratch: Vec::new(),
             active: false,
             auth_keys,
+            info_inflight: 0,
         })
     }
 
@@ -484,7 +522,7 @@ impl Shell {
             }
             Action::Ping { relay } => self.with_relay_ws(relay, now, |ws, out| ws.ping(out)),
             Action::ListLocal { request, filter } => self.list_sink(request, filter, now),
-            Action::FetchInfo { relay, .. } => self.engine.handle_relay_info(now, relay, None),
+            Action::FetchInfo { relay, url } => self.fetch_info(relay, &url, now),
             Action::Disconnect { relay } => {
                 if let Some(token) = self.relay_slots.remove(&relay) {
                     self.remove_slot(token);
@@ -513,13 +551,14 @@ impl Shell {
         }
         let trusted = self.trusted.contains(&relay);
         let rate = ReadRate::new(self.opts.max_frames_per_sec, now);
-        match self.start_conn(url, trusted, now, |conn| SlotKind::Relay {
+        let kind = |conn| SlotKind::Relay {
             relay,
             conn,
             opened: false,
             rate,
             throttled: false,
-        }) {
+        };
+        match self.start_conn(url, Transport::Ws, trusted, now, kind) {
             Ok(token) => {
                 self.relay_slots.insert(relay, token);
             }
@@ -530,10 +569,57 @@ impl Shell {
         }
     }
 
+    /// Fetches the NIP-11 document of `relay` (websocket URL `url`) and
+    /// answers `handle_relay_info` exactly once, however the fetch ends
+    /// (document, failure, deadline, shutdown). Past the cap of fetches in
+    /// flight the answer is `None` at once: the document only saves
+    /// refusals we learn the limits from anyway.
+    fn fetch_info(&mut self, relay: RelayId, url: &str, now: Time) {
+        if self.info_inflight >= self.opts.max_relays.max(1) {
+            debug!("{url}: NIP-11 fetch skipped; too many in flight");
+            self.stats.relay_info_skipped += 1;
+            return self.engine.handle_relay_info(now, relay, None);
+        }
+        if info_fetch::request(url).is_none() {
+            self.stats.relay_info_failed += 1;
+            debug!("{url}: no NIP-11 request for this URL");
+            return self.engine.handle_relay_info(now, relay, None);
+        }
+        let trusted = self.trusted.contains(&relay);
+        let kind = |conn| SlotKind::Info { relay, conn };
+        match self.start_conn(url, Transport::Http, trusted, now, kind) {
+            Ok(_) => {}
+            Err(reason) => {
+                debug!("{url}: NIP-11 fetch: {reason}");
+                self.stats.relay_info_failed += 1;
+                self.engine.handle_relay_info(now, relay, None);
+            }
+        }
+    }
+
+    /// A NIP-11 fetch got its response body: decode it and answer the engine.
+    fn info_done(&mut self, token: Token, body: &[u8], now: Time) {
+        let Some(SlotKind::Info { relay, .. }) = self.remove_slot(token) else {
+            return;
+        };
+        let info = info_fetch::decode_document(body);
+        if info.is_some() {
+            self.stats.relay_info_ok += 1;
+        } else {
+            self.stats.relay_info_failed += 1;
+            debug!(
+                "{}: NIP-11 response is not a JSON object",
+                self.engine.relay_url(relay)
+            );
+        }
+        self.engine.handle_relay_info(now, relay, info);
+    }
+
     /// Allocates a slot and starts resolving or connecting `url`.
     fn start_conn(
         &mut self,
         url: &str,
+        transport: Transport,
         trusted: bool,
         now: Time,
         kind: impl FnOnce(Conn) -> SlotKind,
@@ -550,7 +636,7 @@ impl Shell {
             None
         };
         let conn = match ip_literal(&host) {
-            Some(ip) => Conn::Ws(Box::new(self.connect_ip(url, ip, port, tls, trusted)?)),
+            Some(ip) => self.connect_ip(url, transport, ip, port, tls, trusted)?,
             None => Conn::Resolving {
                 url: url.to_owned(),
                 port,
@@ -565,21 +651,28 @@ impl Shell {
             self.stats.dns_failures += 1;
             return Err(format!("DNS queue: {e:?}"));
         }
+        let deadline = match transport {
+            Transport::Ws => CONNECT_DEADLINE,
+            Transport::Http => info_fetch::DEADLINE,
+        };
         self.timers.insert(
-            (now + CONNECT_DEADLINE).as_millis(),
+            (now + deadline).as_millis(),
             ShellTimer::ConnectDeadline(token),
         );
         Ok(token)
     }
 
+    /// Starts connecting `ip` for `url` if the address guard allows it
+    /// (`trusted`: the own and bootstrap relays skip it).
     fn connect_ip(
         &mut self,
         url: &str,
+        transport: Transport,
         ip: IpAddr,
         port: u16,
         tls: Option<TlsTarget>,
         trusted: bool,
-    ) -> Result<WsConnection, String> {
+    ) -> Result<Conn, String> {
         if !trusted
             && !self.opts.allow_private_addresses
             && let Some(reason) = refusal_reason(ip)
@@ -589,19 +682,31 @@ impl Shell {
                 "refused {reason} address {ip} (see --allow-private-addresses)"
             ));
         }
-        WsConnection::connect(SocketAddr::new(ip, port), url, tls, self.ws_config)
-            .map_err(|e| format!("connect: {e}"))
+        let addr = SocketAddr::new(ip, port);
+        match transport {
+            Transport::Ws => WsConnection::connect(addr, url, tls, self.ws_config)
+                .map(|ws| Conn::Ws(Box::new(ws))),
+            Transport::Http => {
+                let request =
+                    info_fetch::request(url).ok_or_else(|| "no HTTP request for URL".to_owned())?;
+                HttpGet::connect(addr, request, tls).map(|get| Conn::Http(Box::new(get)))
+            }
+        }
+        .map_err(|e| format!("connect: {e}"))
     }
 
     fn insert_slot(&mut self, mut kind: SlotKind) -> Result<Token, String> {
         self.generation = (self.generation + 1) & 0x7fff_ffff;
         let entry = self.slots.vacant_entry();
-        let token = Token(((self.generation as usize) << 32) | entry.key());
+        let token = slot_token(entry.key(), self.generation);
         if let Some(socket) = kind_socket(&mut kind) {
             self.poll
                 .registry()
                 .register(socket, token, Interest::READABLE | Interest::WRITABLE)
                 .map_err(|e| format!("register: {e}"))?;
+        }
+        if matches!(kind, SlotKind::Info { .. }) {
+            self.info_inflight += 1;
         }
         entry.insert(Slot {
             generation: self.generation,
@@ -617,6 +722,9 @@ impl Shell {
             .filter(|s| s.generation == generation)
     }
 
+    /// Frees a slot (closing its socket). Every slot enters through
+    /// `insert_slot` and leaves through here, so the count of fetches in
+    /// flight stays exact whichever way a fetch ends.
     fn remove_slot(&mut self, token: Token) -> Option<SlotKind> {
         self.slot_mut(token)?;
         let mut slot = self.slots.remove(token.0 & 0xffff_ffff);
@@ -627,6 +735,7 @@ impl Shell {
             | SlotKind::OwnSink {
                 conn: Conn::Ws(ws), ..
             } => ws.close(),
+            SlotKind::Info { .. } => self.info_inflight -= 1,
             _ => {}
         }
         Some(slot.kind)
@@ -690,8 +799,14 @@ impl Shell {
         let Some(slot) = self.slot_mut(token) else {
             return;
         };
+        let transport = match slot.kind {
+            SlotKind::Info { .. } => Transport::Http,
+            _ => Transport::Ws,
+        };
         let conn = match &mut slot.kind {
-            SlotKind::Relay { conn, .. } | SlotKind::OwnSink { conn, .. } => conn,
+            SlotKind::Relay { conn, .. }
+            | SlotKind::OwnSink { conn, .. }
+            | SlotKind::Info { conn, .. } => conn,
             SlotKind::Metrics(_) => return,
         };
         let Conn::Resolving {
@@ -730,9 +845,9 @@ impl Shell {
                 now,
             );
         };
-        match self.connect_ip(&url, addr.ip(), port, tls, true) {
-            Ok(mut ws) => {
-                let registered = ws.socket().map(|s| {
+        match self.connect_ip(&url, transport, addr.ip(), port, tls, true) {
+            Ok(mut connected) => {
+                let registered = connected.socket().map(|s| {
                     self.poll
                         .registry()
                         .register(s, token, Interest::READABLE | Interest::WRITABLE)
@@ -741,11 +856,14 @@ impl Shell {
                     return self.fail_slot(token, &format!("register: {e}"), now);
                 }
                 if let Some(Slot {
-                    kind: SlotKind::Relay { conn, .. } | SlotKind::OwnSink { conn, .. },
+                    kind:
+                        SlotKind::Relay { conn, .. }
+                        | SlotKind::OwnSink { conn, .. }
+                        | SlotKind::Info { conn, .. },
                     ..
                 }) = self.slot_mut(token)
                 {
-                    *conn = Conn::Ws(Box::new(ws));
+                    *conn = connected;
                 }
             }
             Err(reason) => self.fail_slot(token, &reason, now),
@@ -757,6 +875,7 @@ impl Shell {
         let own = self.engine.own_relay();
         let mut out = std::mem::take(&mut self.scratch);
         let mut again = false;
+        let mut fetched = GetEvent::Pending;
         match self.slot_mut(token).map(|s| &mut s.kind) {
             Some(SlotKind::Relay {
                 relay,
@@ -786,8 +905,17 @@ impl Shell {
             Some(SlotKind::OwnSink {
                 conn: Conn::Ws(ws), ..
             }) => again = ws.on_ready(&mut out, READ_BUDGET),
+            Some(SlotKind::Info {
+                conn: Conn::Http(get),
+                ..
+            }) => fetched = get.on_ready(),
             Some(SlotKind::Metrics(_)) => self.serve_metrics(token, now),
             _ => {}
+        }
+        match fetched {
+            GetEvent::Pending => {}
+            GetEvent::Done(body) => self.info_done(token, &body, now),
+            GetEvent::Failed(reason) => self.fail_slot(token, &reason, now),
         }
         if again {
             self.ready_again.push(token);
@@ -893,6 +1021,11 @@ impl Shell {
                         .insert(s.retry_at.as_millis(), ShellTimer::SinkRetry);
                 }
             }
+            SlotKind::Info { relay, .. } => {
+                debug!("{}: NIP-11 fetch: {reason}", self.engine.relay_url(relay));
+                self.stats.relay_info_failed += 1;
+                self.engine.handle_relay_info(now, relay, None);
+            }
             SlotKind::Metrics(_) => {}
         }
     }
@@ -905,6 +1038,8 @@ impl Shell {
                         Some(SlotKind::Relay { opened, .. } | SlotKind::OwnSink { opened, .. }) => {
                             !opened
                         }
+                        // A fetch leaves its slot when it ends.
+                        Some(SlotKind::Info { .. }) => true,
                         _ => false,
                     };
                     if pending {
@@ -965,10 +1100,11 @@ impl Shell {
             && (!s.outbox.is_empty() || self.stopping.is_none())
         {
             let url = s.url.clone();
-            match self.start_conn(&url, true, now, |conn| SlotKind::OwnSink {
+            let kind = |conn| SlotKind::OwnSink {
                 conn,
                 opened: false,
-            }) {
+            };
+            match self.start_conn(&url, Transport::Ws, true, now, kind) {
                 Ok(token) => {
                     if let SinkState::OwnRelay(s) = &mut self.sink {
                         s.slot = Some(token);
@@ -1125,7 +1261,16 @@ impl Shell {
                 event_id,
                 status,
                 message,
-            }) => s.outbox.handle_ok(now, &event_id, status, &message),
+            }) => {
+                // GRASP-01: the index learns a remotely found announcement
+                // or root only once the own relay took it, so a repo the
+                // own relay refuses is never synced.
+                if let Some(event) = s.outbox.handle_ok(now, &event_id, status, &message)
+                    && is_index_kind(event.kind)
+                {
+                    self.engine.handle_local_event(now, event);
+                }
+            }
             Ok(RelayMessage::Notice(n)) => info!("own relay notice: {n}"),
             Ok(RelayMessage::Auth { challenge }) => self.auth_sink(&challenge, now),
             _ => debug!("own relay sink: ignored message"),
@@ -1178,6 +1323,15 @@ impl Shell {
         for token in relays {
             self.remove_slot(token);
         }
+        let fetches: Vec<Token> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| matches!(s.kind, SlotKind::Info { .. }))
+            .map(|(key, s)| slot_token(key, s.generation))
+            .collect();
+        for token in fetches {
+            self.fail_slot(token, "shutting down", now);
+        }
     }
 
     fn finished(&mut self, now: Time) -> bool {
@@ -1192,10 +1346,13 @@ impl Shell {
             if !drained {
                 warn!("shutdown deadline passed with events still in the outbox");
             }
-            let tokens: Vec<usize> = self.slots.iter().map(|(k, _)| k).collect();
-            for key in tokens {
-                let generation = self.slots[key].generation;
-                self.remove_slot(Token(((generation as usize) << 32) | key));
+            let tokens: Vec<Token> = self
+                .slots
+                .iter()
+                .map(|(key, s)| slot_token(key, s.generation))
+                .collect();
+            for token in tokens {
+                self.remove_slot(token);
             }
             return true;
         }
@@ -1346,13 +1503,24 @@ fn read_relay(
 
 fn kind_socket(kind: &mut SlotKind) -> Option<&mut TcpStream> {
     match kind {
-        SlotKind::Relay {
-            conn: Conn::Ws(ws), ..
-        }
-        | SlotKind::OwnSink {
-            conn: Conn::Ws(ws), ..
-        } => ws.socket(),
+        SlotKind::Relay { conn, .. }
+        | SlotKind::OwnSink { conn, .. }
+        | SlotKind::Info { conn, .. } => conn.socket(),
         SlotKind::Metrics(m) => Some(&mut m.stream),
-        _ => None,
     }
+}
+
+/// A slot's token: its generation above its slab key, so a token outlives
+/// its slot harmlessly (a reused key gets a new generation).
+fn slot_token(key: usize, generation: u32) -> Token {
+    Token(((generation as usize) << 32) | key)
+}
+
+/// What a slot's connection speaks once connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    /// A websocket (relay or own-relay sink).
+    Ws,
+    /// One HTTP GET (a NIP-11 fetch).
+    Http,
 }

@@ -10,6 +10,11 @@
 //! caller's frame budget is spent, in which case the caller must come back
 //! (see [`WsConnection::on_ready`]): a relay that floods faster than we
 //! read cannot keep the loop to itself.
+//!
+//! [`HttpGet`] is the one other client the loop runs: the NIP-11 fetch, a
+//! single HTTP GET to the same host and port as the websocket. It shares
+//! the connect and TLS phases (so the same roots, private CAs and name
+//! checks apply) and leaves what the bytes mean to `info_fetch`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -25,6 +30,7 @@ use tungstenite::handshake::client::ClientHandshake;
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{HandshakeError, Message, WebSocket};
 
+use crate::info_fetch::{Progress, ResponseReader};
 use crate::tls::MaybeTls;
 
 /// The engine's client stream.
@@ -225,27 +231,13 @@ impl WsConnection {
 
     /// The TCP connect finished (or failed): start TLS and the websocket handshake.
     fn finish_tcp(&mut self, tcp: TcpStream, out: &mut Vec<WsEvent>) -> Phase {
-        if let Ok(Some(e)) | Err(e) = tcp.take_error() {
-            out.push(WsEvent::Closed(format!("connect: {e}")));
-            return Phase::Closed;
-        }
-        match tcp.peer_addr() {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => return Phase::Connecting(tcp),
-            Err(e) => {
-                out.push(WsEvent::Closed(format!("connect: {e}")));
+        let stream = match dial(tcp, self.tls.as_ref()) {
+            Dialed::Pending(tcp) => return Phase::Connecting(tcp),
+            Dialed::Failed(reason) => {
+                out.push(WsEvent::Closed(reason));
                 return Phase::Closed;
             }
-        }
-        let stream = match &self.tls {
-            None => MaybeTls::Plain(tcp),
-            Some(t) => match ClientConnection::new(t.config.clone(), t.name.clone()) {
-                Ok(conn) => MaybeTls::Tls(Box::new(StreamOwned::new(conn, tcp))),
-                Err(e) => {
-                    out.push(WsEvent::Closed(format!("tls: {e}")));
-                    return Phase::Closed;
-                }
-            },
+            Dialed::Ready(stream) => stream,
         };
         let started = ClientHandshake::start(stream, self.request(), Some(self.config));
         match started {
@@ -339,5 +331,168 @@ impl WsConnection {
         self.phase = Phase::Open(ws);
         self.flush(out);
         std::mem::replace(&mut self.phase, Phase::Closed)
+    }
+}
+
+/// Where a non-blocking TCP connect stands after a readiness event.
+enum Dialed {
+    /// Still connecting; wait for the next event.
+    Pending(TcpStream),
+    /// Connected, wrapped in TLS when the URL asked for it (the TLS
+    /// handshake itself runs with the first reads and writes).
+    Ready(Stream),
+    /// Refused, unreachable, or no TLS session could be made.
+    Failed(String),
+}
+
+/// Finishes a TCP connect started with [`TcpStream::connect`]: the one
+/// place both clients learn whether it worked and start TLS.
+fn dial(tcp: TcpStream, tls: Option<&TlsTarget>) -> Dialed {
+    if let Ok(Some(e)) | Err(e) = tcp.take_error() {
+        return Dialed::Failed(format!("connect: {e}"));
+    }
+    match tcp.peer_addr() {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotConnected => return Dialed::Pending(tcp),
+        Err(e) => return Dialed::Failed(format!("connect: {e}")),
+    }
+    match tls {
+        None => Dialed::Ready(MaybeTls::Plain(tcp)),
+        Some(t) => match ClientConnection::new(t.config.clone(), t.name.clone()) {
+            Ok(conn) => Dialed::Ready(MaybeTls::Tls(Box::new(StreamOwned::new(conn, tcp)))),
+            Err(e) => Dialed::Failed(format!("tls: {e}")),
+        },
+    }
+}
+
+/// What an [`HttpGet`] reports after a readiness event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GetEvent {
+    /// Not done; wait for the next readiness event.
+    Pending,
+    /// A complete `200` response with this body.
+    Done(Vec<u8>),
+    /// The fetch failed; the reason is for the log. The connection is over.
+    Failed(String),
+}
+
+/// Where an [`HttpGet`] stands.
+enum GetPhase {
+    /// TCP connect in flight.
+    Connecting(TcpStream),
+    /// TLS handshake, request and response over the stream.
+    Exchanging(Box<Stream>),
+    /// A result was reported.
+    Ended,
+}
+
+/// One HTTP GET over a non-blocking socket (the NIP-11 fetch): connect,
+/// optional TLS, write the request, read the response until
+/// [`ResponseReader`] has it or gives up — each step resumed on readiness,
+/// never blocking the loop. The caller owns the deadline.
+pub struct HttpGet {
+    phase: GetPhase,
+    tls: Option<TlsTarget>,
+    request: Vec<u8>,
+    /// Request bytes the stream took so far.
+    written: usize,
+    /// The whole request was flushed onto the socket.
+    flushed: bool,
+    response: ResponseReader,
+}
+
+/// Bytes read from the socket at a time; a NIP-11 document is a few KiB.
+const GET_READ_BYTES: usize = 8 * 1024;
+
+impl HttpGet {
+    /// Starts a non-blocking TCP connect to `addr` that will send `request`
+    /// (see `info_fetch::request`), over TLS when `tls` is given.
+    pub fn connect(addr: SocketAddr, request: Vec<u8>, tls: Option<TlsTarget>) -> io::Result<Self> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        Ok(HttpGet {
+            phase: GetPhase::Connecting(stream),
+            tls,
+            request,
+            written: 0,
+            flushed: false,
+            response: ResponseReader::new(),
+        })
+    }
+
+    /// The socket, for registering with the poll.
+    pub fn socket(&mut self) -> Option<&mut TcpStream> {
+        match &mut self.phase {
+            GetPhase::Connecting(s) => Some(s),
+            GetPhase::Exchanging(s) => Some(s.transport_mut()),
+            GetPhase::Ended => None,
+        }
+    }
+
+    /// Drives the fetch after a readiness event. Writes and reads go on
+    /// until the socket would block (mio readiness is edge-triggered), or
+    /// the response is complete or refused. A result other than
+    /// [`GetEvent::Pending`] is reported once; the caller then drops this.
+    pub fn on_ready(&mut self) -> GetEvent {
+        let phase = std::mem::replace(&mut self.phase, GetPhase::Ended);
+        let mut stream = match phase {
+            GetPhase::Connecting(tcp) => match dial(tcp, self.tls.as_ref()) {
+                Dialed::Pending(tcp) => {
+                    self.phase = GetPhase::Connecting(tcp);
+                    return GetEvent::Pending;
+                }
+                Dialed::Failed(reason) => return GetEvent::Failed(reason),
+                Dialed::Ready(stream) => Box::new(stream),
+            },
+            GetPhase::Exchanging(stream) => stream,
+            GetPhase::Ended => return GetEvent::Failed("fetch already ended".to_owned()),
+        };
+        let event = self.exchange(&mut stream);
+        if event == GetEvent::Pending {
+            self.phase = GetPhase::Exchanging(stream);
+        }
+        event
+    }
+
+    /// Sends what is left of the request, then reads what has arrived.
+    fn exchange(&mut self, stream: &mut Stream) -> GetEvent {
+        use std::io::{Read, Write};
+        let would_block = |e: &io::Error| e.kind() == io::ErrorKind::WouldBlock;
+        while self.written < self.request.len() {
+            match stream.write(&self.request[self.written..]) {
+                Ok(0) => return GetEvent::Failed("connection closed while sending".to_owned()),
+                Ok(n) => self.written += n,
+                // Over TLS this is also the handshake waiting to read.
+                Err(e) if would_block(&e) => return GetEvent::Pending,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return GetEvent::Failed(format!("write: {e}")),
+            }
+        }
+        while !self.flushed {
+            match stream.flush() {
+                Ok(()) => self.flushed = true,
+                Err(e) if would_block(&e) => return GetEvent::Pending,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return GetEvent::Failed(format!("write: {e}")),
+            }
+        }
+        let mut buf = [0u8; GET_READ_BYTES];
+        loop {
+            let progress = match stream.read(&mut buf) {
+                Ok(0) => self.response.finish(),
+                Ok(n) => self.response.feed(&buf[..n]),
+                Err(e) if would_block(&e) => return GetEvent::Pending,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // TLS closed without close_notify: the framing decides
+                // whether the response is complete.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => self.response.finish(),
+                Err(e) => return GetEvent::Failed(format!("read: {e}")),
+            };
+            match progress {
+                Progress::More => {}
+                Progress::Done(body) => return GetEvent::Done(body),
+                Progress::Failed(e) => return GetEvent::Failed(e.to_string()),
+            }
+        }
     }
 }
