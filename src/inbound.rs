@@ -129,8 +129,11 @@ impl Engine {
             );
             // A compacted live set still reaches repos the relay no longer
             // carries (one moved away since it was asked): the relay keeps
-            // sending what it was asked for, and that is no offence.
-            if !(scope == Scope::Targets && self.tags_known(&event)) {
+            // sending what it was asked for, and that is no offence. State
+            // (30618) is asked by `#d` alone, any author: one for a moved
+            // repo names no repo at all.
+            let still_asked = event.kind.as_u16() == KIND_STATE || self.tags_known(&event);
+            if !(scope == Scope::Targets && still_asked) {
                 self.handle_offence(now, relay, Offence::OutsideFilter);
             }
             return;

@@ -43,16 +43,45 @@ pub enum Scope {
 /// Events one filter returned in the current page.
 #[derive(Debug, Clone, Copy, Default)]
 struct PageStats {
-    count: usize,
-    oldest: Option<Timestamp>,
-    /// Events of this page at its `oldest` second.
-    at_oldest: usize,
+    /// Every event of the page the filter matches.
+    all: Edge,
+    /// Those it alone matches in its REQ. Filters of one REQ overlap (a
+    /// NIP-22 reply tags its root with `E` and `e`) and a relay sends each
+    /// event once, for whichever filter it answered first: an event two
+    /// filters match may have come in for the other one, below where this
+    /// filter's own page was cut. Only events no other filter asked for
+    /// surely belong to this filter's page, so they place its next `until`
+    /// and teach the relay's cap; all of them count toward "maybe cut".
+    own: Edge,
     /// Events the previous page of this filter returned.
     prev: usize,
     /// That page was shorter than asked: if this one holds events older
     /// than its oldest, the relay cut it at `prev`.
     prev_short: bool,
     prev_oldest: Option<Timestamp>,
+}
+
+/// How many events reached down to which second.
+#[derive(Debug, Clone, Copy, Default)]
+struct Edge {
+    count: usize,
+    oldest: Option<Timestamp>,
+    /// Events at the `oldest` second.
+    at_oldest: usize,
+}
+
+impl Edge {
+    fn add(&mut self, created_at: Timestamp) {
+        self.count += 1;
+        match self.oldest {
+            Some(o) if o == created_at => self.at_oldest += 1,
+            Some(o) if o < created_at => {}
+            _ => {
+                self.oldest = Some(created_at);
+                self.at_oldest = 1;
+            }
+        }
+    }
 }
 
 /// An open subscription.
@@ -167,16 +196,12 @@ impl Subscription {
     /// Counts a stored event (before EOSE) toward the page of the filters it matched.
     pub fn count_stored(&mut self, created_at: Timestamp, matched: &[usize]) {
         self.total += 1;
+        let alone = matched.len() == 1;
         for &i in matched {
             let s = &mut self.stats[i];
-            s.count += 1;
-            match s.oldest {
-                Some(o) if o == created_at => s.at_oldest += 1,
-                Some(o) if o < created_at => {}
-                _ => {
-                    s.oldest = Some(created_at);
-                    s.at_oldest = 1;
-                }
+            s.all.add(created_at);
+            if alone {
+                s.own.add(created_at);
             }
         }
     }
@@ -197,7 +222,7 @@ impl Subscription {
     /// otherwise steps one second back, so the chain always ends.
     pub fn next_page(&self, limit: usize, cap: &mut ResultCap) -> Option<Vec<PageFilter>> {
         for s in &self.stats {
-            let older = matches!((s.oldest, s.prev_oldest), (Some(o), Some(p)) if o < p);
+            let older = matches!((s.all.oldest, s.prev_oldest), (Some(o), Some(p)) if o < p);
             if older && s.prev_short {
                 cap.learn_cut(s.prev);
             }
@@ -206,23 +231,25 @@ impl Subscription {
         let mut next = Vec::new();
         for (f, s) in self.filters.iter().zip(&self.stats) {
             let asked = f.limit.unwrap_or(limit);
-            let cut = cap.may_be_cut(s.count, asked);
+            let count = s.all.count;
+            let cut = cap.may_be_cut(count, asked);
             // Short, and short of any proven cap: only the floor says it
             // may be cut. Ask just past the events sharing its oldest
             // second: one older event proves the cut.
-            let probe = s.count < asked && cap.proven().is_none_or(|c| s.count < c);
-            cap.observe(s.count);
+            let probe = count < asked && cap.proven().is_none_or(|c| count < c);
+            cap.observe(s.own.count);
             // An `ids` filter that got every id it asked is complete.
-            let ids_done = f.ids.as_ref().is_some_and(|ids| s.count >= ids.len());
+            let ids_done = f.ids.as_ref().is_some_and(|ids| count >= ids.len());
             if ids_done || !(cut || capped) {
                 continue;
             }
-            let filter = match s.oldest {
+            let edge = if s.own.count > 0 { s.own } else { s.all };
+            let filter = match edge.oldest {
                 Some(oldest) if f.until == Some(oldest) => {
                     // A bigger limit helps only a page that was full: one
                     // the relay cut short at this second would come back
                     // the same.
-                    if s.count >= asked && asked < limit.saturating_mul(MAX_LIMIT_FACTOR) {
+                    if count >= asked && asked < limit.saturating_mul(MAX_LIMIT_FACTOR) {
                         f.clone().limit(asked.saturating_mul(2))
                     } else {
                         let back = Timestamp::from_secs(oldest.as_secs().saturating_sub(1));
@@ -231,19 +258,21 @@ impl Subscription {
                 }
                 // A page all in one second says nothing of the relay's cap
                 // beyond it: look below that second.
-                Some(oldest) if probe && !capped && s.at_oldest == s.count => {
+                Some(oldest) if probe && !capped && edge.at_oldest == edge.count => {
                     let back = Timestamp::from_secs(oldest.as_secs().saturating_sub(1));
                     f.clone().until(back).limit(limit)
                 }
-                Some(oldest) if probe && !capped => f.clone().until(oldest).limit(s.at_oldest + 1),
+                Some(oldest) if probe && !capped => {
+                    f.clone().until(oldest).limit(edge.at_oldest + 1)
+                }
                 Some(oldest) => f.clone().until(oldest).limit(limit),
                 None => f.clone(),
             };
             next.push(PageFilter {
                 filter,
-                prev: s.count,
-                prev_short: s.count < asked,
-                prev_oldest: s.oldest,
+                prev: s.own.count,
+                prev_short: count < asked,
+                prev_oldest: edge.oldest,
             });
         }
         (!next.is_empty()).then_some(next)
