@@ -6,7 +6,14 @@ relay's own defaults (60 events/min) do not throttle test setup.
 
 `--auth read|write|both` makes the relay require NIP-42 AUTH (LocalRelay's
 own `nip42` option) for REQs, EVENTs, or both; without it nothing is
-required."""
+required.
+
+`--max-filter-limit N` caps the stored events LocalRelay returns per filter
+at N (its own `max_filter_limit` option; its default is 500), as khatru
+relays cap them at 100.
+
+Run with the interpreter tests/pyrelays.py installed nostr-sdk for (the
+tests do; `python3` works too where nostr-sdk==0.45.1 is installed)."""
 
 import argparse
 import asyncio
@@ -30,6 +37,7 @@ async def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("port", type=int)
     parser.add_argument("--auth", choices=sorted(AUTH_MODES))
+    parser.add_argument("--max-filter-limit", type=int)
     args = parser.parse_args()
     builder = (
         LocalRelayBuilder()
@@ -39,6 +47,8 @@ async def main():
     )
     if args.auth:
         builder = builder.nip42(LocalRelayBuilderNip42(mode=AUTH_MODES[args.auth]))
+    if args.max_filter_limit is not None:
+        builder = builder.max_filter_limit(args.max_filter_limit)
     relay = builder.build()
     await relay.run()
     print(await relay.url(), flush=True)

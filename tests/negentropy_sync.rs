@@ -296,6 +296,7 @@ fn negentropy_fetches_the_ten_missing_of_ten_thousand_for_a_twentieth_of_the_byt
 }
 
 #[test]
+#[ignore = "needs nostr-rs-relay 0.8.12: .ci/run installs it"]
 fn a_relay_without_nip77_falls_back_to_req_and_delivers_everything() {
     let started = Instant::now();
     let remote = RsRelay::start();

@@ -1,13 +1,15 @@
 //! End to end against relays nobody here wrote, driving the `grasp-sync`
-//! binary: rust-nostr's LocalRelay (nostr-sdk wheel) and nostr-rs-relay
-//! 0.8.12, both installed by `.ci/run`.
+//! binary: rust-nostr's LocalRelay (nostr-sdk wheel, installed on first use
+//! under `target/pyrelays/`) and nostr-rs-relay 0.8.12 (installed by
+//! `.ci/run`; the tests needing it are ignored unless
+//! `cargo test -- --include-ignored`).
 
 mod support;
 
 use std::time::Duration;
 
 use nostr::prelude::*;
-use support::real::{GraspSync, PyRelay, RsRelay, missing, publish};
+use support::real::{GraspSync, PyRelay, RsRelay, grasp_announcement, missing, publish};
 use support::running::wait_for;
 use support::*;
 
@@ -16,6 +18,7 @@ fn ids(events: &[Event]) -> Vec<EventId> {
 }
 
 #[test]
+#[ignore = "needs nostr-rs-relay 0.8.12: .ci/run installs it"]
 fn discovery_history_and_live_from_nostr_rs_relay_into_local_relay() {
     let own = PyRelay::start();
     let remote = RsRelay::start();
@@ -55,6 +58,7 @@ fn discovery_history_and_live_from_nostr_rs_relay_into_local_relay() {
 }
 
 #[test]
+#[ignore = "needs nostr-rs-relay 0.8.12: .ci/run installs it"]
 fn quick_reconnect_after_a_nostr_rs_relay_restart_catches_up() {
     let own = PyRelay::start();
     let mut remote = RsRelay::start();
@@ -110,6 +114,7 @@ fn pagination_past_local_relays_500_cap() {
 }
 
 #[test]
+#[ignore = "needs nostr-rs-relay 0.8.12: .ci/run installs it"]
 fn nostr_rs_relay_32_subscription_limit_with_150_repos_and_300_roots() {
     let own = PyRelay::start();
     let remote = RsRelay::start();
@@ -174,13 +179,15 @@ fn nostr_rs_relay_32_subscription_limit_with_150_repos_and_300_roots() {
 }
 
 #[test]
+#[ignore = "needs nostr-rs-relay 0.8.12: .ci/run installs it"]
 fn recursive_discovery_of_a_repo_announced_only_on_a_remote_relay() {
     let own = PyRelay::start();
     let hub = RsRelay::start();
     let third = PyRelay::start();
     own.publish(&[announcement(&keys(1), "seed", &[&hub.url], T0)]);
     let remote_owner = keys(2);
-    let ann = announcement(&remote_owner, "remote", &[&own.url, &third.url], T0);
+    // GRASP-01: the own relay is listed in `relays` and in a `clone` URL.
+    let ann = grasp_announcement(&remote_owner, "remote", &own.url, &[&third.url], T0);
     publish(&hub.url, std::slice::from_ref(&ann));
     let repo = coord(&remote_owner, "remote");
     let issue = root(&keys(3), 1621, &[&repo], T0, "issue on the third relay");

@@ -126,7 +126,8 @@ fn recursive_discovery_of_a_repo_announced_only_remotely() {
     own.publish(announcement(&keys(1), "seed", &[&a.url()], T0));
     let remote_owner = keys(2);
     // GRASP-01: it lists the own relay in `relays` and `clone`.
-    let ann = support::real::grasp_announcement(&remote_owner, "remote", &own.url(), &[&c.url()], T0);
+    let ann =
+        support::real::grasp_announcement(&remote_owner, "remote", &own.url(), &[&c.url()], T0);
     a.publish(ann.clone());
     let repo = coord(&remote_owner, "remote");
     let issue = root(&keys(3), 1621, &[&repo], T0, "issue on C");

@@ -9,6 +9,9 @@ use std::sync::Arc;
 use support::client::{Client, WAIT, ids, is_timeout, kinds, note, wait_until};
 use support::{T0, keys, sign, tag};
 
+use grasp_sync::testing::limits::{
+    TOO_MANY_AUTHORS, TOO_MANY_IDS, TOO_MANY_KINDS, TOO_MANY_TAG_VALUES, ValueCaps,
+};
 use grasp_sync::testing::relay::{
     MAX_SUBS_NOTICE, PARSE_ERROR, Refuse, RelayOptions, TOO_MANY_REQS, TestRelay, server_tls_config,
 };
@@ -386,6 +389,234 @@ fn subscription_limit_refused_with_notice() {
     wait_until("the CLOSE", || relay.subscription_count() == 0);
     c.assert_quiet();
     assert_eq!(relay.req_count(), 3);
+}
+
+// ---------------------------------------------------------------- caps in the wild
+
+#[test]
+fn per_filter_cap_returns_each_filters_newest_like_khatru() {
+    let k = keys(3);
+    let events: Vec<Event> = (0..300).map(|i| note(&k, T0 + i, &i.to_string())).collect();
+    let opts = RelayOptions {
+        max_results_per_filter: 100,
+        ..RelayOptions::default()
+    };
+    let relay = TestRelay::start_on(0, opts, events.clone()).unwrap();
+    let mut c = connect(&relay);
+    // min(limit, cap): a larger limit and no limit both get the cap.
+    let page = c.req("big", vec![kinds(1).limit(500)]);
+    assert_eq!(ids(&page), ids(&newest_first(events.clone()))[..100]);
+    assert_eq!(c.req("none", vec![kinds(1)]).len(), 100);
+    assert_eq!(c.req("small", vec![kinds(1).limit(7)]).len(), 7);
+    // Paging with `until` reaches everything, 100 at a time.
+    let mut seen = HashSet::new();
+    let mut pages = Vec::new();
+    let mut filter = kinds(1).limit(500);
+    loop {
+        let page = c.req("page", vec![filter.clone()]);
+        pages.push(page.len());
+        let Some(oldest) = page.last() else { break };
+        seen.extend(ids(&page));
+        filter = filter.until(oldest.created_at - 1);
+    }
+    assert_eq!(pages, vec![100, 100, 100, 0]);
+    assert_eq!(seen.len(), 300);
+    // Per filter, not per REQ: two filters get up to 100 each.
+    let half = |lo: u64, hi: u64| {
+        kinds(1)
+            .since(Timestamp::from_secs(T0 + lo))
+            .until(Timestamp::from_secs(T0 + hi))
+            .limit(500)
+    };
+    let got = c.req("two", vec![half(0, 149), half(150, 299)]);
+    assert_eq!(got.len(), 200);
+    assert_eq!(got[0].id, events[299].id);
+    assert_eq!(got[99].id, events[200].id);
+    assert_eq!(got[100].id, events[149].id);
+    assert_eq!(got[199].id, events[50].id);
+}
+
+/// `n` distinct 64-hex values.
+fn hex_values(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{i:064x}")).collect()
+}
+
+#[test]
+fn value_caps_are_refused_like_khatru_with_a_notice_then_eose() {
+    let opts = RelayOptions {
+        value_caps: Some(ValueCaps::eventstore()),
+        ..RelayOptions::default()
+    };
+    let relay = TestRelay::start(opts).unwrap();
+    let k = keys(4);
+    let target = hex_values(11);
+    let reply = sign(
+        &k,
+        1111,
+        T0,
+        vec![tag(&["e", &target[0]]), tag(&["E", &target[6]])],
+        "on 0",
+    );
+    let other = note(&k, T0 + 1, "kind 1");
+    relay.publish(reply.clone());
+    relay.publish(other.clone());
+    let mut c = connect(&relay);
+
+    // Ten tag values (all tags counted together) are fine.
+    let ten = Filter::new()
+        .custom_tags(letter('e'), target[..6].to_vec())
+        .custom_tags(letter('E'), target[6..10].to_vec());
+    assert_eq!(ids(&c.req("ten", vec![ten])), vec![reply.id]);
+
+    // Eleven: a NOTICE with eventstore's bare error, nothing from that
+    // filter, the REQ's other filters served, then EOSE as usual.
+    let eleven = Filter::new().custom_tags(letter('e'), target.clone());
+    c.send_req("eleven", vec![eleven.clone(), kinds(1)]);
+    assert_eq!(c.recv(), json!(["NOTICE", TOO_MANY_TAG_VALUES]));
+    assert_eq!(ids(&c.until_eose("eleven")), vec![other.id]);
+    assert_eq!(relay.value_refusals(), 1);
+    // khatru still listens on the refused filter: live events arrive.
+    let live = sign(&k, 1111, T0 + 2, vec![tag(&["e", &target[10]])], "live");
+    relay.publish(live.clone());
+    assert_eq!(c.live("eleven").id, live.id);
+
+    // Kinds, ids and authors, in eventstore's order and limits.
+    let many_kinds = Filter::new().kinds((1..=11).map(Kind::from_u16));
+    c.send_req("kinds", vec![many_kinds]);
+    assert_eq!(c.recv(), json!(["NOTICE", TOO_MANY_KINDS]));
+    assert!(c.until_eose("kinds").is_empty());
+    let ids_of = |n: usize| {
+        hex_values(n)
+            .iter()
+            .map(|h| EventId::from_hex(h).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        c.req("ids500", vec![Filter::new().ids(ids_of(500))])
+            .is_empty()
+    );
+    c.send_req("ids501", vec![Filter::new().ids(ids_of(501))]);
+    assert_eq!(c.recv(), json!(["NOTICE", TOO_MANY_IDS]));
+    c.until_eose("ids501");
+    let authors: Vec<PublicKey> = (0..501u32)
+        .map(|i| {
+            Keys::new(SecretKey::from_slice(&[&[7u8; 28][..], &i.to_be_bytes()].concat()).unwrap())
+                .public_key()
+        })
+        .collect();
+    c.send_req(
+        "authors",
+        vec![
+            Filter::new()
+                .authors(authors)
+                .kinds((1..=11).map(Kind::from_u16)),
+        ],
+    );
+    assert_eq!(
+        c.recv(),
+        json!(["NOTICE", TOO_MANY_AUTHORS]),
+        "authors are checked before kinds"
+    );
+    c.until_eose("authors");
+    assert_eq!(relay.value_refusals(), 4);
+}
+
+#[test]
+fn value_caps_refused_with_closed_serve_nothing() {
+    let opts = RelayOptions {
+        value_caps: Some(ValueCaps::eventstore().values(3).closed()),
+        ..RelayOptions::default()
+    };
+    let relay = TestRelay::start(opts).unwrap();
+    let other = note(&keys(5), T0, "kind 1");
+    relay.publish(other.clone());
+    let mut c = connect(&relay);
+    let four = Filter::new().custom_tags(letter('a'), hex_values(4));
+    c.send_req("four", vec![kinds(1), four]);
+    assert_eq!(
+        c.recv(),
+        json!(["CLOSED", "four", format!("blocked: {TOO_MANY_TAG_VALUES}")])
+    );
+    assert_eq!(relay.subscription_count(), 0);
+    // Nothing else was queued for it: the next REQ's answer comes next.
+    assert_eq!(ids(&c.req("one", vec![kinds(1)])), vec![other.id]);
+    c.send_req(
+        "kinds",
+        vec![Filter::new().kinds((1..=4).map(Kind::from_u16))],
+    );
+    assert_eq!(
+        c.recv(),
+        json!(["CLOSED", "kinds", format!("blocked: {TOO_MANY_KINDS}")])
+    );
+}
+
+/// One raw HTTP/1.1 request to the relay's port; the whole response.
+fn http_get(relay: &TestRelay, headers: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(("127.0.0.1", relay.port())).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    write!(s, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n").unwrap();
+    let mut out = String::new();
+    // The relay closes after answering; a refused handshake just closes.
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+#[test]
+fn nip11_document_names_the_limits_and_websockets_still_work() {
+    let opts = RelayOptions {
+        max_results_per_filter: 100,
+        max_subscriptions: Some((20, Refuse::Closed)),
+        nip11: true,
+        ..RelayOptions::default()
+    };
+    let relay = TestRelay::start(opts).unwrap();
+    let response = http_get(&relay, "Accept: application/nostr+json\r\n");
+    assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+    assert!(
+        response.contains("Content-Type: application/nostr+json"),
+        "{response}"
+    );
+    let (_, body) = response.split_once("\r\n\r\n").unwrap();
+    let doc: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(doc["limitation"]["max_limit"], 100);
+    assert_eq!(doc["limitation"]["max_subscriptions"], 20);
+    assert_eq!(body, relay.nip11_document());
+    assert_eq!(relay.info_served(), 1);
+    // The engine's reader takes it as the relay's limits.
+    let info = grasp_sync::RelayInfo::parse(body).unwrap();
+    assert_eq!(info.max_limit, Some(100));
+    assert_eq!(info.max_subscriptions, Some(20));
+
+    // A plain GET is no NIP-11 request: refused as before (no 200).
+    let plain = http_get(&relay, "");
+    assert!(!plain.contains("200 OK"), "{plain}");
+    assert_eq!(relay.info_served(), 1);
+    // Websockets work as before, on the same port.
+    let mut c = connect(&relay);
+    let e = note(&keys(6), T0, "hi");
+    assert_eq!(c.publish(&e), (true, String::new()));
+    assert_eq!(ids(&c.req("a", vec![kinds(1)])), vec![e.id]);
+    // A NIP-11 request is no connection: the plain GET and the websocket are.
+    assert_eq!(relay.info_requests(), 1);
+    assert_eq!(relay.accepted_count(), 2);
+}
+
+#[test]
+fn without_nip11_a_nostr_json_request_gets_no_document() {
+    let relay = TestRelay::start(RelayOptions::default()).unwrap();
+    let response = http_get(&relay, "Accept: application/nostr+json\r\n");
+    assert!(!response.contains("200 OK"), "{response}");
+    assert_eq!(relay.info_served(), 0);
+    assert_eq!(relay.info_requests(), 1);
+    assert_eq!(
+        relay.accepted_count(),
+        0,
+        "a NIP-11 request is no connection"
+    );
+    // The document it would serve still says "no caps".
+    let doc: Value = serde_json::from_str(&relay.nip11_document()).unwrap();
+    assert!(doc["limitation"].get("max_limit").is_none(), "{doc}");
 }
 
 // ---------------------------------------------------------------- robustness

@@ -16,8 +16,15 @@
 //!
 //! The remote relays behave like the ones the engine meets: they speak
 //! NIP-77 negentropy, and every fifth requires NIP-42 AUTH before it serves
-//! reads, so the engine gets a throwaway key (`--auth-key-file`). What it
-//! did with them is read from its metrics and printed.
+//! reads, so the engine gets a throwaway key (`--auth-key-file`). Every
+//! third is limited like a khatru relay over eventstore's SQL backends (see
+//! `capped_profiles`): at most 100 stored events per filter; half of them
+//! also refuse filters with more than 10 tag values or kinds and do not
+//! speak NIP-77 (khatru's default), so even the restarted engine reads
+//! them by REQ; some publish their limits in a NIP-11 document; one in 20
+//! relays holds a busy issue with more replies than the cap and is read by
+//! REQ, so paging past the cap is needed. What the engine did with them is
+//! read from its metrics and printed.
 
 mod chaos;
 mod engine_process;
@@ -35,7 +42,8 @@ pub use engine_process::EngineCounters;
 pub use restart::RestartSummary;
 
 use crate::testing::cert::{CA_PEM, LEAF_KEY_PEM, LEAF_PEM};
-use crate::testing::farm::{FarmOptions, RelayFarm};
+use crate::testing::farm::{FarmOptions, RelayFarm, RelayProfile};
+use crate::testing::limits::ValueCaps;
 use crate::testing::relay::server_tls_config;
 use engine_process::EngineProcess;
 use scenario::{Scenario, generate};
@@ -59,6 +67,27 @@ pub struct DemoOptions {
     pub idle: u64,
     /// A third of the remote relays misbehave, one fault each.
     pub chaos: bool,
+    /// Busy issues (each with [`BUSY_REPLIES`] replies, on a capped relay
+    /// read by REQ). Default: one per 20 relays, at most 8, and none with
+    /// `--chaos` (see [`DemoOptions::busy_issues`]).
+    pub busy: Option<usize>,
+}
+
+impl DemoOptions {
+    /// How many busy issues the run has. By default one per 20 relays (a
+    /// relay read by REQ is read again in full by the restarted engine,
+    /// and the restart is the negentropy demonstration, so a smaller run
+    /// has none), at most 8, and none with `--chaos`: with both, the
+    /// engine has been seen to page a busy issue's filters on the
+    /// misbehaving relays for minutes and pass its memory ceiling
+    /// (`--chaos --busy 2` shows it).
+    pub fn busy_issues(&self, farm_len: usize) -> usize {
+        match self.busy {
+            Some(n) => n,
+            None if self.chaos => 0,
+            None => (farm_len / 20).min(8),
+        }
+    }
 }
 
 impl Default for DemoOptions {
@@ -72,6 +101,7 @@ impl Default for DemoOptions {
             tls: false,
             idle: 0,
             chaos: false,
+            busy: None,
         }
     }
 }
@@ -187,11 +217,12 @@ pub fn parse_args(args: &[String]) -> Result<DemoOptions, String> {
             "--seed" => opts.seed = value("an integer")?,
             "--timeout-secs" => opts.timeout = Duration::from_secs(value("seconds")?.max(1)),
             "--idle-secs" => opts.idle = value("seconds")?,
+            "--busy" => opts.busy = Some(value("an integer")? as usize),
             "--tls" if inline.is_none() => opts.tls = true,
             "--chaos" if inline.is_none() => opts.chaos = true,
             _ => {
                 return Err(format!(
-                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls --chaos)"
+                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls --chaos --busy)"
                 ));
             }
         }
@@ -218,19 +249,27 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
     let chaos = Chaos::start(chaotic, opts.seed, tls.clone())?;
     let farm_len = n - chaotic + 1;
     let auth_required = auth_relays(farm_len);
+    let (profiles, busy) = capped_profiles(farm_len, opts.busy_issues(farm_len));
+    // Indexes into the remote relay URLs, as the scenario numbers them.
+    let req_only: Vec<usize> = profiles
+        .iter()
+        .filter(|(_, p)| p.no_negentropy)
+        .map(|(i, _)| i - 1)
+        .collect();
     let farm = RelayFarm::start(
         farm_len,
         FarmOptions {
             tls,
             negentropy: true,
             auth_required: auth_required.clone(),
+            profiles: profiles.clone(),
             ..FarmOptions::default()
         },
     )
     .map_err(|e| format!("starting relays: {e}"))?;
     let own_url = farm.url(0);
     let urls: Vec<String> = (1..farm.len()).map(|i| farm.url(i)).collect();
-    let scenario = generate(opts, &own_url, &urls, &chaos.urls());
+    let scenario = generate(opts, &own_url, &urls, &chaos.urls(), &busy, &req_only);
     farm.seed(0, scenario.own.clone());
     for (i, events) in scenario.remote.iter().enumerate() {
         farm.seed(i + 1, events.clone());
@@ -248,6 +287,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         "demo: the remote relays speak NIP-77; {} of them require NIP-42 AUTH; the engine gets a throwaway key",
         auth_required.len()
     );
+    println!("{}", describe_profiles(&profiles, busy.len(), opts.tls));
     if opts.chaos {
         println!("{}", chaos.describe());
     }
@@ -303,13 +343,17 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
     let counters = first + restart.counters;
     let stats = farm.stats();
     println!(
-        "demo: relays: negentropy sessions={} rounds={} errors={}; auth accepted={} rejected={} reads_refused={}",
+        "demo: relays: negentropy sessions={} rounds={} errors={}; auth accepted={} rejected={} reads_refused={}; \
+         capped filters={} value-cap refusals={} nip11 served={}",
         stats.neg_sessions,
         stats.neg_rounds,
         stats.neg_errors,
         stats.auth_accepted,
         stats.auth_rejected,
         stats.auth_refusals,
+        stats.capped_filters,
+        stats.value_refusals,
+        stats.info_served,
     );
     let reqs = stats.reqs + chaos.reqs();
     let chaos_summary = opts.chaos.then(|| ChaosSummary {
@@ -351,6 +395,69 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
 /// Remote relays (farm numbers) that require NIP-42 AUTH: every fifth.
 fn auth_relays(farm_len: usize) -> Vec<usize> {
     (1..farm_len).filter(|i| i % 5 == 0).collect()
+}
+
+/// Stored events a capped relay returns per filter: khatru over
+/// eventstore's SQL backends.
+pub const CAPPED_RESULTS: usize = 100;
+
+/// Replies to each busy issue: past the cap, so one page cannot hold them.
+pub const BUSY_REPLIES: usize = CAPPED_RESULTS + 20;
+
+/// Remote relays (farm numbers) limited like khatru relays over
+/// eventstore's SQL backends, every third: 100 stored events per filter,
+/// pages cut at 100 whatever `limit` asks. Every other one (numbers
+/// divisible by 6) also refuses a filter with more than 10 tag values or
+/// kinds the way khatru does (a `NOTICE`, then `EOSE`) and does not speak
+/// NIP-77 (khatru's default), so it is read by REQ. Numbers 9, 21, 33, ...
+/// and 12, 24, 36, ... publish a NIP-11 document naming `max_limit` 100;
+/// numbers 3, 15, 27, ... say nothing of their cap, so a page of 100
+/// asked with `limit` 500 is all the engine learns it from.
+///
+/// Also returns the relays (indexes into the remote relay URLs) that hold
+/// a busy issue, `busy_count` at most (see [`DemoOptions::busy`]), among
+/// numbers 3, 15, 27, ..., which then do not speak NIP-77 either, so the
+/// engine reads the issue's replies by REQ and the cap cuts its pages.
+fn capped_profiles(farm_len: usize, busy_count: usize) -> (Vec<(usize, RelayProfile)>, Vec<usize>) {
+    let mut busy = Vec::new();
+    let profiles = (1..farm_len)
+        .filter(|i| i % 3 == 0)
+        .map(|i| {
+            let busy_here = i % 12 == 3 && busy.len() < busy_count;
+            if busy_here {
+                busy.push(i - 1);
+            }
+            let profile = RelayProfile {
+                max_results_per_filter: Some(CAPPED_RESULTS),
+                value_caps: (i % 6 == 0).then(ValueCaps::eventstore),
+                nip11: i % 12 == 9 || i % 12 == 0,
+                no_negentropy: i % 6 == 0 || busy_here,
+            };
+            (i, profile)
+        })
+        .collect();
+    (profiles, busy)
+}
+
+/// A line saying how the capped relays are limited.
+fn describe_profiles(profiles: &[(usize, RelayProfile)], busy: usize, tls: bool) -> String {
+    let refusing = profiles
+        .iter()
+        .filter(|(_, p)| p.value_caps.is_some())
+        .count();
+    let nip11 = profiles.iter().filter(|(_, p)| p.nip11).count();
+    let req_only = profiles.iter().filter(|(_, p)| p.no_negentropy).count();
+    format!(
+        "demo: {} of them cap stored results at {CAPPED_RESULTS} per filter (khatru over eventstore SQL); \
+         {refusing} of those refuse filters over 10 tag values or kinds; {req_only} skip NIP-77; {nip11} \
+         publish NIP-11{}; {busy} hold an issue with {BUSY_REPLIES} replies",
+        profiles.len(),
+        if tls {
+            " (plain ws:// only, so not in this --tls run)"
+        } else {
+            ""
+        },
+    )
 }
 
 /// One run's NIP-77 and NIP-42 figures, for a progress line.

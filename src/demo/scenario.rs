@@ -15,12 +15,12 @@
 use std::collections::HashSet;
 
 use nostr::prelude::{
-    Event, EventBuilder, EventId, FinalizeEvent, Keys, Kind, SecretKey, Tag, Timestamp,
+    Event, EventBuilder, EventId, FinalizeEvent, Keys, Kind, SecretKey, Tag, Timestamp, ToBech32,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::DemoOptions;
+use super::{BUSY_REPLIES, DemoOptions};
 
 /// One generated repository.
 struct Repo {
@@ -55,11 +55,23 @@ pub struct Scenario {
 /// `i % chaotic.len()`. Default sizes count both kinds of relay.
 /// Relays that require NIP-42 AUTH host remote-only announcements like any
 /// other: the engine must read them from the beginning once accepted.
+/// Each relay of `busy` (indexes into `urls`) also holds one busy issue of
+/// a repo it hosts, with [`BUSY_REPLIES`] replies: more than a capped relay
+/// returns for one filter. Events published while the engine is down go to
+/// relays not in `req_only` (those speak NIP-77) where a repo has one: they
+/// show what negentropy finds, and a relay read by REQ is read in full.
+///
+/// Every announcement names the own relay in its `relays` tag and in a
+/// `clone` URL (`http(s)://<own host:port>/<npub>/<d>.git`), as GRASP-01
+/// asks of an announcement a GRASP relay accepts: the engine passes on an
+/// announcement found on another relay only if it does.
 pub fn generate(
     opts: &DemoOptions,
     own_url: &str,
     urls: &[String],
     chaotic: &[String],
+    busy: &[usize],
+    req_only: &[usize],
 ) -> Scenario {
     let mut rng = SmallRng::seed_from_u64(opts.seed);
     let n = urls.len();
@@ -102,6 +114,7 @@ pub fn generate(
         relay_tag.extend(repo.relays.iter().map(|&r| urls[r].clone()));
         relay_tag.extend(repo.chaotic.map(|c| chaotic[c].clone()));
         tags.push(Tag::parse(relay_tag).expect("the relays tag has a name"));
+        tags.push(tag(&["clone", &clone_url(own_url, &repo.owner, &repo.d)]));
         let ann = sign(&repo.owner, 30617, now - 86_400 + i as u64, tags, "");
         let remote_only = i % 5 == 4 && !listed.is_empty();
         if remote_only {
@@ -123,6 +136,9 @@ pub fn generate(
             "",
         );
         place(&mut s, repo, &mut rng, state, None);
+    }
+    for &relay in busy {
+        add_busy_issue(&mut s, &mut repos, &authors, relay, now - 75_000);
     }
     let live_from = event_count - event_count / 10;
     for i in 0..event_count {
@@ -153,10 +169,73 @@ pub fn generate(
     for i in 0..(event_count / 20).max(1) {
         let repo = &repos[rng.gen_range(0..repos.len())];
         let event = event(repo, &authors, &mut rng, now - 3_600 + i as u64);
-        let at_relay = repo.relays[rng.gen_range(0..repo.relays.len())];
+        let nip77: Vec<usize> = repo
+            .relays
+            .iter()
+            .copied()
+            .filter(|r| !req_only.contains(r))
+            .collect();
+        let choices = if nip77.is_empty() {
+            &repo.relays
+        } else {
+            &nip77
+        };
+        let at_relay = choices[rng.gen_range(0..choices.len())];
         s.down.push((at_relay + 1, event));
     }
     s
+}
+
+/// GRASP-01's clone URL of a repository on the relay at `relay_url`:
+/// `http://` for `ws://`, `https://` for `wss://`, then `/<npub>/<d>.git`.
+fn clone_url(relay_url: &str, owner: &Keys, d: &str) -> String {
+    let (scheme, rest) = relay_url.split_once("://").unwrap_or(("ws", relay_url));
+    let http = if scheme.eq_ignore_ascii_case("wss") {
+        "https"
+    } else {
+        "http"
+    };
+    let npub = owner
+        .public_key()
+        .to_bech32()
+        .expect("a public key always encodes as npub");
+    format!("{http}://{}/{npub}/{d}.git", rest.trim_end_matches('/'))
+}
+
+/// An issue of the first repo hosted on `relay` with [`BUSY_REPLIES`]
+/// NIP-22 replies, all history on that relay (no copy on a misbehaving
+/// relay: that relay is not the point here). Nothing if no repo lists it.
+fn add_busy_issue(s: &mut Scenario, repos: &mut [Repo], authors: &[Keys], relay: usize, at: u64) {
+    let Some(repo) = repos.iter_mut().find(|r| r.relays.contains(&relay)) else {
+        return;
+    };
+    let coord = format!("30617:{}:{}", repo.owner.public_key().to_hex(), repo.d);
+    let issue = sign(
+        &authors[relay % authors.len()],
+        1621,
+        at,
+        vec![
+            tag(&["a", &coord]),
+            tag(&["p", &repo.owner.public_key().to_hex()]),
+        ],
+        "a busy issue",
+    );
+    let id = issue.id.to_hex();
+    let mut events = vec![issue.clone()];
+    for j in 0..BUSY_REPLIES {
+        events.push(sign(
+            &authors[j % authors.len()],
+            1111,
+            at + 1 + j as u64,
+            vec![tag(&["E", &id]), tag(&["e", &id]), tag(&["K", "1621"])],
+            "me too",
+        ));
+    }
+    repo.roots.push((issue, relay));
+    for event in events {
+        s.expected.push(event.id);
+        s.remote[relay].push(event);
+    }
 }
 
 /// A root of `repo` (always when it has none yet), or a reply, status, PR

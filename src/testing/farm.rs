@@ -18,7 +18,10 @@
 //! `neg`), and [`FarmOptions::auth_required`] makes chosen relays serve
 //! reads only after NIP-42 AUTH (see `auth`). Both are off by default:
 //! without them a relay answers `NEG-OPEN` with an "unsupported" `NOTICE`
-//! and never challenges, like most relays.
+//! and never challenges, like most relays. [`FarmOptions::profiles`] limits
+//! chosen relays the way khatru relays over eventstore's SQL backends are
+//! limited (see [`crate::testing::limits`]): results capped per filter,
+//! filters with too many values refused, a NIP-11 document published.
 //!
 //! # Why one mio thread
 //!
@@ -93,6 +96,10 @@ use crate::tls::MaybeTls;
 use auth::challenge;
 use neg::{NegSessions, neg_err};
 
+use super::limits::{
+    HttpHead, Limitation, MAX_HEAD, ValueCapRefusal, ValueCaps, classify_http, nip11_document,
+    nip11_response,
+};
 use super::relay::{MAX_SUBS_NOTICE, PARSE_ERROR, Refuse, TOO_MANY_REQS};
 use super::store::{EventKey, Store, Stored};
 
@@ -198,6 +205,30 @@ pub struct FarmOptions {
     /// are served either way. Numbers out of range are ignored. Default:
     /// none.
     pub auth_required: Vec<usize>,
+    /// Relays (by number) limited beyond the options above, each its own
+    /// way (see [`RelayProfile`]); a number listed twice takes the last.
+    /// Numbers out of range are ignored. Default: none.
+    pub profiles: Vec<(usize, RelayProfile)>,
+}
+
+/// How one relay of a farm is limited beyond the farm-wide [`FarmOptions`],
+/// as relays in the wild are (khatru over eventstore's SQL backends: 100
+/// results per filter, 10 tag values and kinds per filter, no NIP-77 by
+/// default).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelayProfile {
+    /// Most stored events returned per filter: each filter gets its
+    /// `min(limit, cap)` newest matches. `None`: no per-filter cap.
+    pub max_results_per_filter: Option<usize>,
+    /// Refuse filters over these caps (see [`ValueCaps`]).
+    pub value_caps: Option<ValueCaps>,
+    /// Serve a NIP-11 document (plain `ws://` only) whose `limitation`
+    /// names the per-filter cap (or the farm's per-`REQ` cap) and the
+    /// subscription limit.
+    pub nip11: bool,
+    /// Answer `NEG-OPEN` with the "unsupported" `NOTICE` even when the
+    /// farm speaks NIP-77 (khatru's `Negentropy` is off by default).
+    pub no_negentropy: bool,
 }
 
 /// Counters over the whole farm, since start.
@@ -229,6 +260,13 @@ pub struct FarmStats {
     pub auth_rejected: u64,
     /// Reads (`REQ`, `NEG-OPEN`) refused with `auth-required:`.
     pub auth_refusals: u64,
+    /// Filters refused for a value cap (see [`RelayProfile::value_caps`]).
+    pub value_refusals: u64,
+    /// NIP-11 documents served.
+    pub info_served: u64,
+    /// `REQ` filters whose stored answer a per-filter cap cut short (it
+    /// matched more events than the cap let through).
+    pub capped_filters: u64,
 }
 
 /// The counters behind [`FarmStats`], shared with the farm thread.
@@ -245,6 +283,9 @@ struct Counters {
     auth_accepted: AtomicU64,
     auth_rejected: AtomicU64,
     auth_refusals: AtomicU64,
+    value_refusals: AtomicU64,
+    info_served: AtomicU64,
+    capped_filters: AtomicU64,
 }
 
 /// A request to the farm thread.
@@ -318,8 +359,16 @@ impl RelayFarm {
             let port = listener.local_addr()?.port();
             poll.registry()
                 .register(&mut listener, listener_token(i, 0), Interest::READABLE)?;
+            let profile = opts
+                .profiles
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == i)
+                .map(|(_, p)| p.clone())
+                .unwrap_or_default();
             relays.push(Relay {
                 port,
+                profile,
                 auth: opts.auth_required.contains(&i),
                 listener: Some(listener),
                 generation: 0,
@@ -455,6 +504,9 @@ impl RelayFarm {
             auth_accepted: c.auth_accepted.load(Ordering::Relaxed),
             auth_rejected: c.auth_rejected.load(Ordering::Relaxed),
             auth_refusals: c.auth_refusals.load(Ordering::Relaxed),
+            value_refusals: c.value_refusals.load(Ordering::Relaxed),
+            info_served: c.info_served.load(Ordering::Relaxed),
+            capped_filters: c.capped_filters.load(Ordering::Relaxed),
         }
     }
 
@@ -564,6 +616,8 @@ fn to_json(msg: &RelayMessage<'_>) -> Option<String> {
 /// One relay.
 struct Relay {
     port: u16,
+    /// Its limits beyond the farm's.
+    profile: RelayProfile,
     /// Reads need NIP-42 AUTH first.
     auth: bool,
     /// `None` while down after a restart.
@@ -578,6 +632,9 @@ struct Relay {
 
 /// Where a connection stands.
 enum Phase {
+    /// A relay serving NIP-11 looks at the request head (peeked, not
+    /// consumed) before any handshake.
+    Sniffing(Stream),
     /// TLS and websocket handshakes in flight.
     Handshaking(MidHandshake<ServerHandshake<Stream, NoCallback>>),
     /// Websocket open.
@@ -687,6 +744,7 @@ impl Conn {
 
     fn stream(&mut self) -> Option<&mut Stream> {
         match &mut self.phase {
+            Phase::Sniffing(stream) => Some(stream),
             Phase::Handshaking(mid) => Some(mid.get_mut().get_mut()),
             Phase::Open(ws) => Some(ws.get_mut()),
             Phase::Closed => None,
@@ -827,7 +885,8 @@ impl Farm {
                 Timer::Listen { relay, generation } => self.listen(relay, generation),
                 Timer::Handshake { key, generation } => {
                     let stale = self.conns.get(key).is_some_and(|c| {
-                        c.generation == generation && matches!(c.phase, Phase::Handshaking(_))
+                        c.generation == generation
+                            && matches!(c.phase, Phase::Handshaking(_) | Phase::Sniffing(_))
                     });
                     if stale {
                         log::debug!("relay farm: handshake timed out");
@@ -940,13 +999,12 @@ impl Farm {
                 }
             },
         };
-        // Nothing is read yet; this only sets the handshake up (or fails).
-        let phase = match tungstenite::accept_with_config(stream, Some(self.ws_config)) {
-            Ok(ws) => Phase::Open(ws),
-            Err(HandshakeError::Interrupted(mid)) => Phase::Handshaking(mid),
-            Err(HandshakeError::Failure(e)) => {
-                log::debug!("relay farm: handshake failed: {e}");
-                return;
+        let phase = if self.relays[relay].profile.nip11 && self.tls.is_none() {
+            Phase::Sniffing(stream)
+        } else {
+            match Farm::start_handshake(stream, self.ws_config) {
+                Some(phase) => phase,
+                None => return,
             }
         };
         let challenge = self.relays[relay].auth.then(|| challenge(&mut self.rng));
@@ -976,9 +1034,110 @@ impl Farm {
         self.drive(key);
     }
 
+    /// Sets a websocket handshake up (nothing is read yet), or fails.
+    fn start_handshake(stream: Stream, config: WebSocketConfig) -> Option<Phase> {
+        match tungstenite::accept_with_config(stream, Some(config)) {
+            Ok(ws) => Some(Phase::Open(ws)),
+            Err(HandshakeError::Interrupted(mid)) => Some(Phase::Handshaking(mid)),
+            Err(HandshakeError::Failure(e)) => {
+                log::debug!("relay farm: handshake failed: {e}");
+                None
+            }
+        }
+    }
+
+    /// A connection to a relay serving NIP-11, before its handshake: a
+    /// NIP-11 request is answered and the connection closed (false); any
+    /// other request goes on to the websocket handshake (true); an
+    /// incomplete head waits for more bytes (false).
+    fn sniff(&mut self, key: usize) -> bool {
+        let Some(relay) = self.conns.get(key).map(|c| c.relay) else {
+            return false;
+        };
+        let limitation = self.limitation(relay);
+        let ws_config = self.ws_config;
+        let Some(conn) = self.conns.get_mut(key) else {
+            return false;
+        };
+        let Phase::Sniffing(stream) = &mut conn.phase else {
+            return true;
+        };
+        let mut buf = vec![0u8; MAX_HEAD];
+        let seen = match stream.transport_mut().tcp.peek(&mut buf) {
+            Ok(0) => {
+                self.close(key);
+                return false;
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return false,
+            Err(_) => {
+                self.close(key);
+                return false;
+            }
+        };
+        match classify_http(&buf[..seen]) {
+            // Readiness is edge-triggered: the rest of the head raises
+            // another event.
+            HttpHead::Incomplete => false,
+            HttpHead::Other => {
+                let Phase::Sniffing(stream) = std::mem::replace(&mut conn.phase, Phase::Closed)
+                else {
+                    return false;
+                };
+                match Farm::start_handshake(stream, ws_config) {
+                    Some(phase) => {
+                        if let Some(conn) = self.conns.get_mut(key) {
+                            conn.phase = phase;
+                        }
+                        true
+                    }
+                    None => {
+                        self.close(key);
+                        false
+                    }
+                }
+            }
+            HttpHead::Nip11(head) => {
+                let document = nip11_document(&limitation);
+                let tcp = &mut stream.transport_mut().tcp;
+                // Consumed first: closing with unread bytes would reset the
+                // connection and could lose the answer. The document is
+                // small: one write fits an empty socket buffer.
+                let mut consumed = vec![0u8; head];
+                let served = tcp.read_exact(&mut consumed).is_ok()
+                    && tcp.write_all(&nip11_response(&document)).is_ok();
+                if served {
+                    self.counters.info_served.fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = tcp.shutdown(Shutdown::Write);
+                self.close(key);
+                false
+            }
+        }
+    }
+
+    /// The NIP-11 `limitation` of relay `relay`.
+    fn limitation(&self, relay: usize) -> Limitation {
+        let cap = self.relays[relay]
+            .profile
+            .max_results_per_filter
+            .unwrap_or(usize::MAX)
+            .min(self.cap);
+        Limitation {
+            max_limit: (cap != usize::MAX).then_some(cap),
+            max_subscriptions: self.max_subscriptions.map(|(n, _)| n),
+            max_filters: None,
+            max_message_length: None,
+        }
+    }
+
     /// Drives a connection after readiness: handshake, then every frame
     /// readable, then everything writable.
     fn drive(&mut self, key: usize) {
+        if !self.sniff(key) {
+            return;
+        }
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
@@ -1070,14 +1229,16 @@ impl Farm {
                 subscription_id,
                 filter,
                 initial_message,
-            }) if self.negentropy => {
+            }) if self.speaks_nip77(key) => {
                 self.on_neg_open(key, subscription_id.into_owned(), &filter, &initial_message)
             }
             Ok(ClientMessage::NegMsg {
                 subscription_id,
                 message,
-            }) if self.negentropy => self.on_neg_msg(key, subscription_id.into_owned(), &message),
-            Ok(ClientMessage::NegClose { subscription_id }) if self.negentropy => {
+            }) if self.speaks_nip77(key) => {
+                self.on_neg_msg(key, subscription_id.into_owned(), &message)
+            }
+            Ok(ClientMessage::NegClose { subscription_id }) if self.speaks_nip77(key) => {
                 if let Some(conn) = self.conns.get_mut(key) {
                     conn.negs.close(&subscription_id);
                 }
@@ -1085,6 +1246,15 @@ impl Farm {
             Ok(_) => self.reply(key, &RelayMessage::notice("error: unsupported message")),
             Err(_) => self.reply(key, &RelayMessage::notice(PARSE_ERROR)),
         }
+    }
+
+    /// True if the relay of connection `key` answers NIP-77.
+    fn speaks_nip77(&self, key: usize) -> bool {
+        self.negentropy
+            && self
+                .conns
+                .get(key)
+                .is_some_and(|c| !self.relays[c.relay].profile.no_negentropy)
     }
 
     fn on_event(&mut self, key: usize, event: Event) {
@@ -1137,7 +1307,58 @@ impl Farm {
             self.reply(key, &refusal);
             return;
         }
-        let keys = self.relays[conn.relay].store.query_keys(&filters, self.cap);
+        let relay = &self.relays[conn.relay];
+        // eventstore's value caps: a refused filter is queried for nothing.
+        let mut queried = Vec::with_capacity(filters.len());
+        let mut notices = Vec::new();
+        for filter in &filters {
+            match relay
+                .profile
+                .value_caps
+                .and_then(|caps| Some((caps, caps.check(filter)?)))
+            {
+                None => queried.push(filter.clone()),
+                Some((caps, error)) => {
+                    self.counters.value_refusals.fetch_add(1, Ordering::Relaxed);
+                    match caps.refusal {
+                        ValueCapRefusal::Notice => notices.push(error),
+                        ValueCapRefusal::Closed => {
+                            let reason = ValueCaps::closed_reason(error);
+                            self.reply(key, &RelayMessage::closed(sub, reason));
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        let per_filter = relay.profile.max_results_per_filter.unwrap_or(usize::MAX);
+        if per_filter != usize::MAX {
+            // Counted for the demo's report: how often the cap bit.
+            let cut = queried
+                .iter()
+                .filter(|f| f.limit.is_none_or(|l| l > per_filter))
+                .filter(|f| {
+                    let wider = Filter {
+                        limit: Some(per_filter + 1),
+                        ..(*f).clone()
+                    };
+                    relay
+                        .store
+                        .query_keys(std::slice::from_ref(&wider), usize::MAX)
+                        .len()
+                        > per_filter
+                })
+                .count();
+            self.counters
+                .capped_filters
+                .fetch_add(cut as u64, Ordering::Relaxed);
+        }
+        let keys = relay
+            .store
+            .query_keys_capped(&queried, per_filter, self.cap);
+        for error in notices {
+            conn.queue(&RelayMessage::notice(error));
+        }
         conn.out.push_back(Out::Stored {
             sub: sub.clone(),
             keys: keys.into_iter(),

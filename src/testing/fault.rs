@@ -229,6 +229,13 @@ pub(super) enum Opening {
 /// The websocket upgrade decision: accept, or answer with an HTTP error.
 pub(super) struct Upgrade(Option<ErrorResponse>);
 
+impl Upgrade {
+    /// Accept the upgrade, as an honest relay does.
+    pub(super) fn accept() -> Upgrade {
+        Upgrade(None)
+    }
+}
+
 impl Callback for Upgrade {
     fn on_request(self, _request: &Request, response: Response) -> Result<Response, ErrorResponse> {
         match self.0 {

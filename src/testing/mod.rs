@@ -8,5 +8,6 @@
 pub mod cert;
 pub mod farm;
 pub mod fault;
+pub mod limits;
 pub mod relay;
 pub mod store;

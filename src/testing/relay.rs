@@ -12,6 +12,13 @@
 //! With [`RelayOptions::fault`] set it misbehaves instead, in one of the
 //! ways real relays do (see [`Fault`]).
 //!
+//! It can also be limited as relays in the wild are (see
+//! [`crate::testing::limits`]): results capped per filter as khatru caps
+//! them ([`RelayOptions::max_results_per_filter`]), filters with too many
+//! ids, authors, kinds or tag values refused as eventstore's SQL backends
+//! refuse them ([`RelayOptions::value_caps`]), and a NIP-11 document naming
+//! those limits served on the same port ([`RelayOptions::nip11`]).
+//!
 //! # Why threads
 //!
 //! The relay runs one acceptor thread and one thread per connection, with
@@ -49,6 +56,10 @@ use tungstenite::{Message, WebSocket};
 use crate::tls::MaybeTls;
 
 use super::fault::{Answer, ConnFaults, Fault, Injector, Opening, Pace, Upgrade};
+use super::limits::{
+    HttpHead, Limitation, MAX_HEAD, ValueCapRefusal, ValueCaps, classify_http, nip11_document,
+    nip11_response,
+};
 use super::store::{Store, Stored};
 
 /// How long a connection thread waits for client data before it flushes its
@@ -88,6 +99,21 @@ pub struct RelayOptions {
     /// Most stored events returned for one `REQ`, all its filters together
     /// (real relays cap results, typically at 500). Default: no cap.
     pub max_results_per_req: usize,
+    /// Most stored events returned for one filter: each filter gets its
+    /// `min(limit, cap)` newest matches (a filter without `limit` gets
+    /// `cap`), as khatru over eventstore's SQL backends answers with 100.
+    /// Default: no cap.
+    pub max_results_per_filter: usize,
+    /// Refuse filters with too many ids, authors, kinds or tag values, as
+    /// eventstore's SQL backends do (see [`ValueCaps`]). Default: none.
+    pub value_caps: Option<ValueCaps>,
+    /// Answer an HTTP `GET` with `Accept: application/nostr+json` on the
+    /// relay's port with a NIP-11 document whose `limitation` names the
+    /// caps above (`max_limit`: the per-filter cap, else the per-`REQ`
+    /// one) and the subscription limit. Plain `ws://` only: over TLS the
+    /// request fails like any non-websocket request. Default: false (every
+    /// connection is a websocket handshake, as before).
+    pub nip11: bool,
     /// Most open subscriptions per connection, and how a `REQ` over that
     /// limit is refused (the subscription is then not opened). Reusing an
     /// open subscription id replaces it and is never refused. Default: none.
@@ -102,10 +128,26 @@ pub struct RelayOptions {
     pub fault: Option<Fault>,
 }
 
+impl RelayOptions {
+    /// The NIP-11 `limitation` these options amount to.
+    pub fn limitation(&self) -> Limitation {
+        let cap = self.max_results_per_filter.min(self.max_results_per_req);
+        Limitation {
+            max_limit: (cap != usize::MAX).then_some(cap),
+            max_subscriptions: self.max_subscriptions.map(|(n, _)| n),
+            max_filters: None,
+            max_message_length: None,
+        }
+    }
+}
+
 impl Default for RelayOptions {
     fn default() -> Self {
         RelayOptions {
             max_results_per_req: usize::MAX,
+            max_results_per_filter: usize::MAX,
+            value_caps: None,
+            nip11: false,
             max_subscriptions: None,
             tls: None,
             accept_events: true,
@@ -186,6 +228,10 @@ impl TestRelay {
             }),
             req_count: AtomicUsize::new(0),
             rejected: AtomicUsize::new(0),
+            info_served: AtomicUsize::new(0),
+            info_requests: AtomicUsize::new(0),
+            ws_connections: AtomicUsize::new(0),
+            value_refusals: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
         });
@@ -268,14 +314,39 @@ impl TestRelay {
     }
 
     /// Client connections accepted so far (TCP accepts, whether or not the
-    /// websocket handshake then succeeded).
+    /// websocket handshake then succeeded), NIP-11 requests left out: an
+    /// HTTP `GET` with `Accept: application/nostr+json` and no websocket
+    /// upgrade (plain `ws://` relays tell it apart; see
+    /// [`info_requests`](TestRelay::info_requests)) is no connection.
     pub fn accepted_count(&self) -> u64 {
-        self.shared.state().next_conn
+        let accepted = self.shared.state().next_conn;
+        accepted.saturating_sub(self.shared.info_requests.load(Ordering::SeqCst) as u64)
+    }
+
+    /// NIP-11 requests received (served or not: see [`RelayOptions::nip11`]).
+    pub fn info_requests(&self) -> usize {
+        self.shared.info_requests.load(Ordering::SeqCst)
     }
 
     /// `EVENT`s from clients refused for a bad id or signature.
     pub fn rejected_count(&self) -> usize {
         self.shared.rejected.load(Ordering::SeqCst)
+    }
+
+    /// NIP-11 documents served (see [`RelayOptions::nip11`]).
+    pub fn info_served(&self) -> usize {
+        self.shared.info_served.load(Ordering::SeqCst)
+    }
+
+    /// Filters refused for a value cap (see [`RelayOptions::value_caps`]).
+    pub fn value_refusals(&self) -> usize {
+        self.shared.value_refusals.load(Ordering::SeqCst)
+    }
+
+    /// The NIP-11 document this relay serves (whether or not
+    /// [`RelayOptions::nip11`] is on).
+    pub fn nip11_document(&self) -> String {
+        nip11_document(&self.shared.opts.limitation())
     }
 
     /// Faults fired so far (see [`Fault`]): one per refused `REQ`, withheld
@@ -341,6 +412,14 @@ struct Shared {
     req_count: AtomicUsize,
     /// Client `EVENT`s refused for a bad id or signature.
     rejected: AtomicUsize,
+    /// NIP-11 documents served.
+    info_served: AtomicUsize,
+    /// NIP-11 requests received, served or not.
+    info_requests: AtomicUsize,
+    /// Connections that went on to the websocket handshake.
+    ws_connections: AtomicUsize,
+    /// Filters refused for a value cap.
+    value_refusals: AtomicUsize,
     stopping: AtomicBool,
     /// Connection threads, joined by `stop`.
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -514,6 +593,7 @@ fn spawn_connection(shared: &Arc<Shared>, socket: TcpStream) {
                     outbox,
                     inbox,
                     faults: ConnFaults::default(),
+                    seq: std::cell::Cell::new(0),
                 };
                 connection.serve(socket);
                 shared.state().conns.remove(&id);
@@ -581,10 +661,24 @@ fn nothing_yet(e: &tungstenite::Error) -> bool {
         if matches!(io.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
 }
 
+/// What the start of a plain connection asked.
+enum Sniffed {
+    /// A websocket handshake (or anything but a NIP-11 request).
+    Websocket,
+    /// A NIP-11 request to a relay not serving NIP-11.
+    Nip11Unserved,
+    /// Nothing more to do: a NIP-11 request was answered, or the client
+    /// left or sent nothing in time.
+    Done,
+}
+
 /// One connection thread.
 struct Connection<'a> {
     shared: &'a Shared,
     id: u64,
+    /// Its number among the relay's connections that are not NIP-11
+    /// requests, from 0: what the faults count.
+    seq: std::cell::Cell<u64>,
     /// This connection's own outbound channel (also registered in `State`).
     outbox: Sender<String>,
     inbox: Receiver<String>,
@@ -595,6 +689,26 @@ impl Connection<'_> {
     /// Serves the connection until the client leaves, it is cut, or the
     /// relay stops.
     fn serve(&self, socket: TcpStream) {
+        // A NIP-11 request is no connection: it neither counts as one for
+        // the faults (which misbehave on the first connections) nor is
+        // stalled or refused by them.
+        if self.shared.opts.tls.is_none() {
+            match self.sniff_nip11(&socket) {
+                Sniffed::Done => return,
+                Sniffed::Nip11Unserved => {
+                    // Refused by the handshake as before, faults aside.
+                    let socket = Socket {
+                        tcp: socket,
+                        pace: None,
+                    };
+                    self.handshake(MaybeTls::Plain(socket), Upgrade::accept());
+                    return;
+                }
+                Sniffed::Websocket => {}
+            }
+        }
+        self.seq
+            .set(self.shared.ws_connections.fetch_add(1, Ordering::SeqCst) as u64);
         let upgrade = match self.shared.injector.opening() {
             Opening::Handshake(upgrade) => upgrade,
             Opening::Stall => return self.stall(socket),
@@ -621,7 +735,7 @@ impl Connection<'_> {
         }
         ws.get_mut().transport_mut().pace = self.shared.injector.pace();
         while !self.shared.stopping() {
-            self.shared.injector.tick(self.id, &self.faults);
+            self.shared.injector.tick(self.seq.get(), &self.faults);
             if let Err(e) = self.flush(&mut ws) {
                 log::debug!("test relay: connection {} write: {e}", self.id);
                 return;
@@ -641,6 +755,63 @@ impl Connection<'_> {
         }
         // Stopping: no close frame, the socket is cut like a crashed relay's
         // (`stop` shuts it down; dropping `ws` closes it).
+    }
+
+    /// Looks at the request head without consuming it. A NIP-11 request is
+    /// counted and, on a relay serving NIP-11, answered here.
+    fn sniff_nip11(&self, socket: &TcpStream) -> Sniffed {
+        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+        let mut buf = vec![0u8; MAX_HEAD];
+        loop {
+            if self.shared.stopping() || Instant::now() > deadline {
+                return Sniffed::Done;
+            }
+            let seen = match socket.peek(&mut buf) {
+                Ok(0) => return Sniffed::Done,
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    continue;
+                }
+                Err(_) => return Sniffed::Done,
+            };
+            match classify_http(&buf[..seen]) {
+                HttpHead::Other => return Sniffed::Websocket,
+                // Part of the head is in: the peek returns at once until
+                // more arrives, so do not spin.
+                HttpHead::Incomplete => thread::sleep(Duration::from_millis(1)),
+                HttpHead::Nip11(_) if !self.shared.opts.nip11 => {
+                    self.shared.info_requests.fetch_add(1, Ordering::SeqCst);
+                    return Sniffed::Nip11Unserved;
+                }
+                HttpHead::Nip11(head) => {
+                    self.shared.info_requests.fetch_add(1, Ordering::SeqCst);
+                    let mut socket = socket;
+                    // Consumed first: closing with unread bytes would reset
+                    // the connection and could lose the answer.
+                    let mut consumed = vec![0u8; head];
+                    if socket.read_exact(&mut consumed).is_err() {
+                        return Sniffed::Done;
+                    }
+                    let response = nip11_response(&nip11_document(&self.shared.opts.limitation()));
+                    if socket
+                        .write_all(&response)
+                        .and_then(|()| socket.flush())
+                        .is_ok()
+                    {
+                        self.shared.info_served.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let _ = socket.shutdown(Shutdown::Write);
+                    return Sniffed::Done;
+                }
+            }
+        }
     }
 
     /// Holds a connection without answering anything ([`Fault::Slowloris`])
@@ -695,7 +866,7 @@ impl Connection<'_> {
                 Err(e) if !nothing_yet(&e) => return Err(e),
                 _ => wrote = true,
             }
-            if event && self.shared.injector.cut_now(self.id, &self.faults) {
+            if event && self.shared.injector.cut_now(self.seq.get(), &self.faults) {
                 // Whatever is buffered goes out before the cut; the rest never.
                 let _ = ws.flush();
                 return Err(tungstenite::Error::ConnectionClosed);
@@ -792,15 +963,45 @@ impl Connection<'_> {
             Answer::Refuse(text) => return self.send_text(text),
             Answer::Serve(plan) => plan,
         };
+        // eventstore's value caps: a refused filter is queried for nothing.
+        let mut queried = Vec::with_capacity(filters.len());
+        for filter in &filters {
+            match self
+                .shared
+                .opts
+                .value_caps
+                .and_then(|caps| Some((caps, caps.check(filter)?)))
+            {
+                None => queried.push(filter.clone()),
+                Some((caps, error)) => {
+                    self.shared.value_refusals.fetch_add(1, Ordering::SeqCst);
+                    match caps.refusal {
+                        ValueCapRefusal::Notice => self.send(RelayMessage::notice(error)),
+                        ValueCapRefusal::Closed => {
+                            return self.send(RelayMessage::closed(
+                                SubscriptionId::new(&sub),
+                                ValueCaps::closed_reason(error),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
         // Queued under the state lock, so live deliveries of events stored
         // after this query come after the EOSE.
         let sub_id = SubscriptionId::new(&sub);
         plan.before
             .into_iter()
             .for_each(|text| self.send_text(text));
-        let stored = state
-            .store
-            .query(&filters, self.shared.opts.max_results_per_req);
+        let keys = state.store.query_keys_capped(
+            &queried,
+            self.shared.opts.max_results_per_filter,
+            self.shared.opts.max_results_per_req,
+        );
+        let stored: Vec<&Event> = keys
+            .iter()
+            .filter_map(|k| state.store.get_by_key(k))
+            .collect();
         for event in &stored {
             self.send(RelayMessage::event(sub_id.clone(), (*event).clone()));
         }

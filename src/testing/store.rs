@@ -225,13 +225,27 @@ impl Store {
     /// [`query`](Store::query) as keys, to send the events later without
     /// holding a borrow of the store (see [`get_by_key`](Store::get_by_key)).
     pub fn query_keys(&self, filters: &[Filter], cap: usize) -> Vec<EventKey> {
+        self.query_keys_capped(filters, usize::MAX, cap)
+    }
+
+    /// [`query_keys`](Store::query_keys) for a relay that also caps each
+    /// filter: a filter gets at most `min(limit, per_filter)` of its newest
+    /// matches (a filter without `limit` gets `per_filter`), as khatru over
+    /// eventstore's SQL backends answers (`per_filter` 100 there); the
+    /// merged results are then capped at `per_req`.
+    pub fn query_keys_capped(
+        &self,
+        filters: &[Filter],
+        per_filter: usize,
+        per_req: usize,
+    ) -> Vec<EventKey> {
         let mut seen = HashSet::new();
         let mut all = Vec::new();
         for f in filters {
-            // The first `cap` of the merged results can only hold a
-            // filter's first `cap` matches: every event before those in the
-            // common order precedes them in the merge too.
-            let take = f.limit.unwrap_or(usize::MAX).min(cap);
+            // The first `per_req` of the merged results can only hold a
+            // filter's first `per_req` matches: every event before those in
+            // the common order precedes them in the merge too.
+            let take = f.limit.unwrap_or(usize::MAX).min(per_filter).min(per_req);
             if take == 0 {
                 continue;
             }
@@ -242,7 +256,7 @@ impl Store {
             }
         }
         all.sort_unstable();
-        all.truncate(cap);
+        all.truncate(per_req);
         all
     }
 

@@ -1,11 +1,20 @@
 //! Relays nobody here wrote, run as child processes: rust-nostr's
-//! LocalRelay (nostr-sdk wheel) and nostr-rs-relay 0.8.12. `.ci/run`
-//! installs both; tests fail with instructions when they are missing.
+//! LocalRelay (the nostr-sdk wheel), the PyPI `nostr-relay` (Python,
+//! sqlite) and nostr-rs-relay 0.8.12.
+//!
+//! The two Python relays install themselves on first use (see [`py_env`]):
+//! `tests/pyrelays.py` puts each, pinned, in a virtualenv under
+//! `<target>/pyrelays/`, so `cargo test` needs only `python3` and the
+//! package registry once. nostr-rs-relay takes ten minutes to build, so
+//! `.ci/run` installs it and the tests that need it are
+//! `#[ignore = "needs nostr-rs-relay 0.8.12: .ci/run installs it"]`, run by
+//! `cargo test -- --include-ignored`.
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 
 use nostr::prelude::*;
 use tungstenite::Message;
@@ -21,11 +30,113 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A Python environment `tests/pyrelays.py` installed: the interpreter and,
+/// where it fell back to `pip install --target`, the `PYTHONPATH`.
+#[derive(Debug, Clone)]
+pub struct PyEnv {
+    python: PathBuf,
+    pythonpath: Option<PathBuf>,
+}
+
+impl PyEnv {
+    /// A command running `script` (under `tests/`) with this environment.
+    pub fn command(&self, script: &str) -> Command {
+        let mut command = Command::new(&self.python);
+        command
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests")
+                    .join(script),
+            )
+            .env("PYTHONNOUSERSITE", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        match &self.pythonpath {
+            Some(path) => command.env("PYTHONPATH", path),
+            None => command.env_remove("PYTHONPATH"),
+        };
+        command
+    }
+}
+
+/// Where the Python relays are installed: `<target>/pyrelays`.
+pub fn pyrelays_root() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).join("pyrelays")
+}
+
+/// The Python environment for `name` (`"nostr-sdk"` or `"nostr-relay"`),
+/// installed on first use by `tests/pyrelays.py` (pinned versions, a lock
+/// against concurrent installs, nothing outside `<target>/pyrelays`). Once
+/// per test binary; every test needing it waits for the first. Panics with
+/// pip's own words if it cannot be installed (e.g. no registry).
+pub fn py_env(name: &str) -> PyEnv {
+    static SDK: OnceLock<Result<PyEnv, String>> = OnceLock::new();
+    static RELAY: OnceLock<Result<PyEnv, String>> = OnceLock::new();
+    let cell = match name {
+        "nostr-sdk" => &SDK,
+        "nostr-relay" => &RELAY,
+        other => panic!("no Python environment named {other}"),
+    };
+    match cell.get_or_init(|| provision(name)) {
+        Ok(env) => env.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn provision(name: &str) -> Result<PyEnv, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pyrelays.py");
+    let output = Command::new("python3")
+        .arg(&script)
+        .arg(pyrelays_root())
+        .arg(name)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run python3 (needed for the {name} test relay): {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let field = |key: &str| {
+        stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(key))
+            .next_back()
+            .map(str::to_owned)
+    };
+    match (output.status.success(), field("python=")) {
+        (true, Some(python)) => Ok(PyEnv {
+            python: PathBuf::from(python),
+            pythonpath: field("pythonpath=")
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from),
+        }),
+        _ => Err(format!(
+            "installing the {name} test relay failed (tests/pyrelays.py into {}):\n{stdout}{}",
+            pyrelays_root().display(),
+            String::from_utf8_lossy(&output.stderr)
+        )),
+    }
+}
+
+/// Reads a child's stdout until a line starting with `ws://`; `None` if it
+/// ends first. The lines before it (library chatter) are returned too.
+fn read_url_line(child: &mut Child) -> (Option<String>, String) {
+    let mut seen = String::new();
+    let mut reader = BufReader::new(child.stdout.take().expect("stdout is piped"));
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => return (None, seen),
+            Ok(_) if line.starts_with("ws://") => return (Some(line.trim().to_owned()), seen),
+            Ok(_) => seen.push_str(&line),
+        }
+    }
+}
+
 /// A LocalRelay in a Python child process, killed on drop.
 pub struct PyRelay {
     child: Child,
     /// Its URL.
     pub url: String,
+    /// Most stored events it returns per filter.
+    cap: usize,
 }
 
 impl PyRelay {
@@ -43,28 +154,33 @@ impl PyRelay {
         PyRelay::spawn(&["--auth", mode])
     }
 
+    /// A LocalRelay returning at most `max` stored events per filter (its
+    /// `max_filter_limit`; 500 by default), as khatru relays return 100.
+    pub fn start_capped(max: usize) -> PyRelay {
+        let mut relay = PyRelay::spawn(&["--max-filter-limit", &max.to_string()]);
+        relay.cap = max;
+        relay
+    }
+
     fn spawn(flags: &[&str]) -> PyRelay {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/local_relay.py");
-        let mut child = Command::new("python3")
-            .arg(script)
+        let mut child = py_env("nostr-sdk")
+            .command("local_relay.py")
             .arg(port.to_string())
             .args(flags)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .expect("python3 runs");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (line, seen) = read_url_line(&mut child);
         assert!(
-            line.starts_with("ws://"),
-            "LocalRelay did not start (is the nostr-sdk==0.45.1 wheel installed? `pip install nostr-sdk==0.45.1`)"
+            line.is_some(),
+            "LocalRelay (nostr-sdk 0.45.1, installed under {}) did not start: {seen}",
+            pyrelays_root().display()
         );
         let url = format!("ws://127.0.0.1:{port}");
         assert!(wait_for(10, || std::net::TcpStream::connect((
@@ -72,7 +188,11 @@ impl PyRelay {
             port
         ))
         .is_ok()));
-        PyRelay { child, url }
+        PyRelay {
+            child,
+            url,
+            cap: 500,
+        }
     }
 
     pub fn publish(&self, events: &[Event]) {
@@ -81,7 +201,7 @@ impl PyRelay {
 
     /// How many of `ids` the relay does not hold.
     pub fn missing(&self, ids: &[EventId]) -> usize {
-        missing(&self.url, ids)
+        missing_in_chunks(&self.url, ids, self.cap)
     }
 }
 
@@ -147,26 +267,42 @@ pub const BULK_PER_CONNECTION: usize = 4_000;
 
 /// How many of `ids` a relay does not hold.
 pub fn missing(url: &str, ids: &[EventId]) -> usize {
+    missing_in_chunks(url, ids, 400)
+}
+
+/// [`missing`] asking at most `chunk` ids per REQ, for relays that return
+/// fewer than 400 events per REQ or filter.
+pub fn missing_in_chunks(url: &str, ids: &[EventId], chunk: usize) -> usize {
     let (mut ws, _) = tungstenite::connect(url).unwrap();
-    let mut found = 0;
-    for (n, chunk) in ids.chunks(400).enumerate() {
+    let mut found = std::collections::HashSet::new();
+    for (n, chunk) in ids.chunks(chunk.clamp(1, 400)).enumerate() {
+        let sub = SubscriptionId::new(format!("q{n}"));
         let filter = Filter::new().ids(chunk.iter().copied()).limit(500);
         ws.send(Message::text(
-            ClientMessage::req(SubscriptionId::new(format!("q{n}")), vec![filter]).as_json(),
+            ClientMessage::req(sub.clone(), vec![filter]).as_json(),
         ))
         .unwrap();
         loop {
             let Message::Text(t) = ws.read().unwrap() else {
                 continue;
             };
+            // Only this query's stored events: a live delivery to an earlier
+            // one (an event stored meanwhile) must not count twice.
             match RelayMessage::from_json(t.as_str()) {
-                Ok(RelayMessage::Event { .. }) => found += 1,
-                Ok(RelayMessage::EndOfStoredEvents(_)) => break,
+                Ok(RelayMessage::Event {
+                    subscription_id,
+                    event,
+                }) if *subscription_id == sub && chunk.contains(&event.id) => {
+                    found.insert(event.id);
+                }
+                Ok(RelayMessage::EndOfStoredEvents(id)) if *id == sub => break,
                 _ => {}
             }
         }
+        ws.send(Message::text(ClientMessage::close(sub).as_json()))
+            .unwrap();
     }
-    ids.len() - found
+    ids.len() - found.len()
 }
 
 /// A websocket to a relay that answers NIP-42 challenges with `keys`, for
@@ -330,6 +466,118 @@ impl Drop for PyRelay {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The PyPI `nostr-relay` 1.14 (Python, sqlite, uvicorn) in a child
+/// process on its own port and data directory, killed on drop; launched by
+/// `tests/pypi_nostr_relay.py` (which says how it is configured).
+///
+/// As it is in the wild: `max_limit` caps the stored events of a whole REQ
+/// (its filters are one SQL query), `until` is exclusive, 32 subscriptions
+/// per connection (then `NOTICE "rejected: too many subscriptions"`), and
+/// its NIP-11 document has no `limitation`.
+pub struct NostrRelay {
+    child: Child,
+    /// Its URL.
+    pub url: String,
+    dir: PathBuf,
+    max_limit: usize,
+}
+
+impl NostrRelay {
+    /// A fresh relay whose `max_limit` is `max_limit`.
+    pub fn start(max_limit: usize) -> NostrRelay {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!(
+            "grasp-sync-nostr-relay-{}-{port}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = std::fs::File::create(dir.join("stderr.txt")).unwrap();
+        let mut child = py_env("nostr-relay")
+            .command("pypi_nostr_relay.py")
+            .arg(port.to_string())
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--max-limit", &max_limit.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("python runs");
+        let (line, seen) = read_url_line(&mut child);
+        if line.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default();
+            panic!("nostr-relay 1.14 did not start: {seen}{stderr}");
+        }
+        NostrRelay {
+            child,
+            url: format!("ws://127.0.0.1:{port}"),
+            dir,
+            max_limit,
+        }
+    }
+
+    pub fn publish(&self, events: &[Event]) {
+        publish_bulk(&self.url, events);
+    }
+
+    /// How many of `ids` the relay does not hold.
+    pub fn missing(&self, ids: &[EventId]) -> usize {
+        missing_in_chunks(&self.url, ids, self.max_limit)
+    }
+}
+
+impl Drop for NostrRelay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The GRASP-01 clone URL of repository `d` of `owner` on the relay at
+/// `relay_url`: `http://` for `ws://`, `https://` for `wss://`, the same
+/// host and port, then `/<npub>/<d>.git`.
+pub fn clone_url(relay_url: &str, owner: &Keys, d: &str) -> String {
+    let (scheme, rest) = relay_url.split_once("://").unwrap_or(("ws", relay_url));
+    let http = if scheme.eq_ignore_ascii_case("wss") {
+        "https"
+    } else {
+        "http"
+    };
+    let npub = owner.public_key().to_bech32().unwrap();
+    format!("{http}://{}/{npub}/{d}.git", rest.trim_end_matches('/'))
+}
+
+/// A repo announcement a GRASP relay at `service` accepts (GRASP-01): it
+/// lists `service` in its `relays` tag (with `relays`) and in a `clone`
+/// URL. Announcements the engine finds on other relays must look like
+/// this to be passed on.
+pub fn grasp_announcement(
+    k: &Keys,
+    d: &str,
+    service: &str,
+    relays: &[&str],
+    created_at: u64,
+) -> Event {
+    let mut values = vec!["relays", service];
+    values.extend_from_slice(relays);
+    let clone = clone_url(service, k, d);
+    super::sign(
+        k,
+        30617,
+        created_at,
+        vec![
+            super::tag(&["d", d]),
+            super::tag(&values),
+            super::tag(&["clone", &clone]),
+        ],
+        "",
+    )
 }
 
 /// nostr-rs-relay 0.8.12 (sqlite) in a child process, on its own port and
