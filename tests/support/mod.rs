@@ -372,6 +372,9 @@ pub struct Sim {
     pub pings: usize,
     /// Connections that stopped answering (half-open TCP).
     pub deaf: HashSet<RelayId>,
+    /// Debugging: print every message to or from the engine that contains
+    /// this text (an event id, a subscription id, a relay URL's host).
+    pub trace: Option<String>,
     /// Events the own relay refuses (`OK false`, e.g. by its GRASP-01
     /// rules): the engine's output is recorded in `ingested`, but the own
     /// relay neither stores it nor feeds it back.
@@ -405,6 +408,7 @@ impl Sim {
             connects: Vec::new(),
             pings: 0,
             deaf: HashSet::new(),
+            trace: None,
             sink_refuses: HashSet::new(),
         }
     }
@@ -462,6 +466,7 @@ impl Sim {
                 self.apply(action);
             } else if let Some((relay, msg)) = self.inbox.pop_front() {
                 if self.connected.contains(&relay) {
+                    self.trace_message("<-", relay, &msg);
                     self.engine.handle_message(self.now, relay, &msg);
                 }
             } else if let Some(Output::Ingest { relay, event }) = self.engine.poll_output() {
@@ -501,6 +506,7 @@ impl Sim {
                 if !self.connected.contains(&relay) {
                     return;
                 }
+                self.trace_message("->", relay, &message);
                 let replies = self
                     .relays
                     .get_mut(&url)
@@ -538,6 +544,16 @@ impl Sim {
                 }
                 self.inbox.retain(|(r, _)| *r != relay);
             }
+        }
+    }
+
+    fn trace_message(&self, dir: &str, relay: RelayId, msg: &str) {
+        let Some(needle) = &self.trace else { return };
+        let url = self.engine.relay_url(relay);
+        if msg.contains(needle.as_str()) || url.contains(needle.as_str()) {
+            let t = self.now.as_secs() as i64 - T0 as i64;
+            let cut = msg.char_indices().nth(3000).map_or(msg.len(), |(i, _)| i);
+            eprintln!("t{t:+} {url} {dir} {}", &msg[..cut]);
         }
     }
 
@@ -634,17 +650,23 @@ pub fn sign(k: &Keys, kind: u16, created_at: u64, tags: Vec<Tag>, content: &str)
         .expect("signing works")
 }
 
-/// A repo announcement listing `relays` in one `relays` tag, and the
-/// simulated own relay ([`OWN`]) as its GRASP server in a `clone` tag
-/// (`https://own.example/<npub>/<d>.git`): a remote copy is accepted
-/// (GRASP-01: `relays` and `clone`) exactly when `relays` lists us too.
+/// A repo announcement listing `relays` in one `relays` tag. When they
+/// list the simulated own relay ([`OWN`], any spelling), it is named as the
+/// GRASP server in a `clone` tag too (`https://own.example/<npub>/<d>.git`),
+/// as GRASP-01 wants of an announcement the own relay accepts.
 pub fn announcement(k: &Keys, d: &str, relays: &[&str], created_at: u64) -> Event {
     let mut values = vec!["relays"];
     values.extend_from_slice(relays);
-    let npub = k.public_key().to_bech32().expect("bech32 of a key");
+    let mut tags = vec![tag(&["d", d]), tag(&values)];
     let host = OWN.split_once("://").map_or(OWN, |(_, h)| h);
-    let clone = format!("https://{host}/{npub}/{d}.git");
-    let tags = vec![tag(&["d", d]), tag(&values), tag(&["clone", &clone])];
+    let lists_own = relays.iter().any(|r| {
+        r.split_once("://")
+            .is_some_and(|(_, rest)| rest.trim_end_matches('/').eq_ignore_ascii_case(host))
+    });
+    if lists_own {
+        let npub = k.public_key().to_bech32().expect("bech32 of a key");
+        tags.push(tag(&["clone", &format!("https://{host}/{npub}/{d}.git")]));
+    }
     sign(k, 30617, created_at, tags, "")
 }
 
