@@ -115,7 +115,7 @@ impl Engine {
         s.heard = true;
         let matched: Vec<usize> = s.matching(&event).collect();
         if !s.eose {
-            s.count_stored(event.created_at, &matched);
+            s.count_stored(event.id, event.created_at, &matched);
         }
         let scope = s.scope;
         let compacted_match = scope == Scope::Targets
@@ -302,6 +302,7 @@ impl Engine {
         }
         s.eose = true;
         s.heard = true;
+        s.end_stored();
         state.health.record_success();
         if s.scope == Scope::Own {
             // Everything before now is read: a re-subscription after a
@@ -368,6 +369,16 @@ impl Engine {
 
     /// A NOTICE that refuses something names no subscription: the refused
     /// one is the newest that has heard nothing yet.
+    ///
+    /// Too many tag values or kinds is different: khatru sends one NOTICE
+    /// per refused filter, so a REQ with three filters over the cap draws
+    /// three, and several REQs sent before the first refusal are refused
+    /// one after the other. Blaming those NOTICEs on REQs built since under
+    /// the lowered cap would halve the cap again for each (10, 5, 2),
+    /// chunk everything far below what the relay takes and push its live
+    /// set wide (kind-based, blind to NIP-10 replies). So a NOTICE still
+    /// due for a REQ already closed is only counted off, and one that is
+    /// not goes first to the oldest silent REQ that asked over the cap.
     fn on_notice(&mut self, relay: RelayId, text: &str, now: Time) {
         if self.neg_notice(relay, text, now) {
             return;
@@ -378,14 +389,43 @@ impl Engine {
         };
         info!("{}: refusing notice: {text}", self.relay_url(relay));
         let state = self.relay(relay);
+        let value_cap = matches!(refusal, Refusal::TooManyValues | Refusal::TooManyKinds);
+        if value_cap && state.late_notices > 0 {
+            state.late_notices -= 1;
+            return;
+        }
+        let limits = state.limits;
+        let asked = |s: &Subscription| match refusal {
+            Refusal::TooManyValues => s.filters.iter().map(values_in).collect(),
+            Refusal::TooManyKinds => s.filters.iter().map(kinds_in).collect(),
+            _ => Vec::new(),
+        };
+        let cap = |limits: &crate::relay::Limits| match refusal {
+            Refusal::TooManyValues => limits.tag_values,
+            _ => limits.kinds,
+        };
+        let sent_over_cap = state
+            .subs
+            .iter()
+            .filter(|(_, s)| !s.heard && asked(s).iter().any(|&n| n > cap(&limits)))
+            .map(|(id, _)| *id)
+            .min();
         let newest_silent = state
             .subs
             .iter()
             .filter(|(_, s)| !s.heard)
             .map(|(id, _)| *id)
             .max();
-        match newest_silent.and_then(|id| self.close_subscription(relay, id)) {
-            Some(s) => self.refused(relay, s, refusal, now),
+        let refused = sent_over_cap.or(newest_silent);
+        match refused.and_then(|id| self.close_subscription(relay, id)) {
+            Some(s) => {
+                let asked = asked(&s);
+                self.refused(relay, s, refusal, now);
+                let state = self.relay(relay);
+                let cap = cap(&state.limits);
+                let over = asked.iter().filter(|&&n| n > cap).count();
+                state.late_notices += over.saturating_sub(1);
+            }
             None => self.lower_limits(relay, refusal, 0),
         }
     }

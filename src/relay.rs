@@ -156,6 +156,9 @@ pub(crate) struct RelayState {
     /// Layer 1 (announcements) was refused before it was read to the end:
     /// the next live set asks it from the beginning.
     pub layer1_unread: bool,
+    /// Value or kind refusals still due by NOTICE for filters of REQs
+    /// already closed for the first of them (one NOTICE per refused filter).
+    pub late_notices: usize,
     /// Waiting for pending batches before consolidating.
     pub consolidating: bool,
     /// Historic work paused (after a refusal) until this time.
@@ -199,6 +202,7 @@ impl RelayState {
             live_mode: LiveMode::PerId,
             uncovered_since: None,
             layer1_unread: false,
+            late_notices: 0,
             consolidating: false,
             paused_until: None,
             epoch: 0,
@@ -254,6 +258,7 @@ impl RelayState {
         self.subs.clear();
         self.neg_jobs.clear();
         self.neg_bypass.clear();
+        self.late_notices = 0;
         self.consolidating = false;
         self.uncovered_since = None;
     }

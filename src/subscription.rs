@@ -6,7 +6,9 @@
 //! `created_at` seen, per filter, until a page comes back short. Without this
 //! a relay with a 500-event cap silently loses everything older.
 
-use nostr::prelude::{Event, Filter, MatchEventOptions, Timestamp};
+use std::collections::HashSet;
+
+use nostr::prelude::{Event, EventId, Filter, MatchEventOptions, Timestamp};
 
 use crate::index::Item;
 use crate::result_cap::ResultCap;
@@ -109,6 +111,9 @@ pub struct Subscription {
     pub filter_count: usize,
     stats: Vec<PageStats>,
     total: usize,
+    /// Ids counted in this page: a relay repeating one event (thousands of
+    /// copies) must not make a page look full. Emptied at EOSE.
+    counted: HashSet<EventId>,
 }
 
 /// A chunk of a pending batch that a subscription (chain) is fetching.
@@ -143,6 +148,7 @@ impl Subscription {
             started,
             stats,
             total: 0,
+            counted: HashSet::new(),
         }
     }
 
@@ -171,6 +177,11 @@ impl Subscription {
         }
     }
 
+    /// Stored events are over: the ids counted for paging are not needed.
+    pub fn end_stored(&mut self) {
+        self.counted = HashSet::new();
+    }
+
     /// Drops the filters of a live subscription whose stored events are
     /// over: thousands of relays times a few filters each (every one a
     /// B-tree of tag values) would be most of the engine's memory, and the
@@ -193,8 +204,12 @@ impl Subscription {
             .map(|(i, _)| i)
     }
 
-    /// Counts a stored event (before EOSE) toward the page of the filters it matched.
-    pub fn count_stored(&mut self, created_at: Timestamp, matched: &[usize]) {
+    /// Counts a stored event (before EOSE) toward the page of the filters
+    /// it matched, once per id: copies of one event are one event of the page.
+    pub fn count_stored(&mut self, id: EventId, created_at: Timestamp, matched: &[usize]) {
+        if !self.counted.insert(id) {
+            return;
+        }
         self.total += 1;
         let alone = matched.len() == 1;
         for &i in matched {
@@ -220,6 +235,13 @@ impl Subscription {
     /// again with a doubled `limit` (up to [`MAX_LIMIT_FACTOR`] times the
     /// page limit, which relays that allow larger pages will honour), and
     /// otherwise steps one second back, so the chain always ends.
+    ///
+    /// A page with more events than asked (a filter's own events past its
+    /// `limit`, or the REQ's past all its limits together) was cut by
+    /// neither our limit nor a cap: the relay ignores `limit`, so it sent
+    /// all it holds (or makes events up: a relay that answers every page
+    /// with a fresh full page would otherwise be paged one second at a
+    /// time, back to 1970). The chain ends.
     pub fn next_page(&self, limit: usize, cap: &mut ResultCap) -> Option<Vec<PageFilter>> {
         for s in &self.stats {
             let older = matches!((s.all.oldest, s.prev_oldest), (Some(o), Some(p)) if o < p);
@@ -227,10 +249,18 @@ impl Subscription {
                 cap.learn_cut(s.prev);
             }
         }
+        // More than asked: by one filter's own events, or by the REQ as a
+        // whole beyond what all its filters' limits allow.
+        let asked_of = |f: &Filter| f.limit.unwrap_or(limit);
+        let asked_all: usize = self.filters.iter().map(asked_of).sum();
+        let over = |(f, s): (&Filter, &PageStats)| s.own.count > asked_of(f);
+        if self.total > asked_all || self.filters.iter().zip(&self.stats).any(over) {
+            return None;
+        }
         let capped = self.total >= limit;
         let mut next = Vec::new();
         for (f, s) in self.filters.iter().zip(&self.stats) {
-            let asked = f.limit.unwrap_or(limit);
+            let asked = asked_of(f);
             let count = s.all.count;
             let cut = cap.may_be_cut(count, asked);
             // Short, and short of any proven cap: only the floor says it
@@ -330,10 +360,17 @@ mod tests {
             1,
             Time::default(),
         );
-        for &t in stamps {
-            sub.count_stored(Timestamp::from_secs(t), &[0]);
+        for (i, &t) in stamps.iter().enumerate() {
+            sub.count_stored(id(i), Timestamp::from_secs(t), &[0]);
         }
         sub
+    }
+
+    /// A distinct id for the `i`th event.
+    fn id(i: usize) -> EventId {
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+        EventId::from_byte_array(bytes)
     }
 
     /// 100 events, newest first, one per second from `top` down.
@@ -396,6 +433,30 @@ mod tests {
             .unwrap();
         assert_eq!(next[0].filter.until, Some(Timestamp::from_secs(699)));
         assert_eq!(next[0].filter.limit, Some(500));
+    }
+
+    #[test]
+    fn copies_of_one_event_count_once() {
+        let mut sub = page(vec![filter().limit(5)], &[]);
+        for _ in 0..10_000 {
+            sub.count_stored(id(7), Timestamp::from_secs(900), &[0]);
+        }
+        let mut cap = ResultCap::default();
+        cap.observe(5);
+        assert!(
+            sub.next_page(5, &mut cap).is_none(),
+            "one event, not a full page"
+        );
+    }
+
+    #[test]
+    fn more_than_asked_is_not_a_cut_page() {
+        let mut cap = ResultCap::default();
+        let flooded = page(vec![filter(), filter()], &[700; 2_000]);
+        assert!(
+            flooded.next_page(500, &mut cap).is_none(),
+            "2,000 events asked with limit 500: the relay ignores limit, nothing was cut"
+        );
     }
 
     #[test]
