@@ -394,20 +394,11 @@ impl Engine {
             state.late_notices -= 1;
             return;
         }
-        let limits = state.limits;
-        let asked = |s: &Subscription| match refusal {
-            Refusal::TooManyValues => s.filters.iter().map(values_in).collect(),
-            Refusal::TooManyKinds => s.filters.iter().map(kinds_in).collect(),
-            _ => Vec::new(),
-        };
-        let cap = |limits: &crate::relay::Limits| match refusal {
-            Refusal::TooManyValues => limits.tag_values,
-            _ => limits.kinds,
-        };
+        let cap = state.limits.value_cap(refusal);
         let sent_over_cap = state
             .subs
             .iter()
-            .filter(|(_, s)| !s.heard && asked(s).iter().any(|&n| n > cap(&limits)))
+            .filter(|(_, s)| !s.heard && counted(refusal, s).any(|n| n > cap))
             .map(|(id, _)| *id)
             .min();
         let newest_silent = state
@@ -419,10 +410,10 @@ impl Engine {
         let refused = sent_over_cap.or(newest_silent);
         match refused.and_then(|id| self.close_subscription(relay, id)) {
             Some(s) => {
-                let asked = asked(&s);
+                let asked: Vec<usize> = counted(refusal, &s).collect();
                 self.refused(relay, s, refusal, now);
                 let state = self.relay(relay);
-                let cap = cap(&state.limits);
+                let cap = state.limits.value_cap(refusal);
                 let over = asked.iter().filter(|&&n| n > cap).count();
                 state.late_notices += over.saturating_sub(1);
             }
@@ -461,11 +452,12 @@ impl Engine {
         }
         if refusal.is_limit() && !self.relays[relay.index()].limits.at_floor(refusal) {
             let hint = match refusal {
-                Refusal::TooManyValues => sub.filters.iter().map(values_in).max(),
-                Refusal::TooManyKinds => sub.filters.iter().map(kinds_in).max(),
-                _ => Some(open_before.saturating_sub(1).max(sub.filter_count)),
+                Refusal::TooManyValues | Refusal::TooManyKinds => {
+                    counted(refusal, &sub).max().unwrap_or(0)
+                }
+                _ => open_before.saturating_sub(1).max(sub.filter_count),
             };
-            self.lower_limits(relay, refusal, hint.unwrap_or(0));
+            self.lower_limits(relay, refusal, hint);
         } else {
             // A limit already as low as it goes is not a limit: retrying at
             // once would loop, so it backs off like any refusal.
@@ -549,6 +541,17 @@ fn values_in(filter: &Filter) -> usize {
 
 fn kinds_in(filter: &Filter) -> usize {
     filter.kinds.as_ref().map_or(0, |k| k.len())
+}
+
+/// Per filter of `sub`, what a value or kind refusal counts (nothing for
+/// other refusals).
+fn counted(refusal: Refusal, sub: &Subscription) -> impl Iterator<Item = usize> + '_ {
+    let count: Option<fn(&Filter) -> usize> = match refusal {
+        Refusal::TooManyValues => Some(values_in),
+        Refusal::TooManyKinds => Some(kinds_in),
+        _ => None,
+    };
+    sub.filters.iter().filter_map(move |f| count.map(|c| c(f)))
 }
 
 /// What becomes of a remote event that matched its subscription.

@@ -94,6 +94,16 @@ pub(crate) struct Limits {
 pub(crate) const MIN_MESSAGE_BYTES: usize = 4096;
 
 impl Limits {
+    /// The per-filter cap a value or kind refusal is about (`usize::MAX`
+    /// for other refusals).
+    pub fn value_cap(&self, refusal: Refusal) -> usize {
+        match refusal {
+            Refusal::TooManyValues => self.tag_values,
+            Refusal::TooManyKinds => self.kinds,
+            _ => usize::MAX,
+        }
+    }
+
     /// True when the limit `refusal` names cannot be lowered any further.
     pub fn at_floor(&self, refusal: Refusal) -> bool {
         match refusal {
