@@ -84,6 +84,13 @@ struct Repo {
     held: Option<Held>,
 }
 
+impl Repo {
+    /// The newest announcement seen: the one held back, else the one in force.
+    fn latest(&self) -> Option<(Timestamp, EventId)> {
+        self.held.as_ref().map(|h| h.stamp).or(self.announced)
+    }
+}
+
 /// An announcement held back: its stamp and relays.
 #[derive(Debug)]
 struct Held {
@@ -221,7 +228,7 @@ impl RepoIndex {
             return false;
         };
         let entry = &self.repos[repo.0 as usize];
-        let latest = entry.held.as_ref().map(|h| h.stamp).or(entry.announced);
+        let latest = entry.latest();
         latest.is_some_and(|cur| newer((event.created_at, event.id), cur))
     }
 
@@ -324,7 +331,7 @@ impl RepoIndex {
         let repo = self.intern_repo(&coord, identifier);
         let stamp = (event.created_at, event.id);
         let entry = &self.repos[repo.0 as usize];
-        let latest = entry.held.as_ref().map(|h| h.stamp).or(entry.announced);
+        let latest = entry.latest();
         if latest.is_some_and(|cur| !newer(stamp, cur)) {
             debug!(
                 "announcement {} for {coord} is not newer; ignored",

@@ -52,11 +52,6 @@ impl Service {
         }
     }
 
-    /// The own relay's URL as configured (normalized).
-    pub fn own_url(&self) -> &str {
-        &self.own_url
-    }
-
     /// The domain announcements must list.
     pub fn domain(&self) -> &str {
         &self.domain

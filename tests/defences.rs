@@ -16,13 +16,6 @@ const A: &str = "wss://a.example";
 const B: &str = "wss://b.example";
 const C: &str = "wss://c.example";
 
-/// Announces one repo on the own relay listing `relays`; returns its coord.
-fn announce(sim: &mut Sim, owner: &Keys, d: &str, relays: &[&str], created_at: u64) -> String {
-    let own = sim.own.clone();
-    sim.publish(&own, &announcement(owner, d, relays, created_at));
-    coord(owner, d)
-}
-
 /// The relays the index holds for a repo, as URLs, sorted.
 fn repo_relays(sim: &Sim, coord: &str) -> Vec<String> {
     let index = sim.engine.index();

@@ -18,13 +18,6 @@ const B: &str = "wss://b.example";
 const C: &str = "wss://c.example";
 const W: &str = "wss://w.example";
 
-/// Announces one repo on the own relay listing `relays`; returns its coord.
-fn announce(sim: &mut Sim, owner: &Keys, d: &str, relays: &[&str], created_at: u64) -> String {
-    let own = sim.own.clone();
-    sim.publish(&own, &announcement(owner, d, relays, created_at));
-    coord(owner, d)
-}
-
 /// An announcement as a GRASP-01 relay for `domain` accepts it: the
 /// service in `relays` and a clone URL on the domain.
 fn grasp_announcement(k: &Keys, d: &str, relays: &[&str], domain: &str, created_at: u64) -> Event {

@@ -13,13 +13,6 @@ const A: &str = "wss://a.example";
 const B: &str = "wss://b.example";
 const C: &str = "wss://c.example";
 
-/// Announces one repo on the own relay listing `relays`; returns its coord.
-fn announce(sim: &mut Sim, owner: &Keys, d: &str, relays: &[&str], created_at: u64) -> String {
-    let own = sim.own.clone();
-    sim.publish(&own, &announcement(owner, d, relays, created_at));
-    coord(owner, d)
-}
-
 #[test]
 fn rule1_self_subscription_kinds_batching_and_reconnect_since() {
     let mut sim = Sim::new(config());

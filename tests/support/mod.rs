@@ -670,6 +670,13 @@ pub fn announcement(k: &Keys, d: &str, relays: &[&str], created_at: u64) -> Even
     sign(k, 30617, created_at, tags, "")
 }
 
+/// Announces one repo on the own relay listing `relays`; returns its coord.
+pub fn announce(sim: &mut Sim, owner: &Keys, d: &str, relays: &[&str], created_at: u64) -> String {
+    let own = sim.own.clone();
+    sim.publish(&own, &announcement(owner, d, relays, created_at));
+    coord(owner, d)
+}
+
 pub fn coord(k: &Keys, d: &str) -> String {
     format!("30617:{}:{d}", k.public_key().to_hex())
 }
