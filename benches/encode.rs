@@ -1,5 +1,5 @@
 //! Encoding one packed REQ of 20 filters × 100 values (the engine's default
-//! limits): `grasp_sync::filters::req_message` against nostr's
+//! limits): `grasp_sync::internal::req_message` against nostr's
 //! `ClientMessage::req(..).as_json()`.
 //!
 //! - `req_message`: the engine's encoder.
@@ -15,7 +15,7 @@ use std::hint::black_box;
 
 use common::Rng;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use grasp_sync::filters::req_message;
+use grasp_sync::internal::req_message;
 use nostr::prelude::*;
 
 const FILTERS: usize = 20;

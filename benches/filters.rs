@@ -25,8 +25,8 @@ use std::hint::black_box;
 use common::seed;
 use common::*;
 use criterion::{BatchSize, Criterion, SamplingMode, criterion_group, criterion_main};
-use grasp_sync::filters::chunk_filters;
-use grasp_sync::index::RepoIndex;
+use grasp_sync::internal::RepoIndex;
+use grasp_sync::internal::chunk_filters;
 use grasp_sync::{Action, Config, Engine, Item, RelayId, Time};
 use nostr::prelude::*;
 

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use grasp_sync::seen::Seen;
+use grasp_sync::internal::Seen;
 use grasp_sync::{Action, Config, Engine, RelayId, Time};
 use nostr::prelude::*;
 

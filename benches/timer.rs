@@ -1,4 +1,4 @@
-//! `grasp_sync::timer::TimerWheel` against a `BinaryHeap` with lazy
+//! `grasp_sync::internal::TimerWheel` against a `BinaryHeap` with lazy
 //! deletion (a `HashSet` of cancelled ids), at 1k / 10k / 100k live timers:
 //! insert N, cancel half, then advance through all of them (poll until
 //! empty, jumping `now` to the next deadline each time).
@@ -16,7 +16,7 @@ use std::hint::black_box;
 
 use common::Rng;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use grasp_sync::timer::TimerWheel;
+use grasp_sync::internal::TimerWheel;
 
 const NOW: u64 = 1_700_000_000_000;
 const SEC: u64 = 1_000;

@@ -55,53 +55,39 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
-pub mod address;
-pub mod auth;
-pub mod cli;
-pub mod conduct;
-pub mod config;
-pub mod demo;
-mod diff;
-pub mod dns;
-pub mod engine;
-pub mod filters;
-pub mod health;
-pub mod hex;
-mod inbound;
-pub mod index;
-pub mod info_fetch;
-mod lifecycle;
-pub mod metrics;
-pub mod neg_sync;
-pub mod outbox;
-pub mod read_rate;
-pub mod reconcile;
-pub mod refusal;
-pub mod relay;
-pub mod relay_info;
-pub mod relay_url;
-mod requests;
-pub mod result_cap;
-pub mod rlimit;
-pub mod seen;
-pub mod service;
-pub mod shell;
-pub mod sink;
-pub mod sink_list;
-pub mod subscription;
+mod sans_io;
+mod shell;
+#[cfg(feature = "testing")]
 pub mod testing;
-pub mod time;
-pub mod timer;
-pub mod tls;
-pub mod ws;
 
-pub use config::Config;
-pub use engine::{Action, ConfigError, Engine, ItemCounts, ItemKey, Output, Stats};
-pub use health::Health;
-pub use index::{Item, RelayId, RepoId, RootId};
-pub use relay::{ItemState, Status};
-pub use relay_info::RelayInfo;
-pub use shell::{Shell, ShellHandle, ShellOptions, SinkTarget};
-pub use sink::Sink;
-pub use time::Time;
+// The public interface is:
+pub use sans_io::config::Config;
+pub use sans_io::engine::{
+    Action, ConfigError, Engine, ItemCounts, ItemKey, ItemState, Offence, Output, Stats, Status,
+};
+pub use sans_io::health::Health;
+pub use sans_io::index::{Item, RelayId, RepoId, RootId};
+pub use sans_io::relay_info::RelayInfo;
+pub use sans_io::relay_url::{UrlError, normalize as normalize_relay_url};
+pub use sans_io::time::Time;
+pub use shell::key_file::{KeyFileError, read_key_file};
+pub use shell::sink::Sink;
+pub use shell::{Shell, ShellError, ShellHandle, ShellOptions, SinkTarget};
+
+/// Parts the benches, fuzz targets and the binary reach into. Not a stable
+/// interface: anything here may change in any release.
+#[doc(hidden)]
+pub mod internal {
+    pub use crate::sans_io::address::{host_and_port, ip_literal, is_public};
+    pub use crate::sans_io::filters::{chunk_filters, req_message};
+    pub use crate::sans_io::hex;
+    pub use crate::sans_io::index::{RepoIndex, is_index_kind, is_repo_coord};
+    pub use crate::sans_io::reconcile::{Reconciliation, Step, means_unsupported};
+    pub use crate::sans_io::relay_url::{host_port, normalize, relay_of_clone_url};
+    pub use crate::sans_io::seen::Seen;
+    pub use crate::sans_io::timer::TimerWheel;
+    pub use crate::shell::rlimit::raise_fd_limit;
+    pub use crate::shell::tls::MaybeTls;
+}

@@ -688,7 +688,7 @@ fn private_name() -> Option<String> {
                     !addrs.is_empty()
                         && addrs
                             .iter()
-                            .all(|a| !grasp_sync::address::is_public(a.ip()))
+                            .all(|a| !grasp_sync::internal::is_public(a.ip()))
                 })
     })
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use grasp_sync::Config;
-use grasp_sync::relay_url::normalize;
+use grasp_sync::internal::normalize;
 use grasp_sync_fuzz::model::{Limits, Model};
 use grasp_sync_fuzz::{OWN, REMOTES, T0, World, keys, sign, tag};
 use libfuzzer_sys::fuzz_target;

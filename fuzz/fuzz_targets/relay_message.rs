@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use grasp_sync::conduct::Offence;
+use grasp_sync::Offence;
 use grasp_sync::{Config, RelayId};
 use grasp_sync_fuzz::{BOOT, Link, Listing, OWN, World, keys, pool};
 use libfuzzer_sys::fuzz_target;

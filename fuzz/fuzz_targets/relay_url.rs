@@ -5,7 +5,7 @@
 
 #![no_main]
 
-use grasp_sync::relay_url::{host_port, normalize, relay_of_clone_url};
+use grasp_sync::internal::{host_port, normalize, relay_of_clone_url};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &str| {

@@ -5,15 +5,15 @@
 //! its `relays` and `clone` tags without the own relay, and a root is synced
 //! wherever one of its first `cap` well-formed repo refs is.
 //!
-//! Shared by the `announcement` fuzz target and `tests/properties.rs`
+//! Shared by the `announcement` fuzz target and `tests/sim_properties.rs`
 //! (which includes this file by path).
 
 use std::cmp::Reverse;
 use std::collections::HashMap;
 
-use grasp_sync::address::{host_and_port, ip_literal, is_public};
-use grasp_sync::index::is_repo_coord;
-use grasp_sync::relay_url::{normalize, relay_of_clone_url};
+use grasp_sync::internal::is_repo_coord;
+use grasp_sync::internal::{host_and_port, ip_literal, is_public};
+use grasp_sync::internal::{normalize, relay_of_clone_url};
 use grasp_sync::{Engine, ItemKey};
 use nostr::prelude::{Event, EventId, Timestamp};
 

@@ -91,7 +91,7 @@ use tungstenite::handshake::server::{NoCallback, ServerHandshake};
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{HandshakeError, Message, WebSocket};
 
-use crate::tls::MaybeTls;
+use crate::shell::tls::MaybeTls;
 
 use auth::challenge;
 use neg::{NegSessions, neg_err};

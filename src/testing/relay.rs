@@ -53,7 +53,7 @@ use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use tungstenite::handshake::HandshakeError;
 use tungstenite::{Message, WebSocket};
 
-use crate::tls::MaybeTls;
+use crate::shell::tls::MaybeTls;
 
 use super::fault::{Answer, ConnFaults, Fault, Injector, Opening, Pace, Upgrade};
 use super::limits::{

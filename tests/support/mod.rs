@@ -185,9 +185,9 @@ impl FakeRelay {
         let Some(neg) = self.neg_sessions.get_mut(&sub) else {
             return vec![format!(r#"["NEG-ERR","{sub}","closed: unknown"]"#)];
         };
-        let bytes = grasp_sync::hex::decode(hex).unwrap();
+        let bytes = grasp_sync::internal::hex::decode(hex).unwrap();
         let reply = neg.reconcile(&bytes).unwrap();
-        let hex = grasp_sync::hex::encode(&reply);
+        let hex = grasp_sync::internal::hex::encode(&reply);
         vec![format!(r#"["NEG-MSG","{sub}","{hex}"]"#)]
     }
 
@@ -393,7 +393,7 @@ pub fn config() -> Config {
 impl Sim {
     pub fn new(config: Config) -> Sim {
         let now = Time::from_secs(T0);
-        let own = grasp_sync::relay_url::normalize(&config.own_relay).unwrap();
+        let own = grasp_sync::normalize_relay_url(&config.own_relay).unwrap();
         let engine = Engine::new(config, now).expect("valid config");
         let mut relays = HashMap::new();
         relays.insert(own.clone(), FakeRelay::new());
@@ -480,7 +480,7 @@ impl Sim {
                 // The own relay accepted it: the shell feeds accepted
                 // announcements and roots back (its `OK true`), as an
                 // embedding relay feeds what it stores.
-                if grasp_sync::index::is_index_kind(event.kind) {
+                if grasp_sync::internal::is_index_kind(event.kind) {
                     self.engine.handle_local_event(self.now, *event);
                 }
             } else {

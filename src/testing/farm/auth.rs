@@ -15,14 +15,14 @@ use rand::rngs::SmallRng;
 
 /// How far an AUTH event's `created_at` may be from now, in seconds: NIP-42
 /// says "about 10 minutes".
-pub const MAX_SKEW_SECS: u64 = 600;
+pub(super) const MAX_SKEW_SECS: u64 = 600;
 
 /// A new challenge: 16 random bytes as hex, so one connection's AUTH event
 /// cannot be replayed on another.
-pub fn challenge(rng: &mut SmallRng) -> String {
+pub(super) fn challenge(rng: &mut SmallRng) -> String {
     let mut bytes = [0u8; 16];
     rng.fill_bytes(&mut bytes);
-    crate::hex::encode(&bytes)
+    crate::sans_io::hex::encode(&bytes)
 }
 
 /// Why an AUTH event was refused (the `OK false` message), or `Ok` when it
@@ -31,7 +31,7 @@ pub fn challenge(rng: &mut SmallRng) -> String {
 /// `now`. NIP-42: kind 22242, our challenge in a `challenge` tag, a `relay`
 /// tag naming this relay (its port: the host may be written several ways),
 /// `created_at` within [`MAX_SKEW_SECS`], and a valid id and signature.
-pub fn check(
+pub(super) fn check(
     event: &Event,
     challenge: Option<&str>,
     port: u16,

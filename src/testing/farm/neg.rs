@@ -16,22 +16,22 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use crate::hex::{decode, encode};
+use crate::sans_io::hex::{decode, encode};
 use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use nostr::prelude::{EventId, RelayMessage, SubscriptionId, Timestamp};
 
 /// Largest frame the responder sends, in bytes before hex, as rust-nostr's
 /// relays (`Negentropy::owned(storage, 60_000)`).
-pub const FRAME_LIMIT: u64 = 60_000;
+pub(super) const FRAME_LIMIT: u64 = 60_000;
 
 /// Most reconciliations open at once on one connection. Each holds a copy
 /// of its filter's `(created_at, id)` set (40 bytes an event); a client
 /// opening sessions without end is refused rather than fed memory.
-pub const MAX_SESSIONS: usize = 64;
+pub(super) const MAX_SESSIONS: usize = 64;
 
 /// The open reconciliations of one connection, by subscription id.
 #[derive(Default)]
-pub struct NegSessions {
+pub(super) struct NegSessions {
     sessions: HashMap<SubscriptionId, Negentropy<'static, NegentropyStorageVector>>,
 }
 
@@ -39,7 +39,7 @@ impl NegSessions {
     /// `NEG-OPEN`: a session over `items` (the relay's matches for the
     /// filter), answering `initial` (hex). An open session with the same id
     /// is replaced, as NIP-77 says. Returns `NEG-MSG` or `NEG-ERR`.
-    pub fn open(
+    pub(super) fn open(
         &mut self,
         sub: SubscriptionId,
         items: impl IntoIterator<Item = (Timestamp, EventId)>,
@@ -73,7 +73,7 @@ impl NegSessions {
     /// `NEG-MSG`: the next frame of an open session. An unknown session,
     /// bad hex or a frame negentropy refuses is a `NEG-ERR` (and ends the
     /// session).
-    pub fn message(&mut self, sub: SubscriptionId, hex: &str) -> RelayMessage<'static> {
+    pub(super) fn message(&mut self, sub: SubscriptionId, hex: &str) -> RelayMessage<'static> {
         let Some(negentropy) = self.sessions.get_mut(&sub) else {
             return neg_err(sub, "closed: no such negentropy session");
         };
@@ -94,7 +94,7 @@ impl NegSessions {
     }
 
     /// `NEG-CLOSE`: forgets the session (unknown ones are ignored).
-    pub fn close(&mut self, sub: &SubscriptionId) {
+    pub(super) fn close(&mut self, sub: &SubscriptionId) {
         self.sessions.remove(sub);
     }
 
@@ -106,7 +106,7 @@ impl NegSessions {
 }
 
 /// `["NEG-ERR", sub, reason]`.
-pub fn neg_err(sub: SubscriptionId, reason: &str) -> RelayMessage<'static> {
+pub(super) fn neg_err(sub: SubscriptionId, reason: &str) -> RelayMessage<'static> {
     RelayMessage::NegErr {
         subscription_id: Cow::Owned(sub),
         message: Cow::Owned(reason.to_owned()),

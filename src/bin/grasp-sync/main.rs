@@ -1,0 +1,124 @@
+//! The `grasp-sync` binary: parse flags and environment, run the shell.
+
+mod cli;
+mod demo;
+
+use std::process::ExitCode;
+
+use grasp_sync::{Shell, ShellHandle, ShellOptions, SinkTarget};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use cli::{Command, Options};
+
+fn main() -> ExitCode {
+    let is_demo = std::env::args().nth(1).as_deref() == Some("demo");
+    // The demo prints its own progress; engine logs would drown it unless asked for.
+    let default_level = if is_demo { "error" } else { "info" };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("demo") {
+        return demo(&args[1..]);
+    }
+    let command = match cli::parse(args, &|name| std::env::var(name).ok()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("grasp-sync: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match command {
+        Command::Help => {
+            print!("{}", cli::help_text());
+            ExitCode::SUCCESS
+        }
+        Command::Version => {
+            println!("{}", cli::version_text());
+            ExitCode::SUCCESS
+        }
+        Command::Run(options) => run(options),
+    }
+}
+
+/// `grasp-sync demo ...`: exit 0 only if every expected event arrived.
+fn demo(args: &[String]) -> ExitCode {
+    let opts = match demo::parse_args(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("grasp-sync: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match demo::run(&opts) {
+        Ok(summary) => {
+            println!("{}", summary.line());
+            if summary.synced == summary.expected {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("grasp-sync: demo: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(mut options: Options) -> ExitCode {
+    let _ = grasp_sync::internal::raise_fd_limit();
+    if !options.seed_given {
+        // Jitter only needs to differ between instances, not to be secret.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        options.config.seed = nanos ^ (u64::from(std::process::id()) << 32);
+    }
+    let shell_options = ShellOptions {
+        allow_private_addresses: options.allow_private_addresses,
+        max_relays: options.max_relays,
+        extra_ca_files: options.extra_ca_files,
+        max_frame_bytes: options.max_frame_bytes,
+        max_frames_per_sec: options.max_frames_per_sec,
+        shutdown_timeout: options.shutdown_timeout,
+        metrics: options.metrics,
+        ..ShellOptions::default()
+    };
+    let shell = match Shell::new(options.config, shell_options, SinkTarget::OwnRelay) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("grasp-sync: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = stop_on_signals(shell.handle()) {
+        eprintln!("grasp-sync: cannot handle signals: {e}");
+        return ExitCode::from(2);
+    }
+    if let Some(addr) = shell.metrics_addr() {
+        log::info!("metrics on http://{addr}/metrics");
+    }
+    match shell.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("grasp-sync: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// SIGINT or SIGTERM starts the shell's graceful shutdown (flush the outbox,
+/// then exit). The library installs no signal handlers, since an embedding
+/// relay owns its process; the binary waits for them on a thread of its own
+/// that sleeps in the kernel until a signal comes.
+fn stop_on_signals(handle: ShellHandle) -> std::io::Result<()> {
+    let mut signals = Signals::new([SIGINT, SIGTERM])?;
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            log::info!("signal received; shutting down");
+            handle.shutdown();
+        }
+    });
+    Ok(())
+}

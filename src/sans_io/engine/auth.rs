@@ -1,0 +1,129 @@
+//! NIP-42 AUTH: answering a relay's challenge, and retrying what it refused
+//! with `auth-required:` once it accepted us.
+//!
+//! Many relays serve nothing until the client authenticates. With a key
+//! configured, every challenge is answered once with a signed kind 22242
+//! event (`relay` and `challenge` tags, `created_at` = now). A REQ refused
+//! with `auth-required:` is paused with the usual backoff, so a relay that
+//! never sends a challenge or never accepts us costs a retry now and then,
+//! never a loop; when the relay's `OK` accepts our AUTH, the paused work is
+//! resumed at once. `restricted:` after AUTH is an ordinary refusal with
+//! backoff: we are known and not allowed. Without a key, `auth-required:`
+//! is logged once per connection, counted, and backed off.
+
+use log::{info, warn};
+use nostr::prelude::*;
+
+use crate::sans_io::engine::relay::Status;
+use crate::sans_io::engine::{Action, Engine};
+use crate::sans_io::index::RelayId;
+use crate::sans_io::time::Time;
+
+/// Where a relay connection stands with NIP-42.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) enum AuthState {
+    /// No challenge seen on this connection.
+    #[default]
+    Unchallenged,
+    /// Challenged; nothing sent (no key, or nothing to retry yet).
+    Challenged(String),
+    /// Our AUTH event is out, waiting for its `OK`.
+    Sent(EventId),
+    /// The relay accepted us.
+    Accepted,
+    /// The relay rejected our AUTH; not tried again on this connection.
+    Rejected,
+}
+
+impl Engine {
+    /// `["AUTH", challenge]`: answer it when a key is configured.
+    pub(crate) fn on_auth_challenge(&mut self, relay: RelayId, challenge: &str, now: Time) {
+        let state = self.relay(relay);
+        if matches!(
+            state.auth,
+            AuthState::Sent(_) | AuthState::Accepted | AuthState::Rejected
+        ) {
+            // One answer per connection: a relay re-challenging in a loop
+            // gets no loop from us.
+            return;
+        }
+        state.auth = AuthState::Challenged(challenge.to_owned());
+        if self.config.auth_keys.is_some() {
+            self.send_auth(relay, now);
+        }
+    }
+
+    /// A REQ was refused with `auth-required:`; the caller pauses the work.
+    pub(crate) fn on_auth_required(&mut self, relay: RelayId, now: Time) {
+        self.stats.auth_required += 1;
+        if self.config.auth_keys.is_none() {
+            let state = self.relay(relay);
+            if !state.auth_required_logged {
+                state.auth_required_logged = true;
+                warn!(
+                    "{} requires NIP-42 AUTH and no --auth-key-file is set; backing off",
+                    self.relay_url(relay)
+                );
+            }
+            return;
+        }
+        if matches!(self.relays[relay.index()].auth, AuthState::Challenged(_)) {
+            self.send_auth(relay, now);
+        }
+    }
+
+    /// `["OK", id, accepted, message]`: the answer to our AUTH, if it is ours.
+    pub(crate) fn on_ok(
+        &mut self,
+        relay: RelayId,
+        id: &EventId,
+        accepted: bool,
+        message: &str,
+        now: Time,
+    ) {
+        if self.relays[relay.index()].auth != AuthState::Sent(*id) {
+            return;
+        }
+        if !accepted {
+            self.stats.auth_failures += 1;
+            self.relay(relay).auth = AuthState::Rejected;
+            warn!("{}: AUTH rejected: {message}", self.relay_url(relay));
+            return;
+        }
+        info!("{}: authenticated", self.relay_url(relay));
+        let state = self.relay(relay);
+        state.auth = AuthState::Accepted;
+        if state.paused_until.is_none() {
+            return;
+        }
+        // Resuming re-opens a refused self-subscription with the `since`
+        // it had, so a first read refused for AUTH starts from the beginning.
+        let epoch = state.epoch;
+        self.on_resume(relay, epoch, now);
+    }
+
+    fn send_auth(&mut self, relay: RelayId, now: Time) {
+        let AuthState::Challenged(challenge) = &self.relays[relay.index()].auth else {
+            return;
+        };
+        let Some(keys) = &self.config.auth_keys else {
+            return;
+        };
+        let url = self.index.relay_url(relay);
+        let event = match crate::sans_io::nip42::auth_event(keys, url, challenge, now) {
+            Ok(event) => event,
+            Err(e) => {
+                warn!("{url}: could not sign AUTH: {e}");
+                return;
+            }
+        };
+        self.stats.auth_attempts += 1;
+        let state = &mut self.relays[relay.index()];
+        if state.status != Status::Connected {
+            return;
+        }
+        state.auth = AuthState::Sent(event.id);
+        let message = ClientMessage::auth(event).as_json();
+        self.actions.push_back(Action::Send { relay, message });
+    }
+}

@@ -1,0 +1,189 @@
+//! Relay conduct: how much abuse a relay has shown, and what it costs it.
+//!
+//! Every relay on the internet is untrusted. One bad event is not a reason
+//! to drop a relay (it may have relayed a broken client's event), but a
+//! relay that keeps sending forged events, garbage JSON or frames that break
+//! the websocket protocol is either broken or hostile, and each of its
+//! messages costs us a parse and a signature check. So offences add
+//! strikes, weighted by how unlikely an honest relay is to commit them; at
+//! [`STRIKES_PER_PENALTY`] in one connection the relay is cut and
+//! penalised. Penalties never reset while the process runs: each one adds
+//! [`BACKOFF_STEPS_PER_PENALTY`] doublings to the relay's reconnect backoff,
+//! so a relay that misbehaves again and again is tried rarer and rarer,
+//! while every other relay is unaffected.
+
+use log::warn;
+
+use crate::sans_io::engine::relay::Status;
+use crate::sans_io::engine::{Action, Engine};
+use crate::sans_io::index::RelayId;
+use crate::sans_io::time::Time;
+
+/// What a relay did wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Offence {
+    /// An event whose id or signature does not verify.
+    InvalidEvent,
+    /// A message that is not valid NIP-01 JSON.
+    Malformed,
+    /// An event outside the exact filter it was sent for.
+    OutsideFilter,
+    /// A websocket protocol violation or a frame over the size cap; the
+    /// connection is already gone, so this one costs a penalty at once.
+    Protocol,
+}
+
+impl Offence {
+    /// Strikes this offence adds. Outside-filter events are cheap to check
+    /// and can be an honest relay's loose matching, so they weigh least.
+    fn weight(self) -> u32 {
+        match self {
+            Offence::InvalidEvent | Offence::Malformed => 10,
+            Offence::OutsideFilter => 1,
+            Offence::Protocol => STRIKES_PER_PENALTY,
+        }
+    }
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Offence::InvalidEvent => "invalid_event",
+            Offence::Malformed => "malformed",
+            Offence::OutsideFilter => "outside_filter",
+            Offence::Protocol => "protocol",
+        }
+    }
+
+    /// Every offence, for metrics.
+    pub const ALL: [Offence; 4] = [
+        Offence::InvalidEvent,
+        Offence::Malformed,
+        Offence::OutsideFilter,
+        Offence::Protocol,
+    ];
+}
+
+/// Strikes in one connection that get a relay cut and penalised.
+pub(super) const STRIKES_PER_PENALTY: u32 = 100;
+
+/// Backoff doublings each penalty adds (×4 per penalty).
+pub(super) const BACKOFF_STEPS_PER_PENALTY: u32 = 2;
+
+/// One relay's record.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Conduct {
+    /// Strikes in the current connection.
+    strikes: u32,
+    /// Penalties since the process started.
+    penalties: u32,
+}
+
+impl Conduct {
+    /// Records `offence`; true when it earns a penalty (the caller cuts the
+    /// relay). Strikes start again from zero after a penalty.
+    pub(crate) fn offend(&mut self, offence: Offence) -> bool {
+        self.strikes = self.strikes.saturating_add(offence.weight());
+        if self.strikes < STRIKES_PER_PENALTY {
+            return false;
+        }
+        self.strikes = 0;
+        self.penalties = self.penalties.saturating_add(1);
+        true
+    }
+
+    /// A new connection starts with a clean slate of strikes, not of penalties.
+    pub(crate) fn on_connect(&mut self) {
+        self.strikes = 0;
+    }
+
+    /// Extra backoff doublings the relay has earned.
+    pub(crate) fn backoff_steps(&self) -> u32 {
+        self.penalties.saturating_mul(BACKOFF_STEPS_PER_PENALTY)
+    }
+
+    /// Penalties so far.
+    pub(crate) fn penalties(&self) -> u32 {
+        self.penalties
+    }
+}
+
+impl Engine {
+    /// `relay` committed `offence` (the shell reports protocol violations;
+    /// the engine finds the rest itself). Enough of them in one connection
+    /// cut the relay and lengthen its backoff; the own relay is trusted.
+    pub fn handle_offence(&mut self, now: Time, relay: RelayId, offence: Offence) {
+        if relay == self.own || relay.index() >= self.relays.len() {
+            return;
+        }
+        self.stats.offences[offence as usize] += 1;
+        if !self.relays[relay.index()].conduct.offend(offence) {
+            return;
+        }
+        self.stats.penalties += 1;
+        warn!(
+            "{}: penalised for misbehaving ({}; {} penalties)",
+            self.relay_url(relay),
+            offence.label(),
+            self.relays[relay.index()].conduct.penalties()
+        );
+        if self.relays[relay.index()].status != Status::Disconnected {
+            self.actions.push_back(Action::Disconnect { relay });
+            self.fail_connection(relay, now);
+        }
+    }
+
+    /// Penalties `relay` has earned so far.
+    pub fn relay_penalties(&self, relay: RelayId) -> u32 {
+        self.relays
+            .get(relay.index())
+            .map_or(0, |s| s.conduct.penalties())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_few_bad_events_are_tolerated_a_stream_is_not() {
+        let mut c = Conduct::default();
+        for _ in 0..9 {
+            assert!(!c.offend(Offence::InvalidEvent));
+        }
+        assert!(c.offend(Offence::InvalidEvent));
+        assert_eq!(c.penalties(), 1);
+        assert_eq!(c.backoff_steps(), 2);
+    }
+
+    #[test]
+    fn outside_filter_events_weigh_least() {
+        let mut c = Conduct::default();
+        for _ in 0..99 {
+            assert!(!c.offend(Offence::OutsideFilter));
+        }
+        assert!(c.offend(Offence::OutsideFilter));
+    }
+
+    #[test]
+    fn a_protocol_violation_is_penalised_at_once() {
+        let mut c = Conduct::default();
+        assert!(c.offend(Offence::Protocol));
+        assert!(c.offend(Offence::Protocol));
+        assert_eq!(c.backoff_steps(), 4);
+    }
+
+    #[test]
+    fn strikes_reset_per_connection_penalties_do_not() {
+        let mut c = Conduct::default();
+        for _ in 0..9 {
+            c.offend(Offence::Malformed);
+        }
+        c.on_connect();
+        for _ in 0..9 {
+            assert!(!c.offend(Offence::Malformed));
+        }
+        assert!(c.offend(Offence::Malformed));
+        c.on_connect();
+        assert_eq!(c.penalties(), 1);
+    }
+}

@@ -1,0 +1,228 @@
+//! The three-way diff, incremental: target − pending − confirmed.
+//!
+//! An index update reports exactly which (relay, item) targets it added or
+//! removed. Only those relays are touched: a new target becomes `Queued`
+//! (the diff's "new"), a lost one disappears with whatever state it had.
+//! Queued items of connected relays are then grouped into one pending batch
+//! per relay, split into chunks, and handed to the request scheduler. A
+//! batch is confirmed when every chunk has reached its last EOSE; a failed
+//! batch sends its items back to `Queued`.
+
+use log::{debug, info};
+use nostr::prelude::Event;
+
+use crate::sans_io::engine::relay::{Batch, ItemState, Slot, Status};
+use crate::sans_io::engine::{Engine, Timer};
+use crate::sans_io::index::{Item, RelayId, RepoId};
+use crate::sans_io::subscription::WorkRef;
+use crate::sans_io::time::Time;
+
+impl Engine {
+    /// Adds an own-relay (or locally accepted) event to the batch window,
+    /// opening the window on the first event. The window is not extended by
+    /// later events, so a steady stream still produces a batch per window.
+    pub(crate) fn push_to_batch(&mut self, now: Time, event: Event) {
+        self.batch.push(event);
+        self.open_batch_window(now);
+    }
+
+    /// A verified announcement from another relay that drops the service
+    /// joins the window too, to withdraw its repo.
+    pub(crate) fn push_withdrawal(&mut self, now: Time, event: Event) {
+        self.withdrawals.push(event);
+        self.open_batch_window(now);
+    }
+
+    fn open_batch_window(&mut self, now: Time) {
+        if !self.batch_open {
+            self.batch_open = true;
+            self.arm(now + self.config.batch_window, Timer::BatchWindow);
+        }
+    }
+
+    /// The window closed: update the index and diff the touched relays.
+    pub(crate) fn close_batch_window(&mut self, now: Time) {
+        self.batch_open = false;
+        let events = std::mem::take(&mut self.batch);
+        let withdrawals = std::mem::take(&mut self.withdrawals);
+        let mut changes = std::mem::take(&mut self.changes);
+        for event in &events {
+            self.index.apply(event, now, &mut changes);
+        }
+        for event in &withdrawals {
+            self.index.withdraw(event, now, &mut changes);
+        }
+        for (repo, due) in self.index.take_holds() {
+            self.arm(due, Timer::ReleaseHeld(repo));
+        }
+        debug!(
+            "batch of {} events: {} target changes",
+            events.len(),
+            changes.len()
+        );
+        self.apply_changes(&changes, now);
+        changes.clear();
+        self.changes = changes;
+    }
+
+    /// A repo's held relay change is due: apply it.
+    pub(crate) fn release_held(&mut self, repo: RepoId, now: Time) {
+        let mut changes = std::mem::take(&mut self.changes);
+        self.index.release_held(repo, now, &mut changes);
+        self.apply_changes(&changes, now);
+        changes.clear();
+        self.changes = changes;
+    }
+
+    /// Applies target changes to the relay table; touched relays that are
+    /// connected get their new items diffed, disconnected ones are connected.
+    pub(crate) fn apply_changes(
+        &mut self,
+        changes: &[crate::sans_io::index::TargetChange],
+        now: Time,
+    ) {
+        self.ensure_relay_slots();
+        let mut touched = Vec::new();
+        for change in changes {
+            let state = &mut self.relays[change.relay.index()];
+            if change.added {
+                let slot = state.items.entry(change.item).or_insert(Slot {
+                    refs: 0,
+                    state: ItemState::Queued,
+                });
+                slot.refs += 1;
+                if slot.refs == 1 && state.status == Status::Connected {
+                    state.queued.push(change.item);
+                }
+            } else if let Some(slot) = state.items.get_mut(&change.item) {
+                slot.refs -= 1;
+                if slot.refs == 0 {
+                    state.items.remove(&change.item);
+                }
+            }
+            if touched.last() != Some(&change.relay) {
+                touched.push(change.relay);
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for relay in touched {
+            match self.relays[relay.index()].status {
+                Status::Connected => self.dirty.push(relay),
+                Status::Disconnected if self.wants_connection(relay) => self.connect(relay, now),
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs the diff and the scheduler for every relay marked dirty.
+    pub(crate) fn flush(&mut self, now: Time) {
+        while let Some(relay) = self.dirty.pop() {
+            self.diff_relay(relay);
+            self.schedule(relay, now);
+        }
+    }
+
+    /// Turns a connected relay's queued items into one pending batch.
+    fn diff_relay(&mut self, relay: RelayId) {
+        let chunk_size = self.chunk_size(relay);
+        let batch_id = self.next_batch;
+        let state = &mut self.relays[relay.index()];
+        if state.status != Status::Connected || state.paused_until.is_some() {
+            return;
+        }
+        let mut repos = Vec::new();
+        let mut roots = Vec::new();
+        for item in std::mem::take(&mut state.queued) {
+            let Some(slot) = state.items.get_mut(&item) else {
+                continue;
+            };
+            if slot.state != ItemState::Queued {
+                continue;
+            }
+            slot.state = ItemState::Pending(batch_id);
+            match item {
+                Item::Repo(_) => repos.push(item),
+                Item::Root(_) => roots.push(item),
+            }
+        }
+        if repos.is_empty() && roots.is_empty() {
+            return;
+        }
+        self.next_batch += 1;
+        let mut chunks = 0;
+        for part in [repos.as_slice(), roots.as_slice()] {
+            for chunk in part.chunks(chunk_size) {
+                state.work.push_back(WorkRef {
+                    batch: batch_id,
+                    items: chunk.to_vec(),
+                });
+                chunks += 1;
+            }
+        }
+        debug!(
+            "batch {batch_id}: {} repos, {} roots in {chunks} chunks",
+            repos.len(),
+            roots.len()
+        );
+        repos.extend(roots);
+        state.batches.insert(
+            batch_id,
+            Batch {
+                items: repos,
+                chunks_left: chunks,
+            },
+        );
+    }
+
+    /// One chunk of `batch` reached its last EOSE.
+    pub(crate) fn complete_chunk(&mut self, relay: RelayId, batch: u64) {
+        let state = &mut self.relays[relay.index()];
+        let Some(b) = state.batches.get_mut(&batch) else {
+            return;
+        };
+        b.chunks_left = b.chunks_left.saturating_sub(1);
+        if b.chunks_left > 0 {
+            return;
+        }
+        let Some(done) = state.batches.remove(&batch) else {
+            return;
+        };
+        for item in &done.items {
+            if let Some(slot) = state.items.get_mut(item)
+                && slot.state == ItemState::Pending(batch)
+            {
+                slot.state = ItemState::Confirmed;
+            }
+        }
+        state.health.record_progress();
+        self.stats.batches_confirmed += 1;
+        debug!(
+            "{}: batch {batch} confirmed ({} items)",
+            self.index.relay_url(relay),
+            done.items.len()
+        );
+    }
+
+    /// A chunk of `batch` failed: the whole batch goes back to the diff.
+    pub(crate) fn fail_batch(&mut self, relay: RelayId, batch: u64) {
+        let state = &mut self.relays[relay.index()];
+        let Some(failed) = state.batches.remove(&batch) else {
+            return;
+        };
+        for item in failed.items {
+            if let Some(slot) = state.items.get_mut(&item)
+                && slot.state == ItemState::Pending(batch)
+            {
+                slot.state = ItemState::Queued;
+                state.queued.push(item);
+            }
+        }
+        state.work.retain(|w| w.batch != batch);
+        self.stats.batches_failed += 1;
+        info!(
+            "{}: batch {batch} failed; items back to the diff",
+            self.index.relay_url(relay)
+        );
+    }
+}

@@ -1,0 +1,616 @@
+//! Messages from relays: events, EOSE, CLOSED, NOTICE.
+//!
+//! Everything here is hostile input. A message that does not parse is
+//! counted and dropped. An event is dropped if it answers no subscription of
+//! ours, if it was seen before (checked before the costly signature
+//! verification), if its id or signature is wrong, or if it does not match
+//! what the subscription asked. Only then does it reach the sink.
+
+use log::{debug, info, warn};
+use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
+
+use crate::sans_io::engine::conduct::Offence;
+use crate::sans_io::engine::relay::{LiveMode, MIN_MESSAGE_BYTES, Status};
+use crate::sans_io::engine::{Engine, Output, Timer};
+use crate::sans_io::index::{Item, KIND_ANNOUNCEMENT, KIND_STATE, RelayId, is_index_kind};
+use crate::sans_io::refusal::Refusal;
+use crate::sans_io::subscription::{NextPage, Purpose, Scope, Subscription};
+use crate::sans_io::time::Time;
+
+impl Engine {
+    /// A text frame from `relay`.
+    pub fn handle_message(&mut self, now: Time, relay: RelayId, text: &str) {
+        if relay.index() >= self.relays.len()
+            || self.relays[relay.index()].status != Status::Connected
+        {
+            return;
+        }
+        self.relay(relay).last_heard = now;
+        if self.drop_live_duplicate(relay, text) {
+            return;
+        }
+        let message = match RelayMessage::from_json(text) {
+            Ok(m) => m,
+            Err(e) => {
+                self.stats.messages_malformed += 1;
+                debug!("{}: malformed message ({e})", self.relay_url(relay));
+                self.handle_offence(now, relay, Offence::Malformed);
+                return;
+            }
+        };
+        match message {
+            RelayMessage::Event {
+                subscription_id,
+                event,
+            } => self.on_event(
+                relay,
+                sub_key(subscription_id.as_str()),
+                event.into_owned(),
+                now,
+            ),
+            RelayMessage::EndOfStoredEvents(sub) => self.on_eose(relay, sub_key(sub.as_str()), now),
+            RelayMessage::Closed {
+                subscription_id,
+                message,
+            } => self.on_closed(relay, sub_key(subscription_id.as_str()), &message, now),
+            RelayMessage::Notice(text) => self.on_notice(relay, &text, now),
+            RelayMessage::Auth { challenge } => self.on_auth_challenge(relay, &challenge, now),
+            ref m @ (RelayMessage::NegMsg {
+                ref subscription_id,
+                ..
+            }
+            | RelayMessage::NegErr {
+                ref subscription_id,
+                ..
+            }) => {
+                let sub = sub_key(subscription_id.as_str());
+                self.on_neg_message(relay, sub, m, now)
+            }
+            RelayMessage::Ok {
+                event_id,
+                status,
+                message,
+            } => self.on_ok(relay, &event_id, status, &message, now),
+            _ => {}
+        }
+        self.flush(now);
+    }
+
+    /// The cheap path for the commonest message of all: an event we already
+    /// have, arriving live from another relay. Its id is read straight from
+    /// the text (an EVENT holds one object, so the only raw `"id":"` in it
+    /// is the event's id: quotes inside strings are escaped), and a known
+    /// id on a subscription past its stored events is dropped without
+    /// parsing the JSON, the key or the signature. Stored-phase duplicates
+    /// still take the full path: pagination must count them.
+    fn drop_live_duplicate(&mut self, relay: RelayId, text: &str) -> bool {
+        if relay == self.own {
+            return false;
+        }
+        let Some((sub, id)) = peek_event(text) else {
+            return false;
+        };
+        if !self.seen.contains(&id) {
+            return false;
+        }
+        let subs = &mut self.relays[relay.index()].subs;
+        match sub_key(sub).and_then(|k| subs.get_mut(&k)) {
+            Some(s) if s.eose => s.heard = true,
+            _ => return false,
+        }
+        self.stats.events_received += 1;
+        self.stats.events_duplicate += 1;
+        true
+    }
+
+    fn on_event(&mut self, relay: RelayId, sub: Option<u64>, event: Event, now: Time) {
+        let own = relay == self.own;
+        if !own {
+            self.stats.events_received += 1;
+        }
+        let Some(s) = sub.and_then(|id| self.relays[relay.index()].subs.get_mut(&id)) else {
+            self.stats.events_unwanted += 1;
+            return;
+        };
+        s.heard = true;
+        let matched: Vec<usize> = s.matching(&event).collect();
+        if !s.eose {
+            s.count_stored(event.id, event.created_at, &matched);
+        }
+        let scope = s.scope;
+        let compacted_match = scope == Scope::Targets
+            && (event.kind.as_u16() == KIND_ANNOUNCEMENT || self.tags_target(relay, &event));
+        if matched.is_empty() && !compacted_match {
+            self.stats.events_unwanted += 1;
+            debug!(
+                "{}: event {} outside its filter",
+                self.relay_url(relay),
+                event.id
+            );
+            // A compacted live set still reaches repos the relay no longer
+            // carries (one moved away since it was asked): the relay keeps
+            // sending what it was asked for, and that is no offence. State
+            // (30618) is asked by `#d` alone, any author: one for a moved
+            // repo names no repo at all.
+            let still_asked = event.kind.as_u16() == KIND_STATE || self.tags_known(&event);
+            if !(scope == Scope::Targets && still_asked) {
+                self.handle_offence(now, relay, Offence::OutsideFilter);
+            }
+            return;
+        }
+        if own {
+            return self.on_own_event(event, now);
+        }
+        // What the relay targets is decided before anything is spent on the
+        // signature, and before the id is marked seen: a copy dropped here
+        // must not block a wanted copy from another relay.
+        match self.verdict(relay, scope, &event) {
+            Verdict::Wanted => {}
+            Verdict::Unwanted => {
+                self.stats.events_unwanted += 1;
+                return;
+            }
+            Verdict::Withdrawal => {
+                self.stats.events_unwanted += 1;
+                if self.verified(now, relay, &event) {
+                    self.push_withdrawal(now, event);
+                }
+                return;
+            }
+        }
+        if self.seen.contains(&event.id) {
+            self.stats.events_duplicate += 1;
+            return;
+        }
+        if !self.verified(now, relay, &event) {
+            return;
+        }
+        self.seen.insert(event.id);
+        self.stats.events_verified += 1;
+        self.stats.events_ingested += 1;
+        // Announcements and roots reach the index only once the own relay
+        // accepted them (its `OK`, the self-subscription, or the embedding
+        // relay's feed), so the index never holds what the own relay refused.
+        self.outputs.push_back(Output::Ingest {
+            relay,
+            event: Box::new(event),
+        });
+    }
+
+    /// An event of the self-subscription: announcements and roots feed the index.
+    fn on_own_event(&mut self, event: Event, now: Time) {
+        if self.seen.contains(&event.id) {
+            // A seen id vouches for an event only if the event hashes to it
+            // (the id was verified with its signature): the own relay's copy
+            // is indexed, and one with a seen id but forged content must not
+            // be (found by fuzzing). Hashing costs a fraction of a signature.
+            if event.verify_id() {
+                self.push_to_batch(now, event);
+            } else {
+                self.stats.events_invalid += 1;
+            }
+            return;
+        }
+        if event.verify().is_err() {
+            self.stats.events_invalid += 1;
+            return;
+        }
+        self.seen.insert(event.id);
+        if is_index_kind(event.kind) {
+            self.push_to_batch(now, event);
+        }
+    }
+
+    /// Checks id and signature; a forgery is counted against the relay.
+    fn verified(&mut self, now: Time, relay: RelayId, event: &Event) -> bool {
+        if event.verify().is_ok() {
+            return true;
+        }
+        self.stats.events_invalid += 1;
+        warn!(
+            "{}: event {} has a bad id or signature",
+            self.relay_url(relay),
+            event.id
+        );
+        self.handle_offence(now, relay, Offence::InvalidEvent);
+        false
+    }
+
+    /// Rules beyond the filter: wide subscriptions must tag something the
+    /// relay targets; announcements must list the service in `relays` and
+    /// `clone` (GRASP-01), and one that does not but is newer than the
+    /// announcement indexed for its repo withdraws the repo from us.
+    fn verdict(&self, relay: RelayId, scope: Scope, event: &Event) -> Verdict {
+        if event.kind.as_u16() == KIND_ANNOUNCEMENT {
+            return if self.service.accepts(event) {
+                Verdict::Wanted
+            } else if self.index.announced_before(event) {
+                Verdict::Withdrawal
+            } else {
+                Verdict::Unwanted
+            };
+        }
+        if scope != Scope::Wide || self.tags_target(relay, event) {
+            Verdict::Wanted
+        } else {
+            Verdict::Unwanted
+        }
+    }
+
+    /// True if `event` tags any repo or root the index knows, targeted by
+    /// this relay or not.
+    fn tags_known(&self, event: &Event) -> bool {
+        event.tags.iter().map(|t| t.as_slice()).any(|t| {
+            let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
+                return false;
+            };
+            match name.as_str() {
+                "a" | "A" => self.index.repo_id(value).is_some(),
+                "e" | "E" => self.root_item(value).is_some(),
+                "q" => self.index.repo_id(value).is_some() || self.root_item(value).is_some(),
+                _ => false,
+            }
+        })
+    }
+
+    /// True if `event` tags a repo or root that `relay` targets.
+    fn tags_target(&self, relay: RelayId, event: &Event) -> bool {
+        let items = &self.relays[relay.index()].items;
+        let targeted = |item: Option<Item>| item.is_some_and(|i| items.contains_key(&i));
+        if event.kind.as_u16() == KIND_STATE {
+            // The per-id filter asks `#d` alone: state from any maintainer of
+            // a repo with that identifier. 30618 is rare, so a scan of the
+            // relay's repos is cheaper than another index.
+            let d = event.tags.identifier().unwrap_or_default();
+            let repo_with_d =
+                |item: &Item| matches!(item, Item::Repo(r) if self.index.repo_identifier(*r) == d);
+            if items.keys().any(repo_with_d) {
+                return true;
+            }
+        }
+        event.tags.iter().map(|t| t.as_slice()).any(|t| {
+            let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
+                return false;
+            };
+            match name.as_str() {
+                "a" | "A" => targeted(self.index.repo_id(value).map(Item::Repo)),
+                "e" | "E" => targeted(self.root_item(value)),
+                "q" => {
+                    targeted(self.index.repo_id(value).map(Item::Repo))
+                        || targeted(self.root_item(value))
+                }
+                _ => false,
+            }
+        })
+    }
+
+    fn root_item(&self, hex: &str) -> Option<Item> {
+        let id = EventId::from_hex(hex).ok()?;
+        self.index.root_id(&id).map(Item::Root)
+    }
+
+    fn on_eose(&mut self, relay: RelayId, sub: Option<u64>, now: Time) {
+        let limit = self.page_limit(relay);
+        let max_pages = self.config.max_pages;
+        let Some(id) = sub else { return };
+        let state = self.relay(relay);
+        let Some(s) = state.subs.get_mut(&id) else {
+            return;
+        };
+        if s.eose {
+            return;
+        }
+        s.eose = true;
+        s.heard = true;
+        s.end_stored();
+        state.health.record_success();
+        if s.scope == Scope::Own {
+            // Everything before now is read: a re-subscription after a
+            // refusal need only reach back over the quick window.
+            let back = now.saturating_sub(self.config.quick_reconnect);
+            self.self_since = Some(Timestamp::from_secs(back.as_secs()));
+        }
+        let state = self.relay(relay);
+        let Some(s) = state.subs.get_mut(&id) else {
+            return;
+        };
+        let next = s.next_page(limit, &mut state.result_cap);
+        let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
+        let work = std::mem::take(&mut s.work);
+        // A finished page is closed before its follow-up opens: the relay
+        // never sees one subscription more than we count.
+        if purpose == Purpose::Page {
+            self.close_subscription(relay, id);
+        } else {
+            s.compact();
+        }
+        match next {
+            Some(filters) if page < max_pages => {
+                debug!(
+                    "{}: page {page} of {id:x} full; asking the next",
+                    self.relay_url(relay)
+                );
+                self.relay(relay).next_pages.push_back(NextPage {
+                    filters,
+                    scope,
+                    work,
+                    page: page + 1,
+                    started,
+                });
+            }
+            _ => {
+                if next.is_some() {
+                    warn!(
+                        "{}: {id:x} passed {max_pages} pages; rest given up",
+                        self.relay_url(relay)
+                    );
+                }
+                for w in work {
+                    self.complete_chunk(relay, w.batch);
+                }
+            }
+        }
+        self.dirty.push(relay);
+        self.maybe_consolidate(relay, now);
+    }
+
+    fn on_closed(&mut self, relay: RelayId, sub: Option<u64>, reason: &str, now: Time) {
+        let Some(id) = sub else { return };
+        let Some(s) = self.relay(relay).subs.remove(&id) else {
+            return;
+        };
+        let refusal = Refusal::of_closed(reason);
+        info!(
+            "{}: subscription {id:x} closed: {reason}",
+            self.relay_url(relay)
+        );
+        self.refused(relay, s, refusal, now);
+    }
+
+    /// A NOTICE that refuses something names no subscription: the refused
+    /// one is the newest that has heard nothing yet.
+    ///
+    /// Too many tag values or kinds is different: khatru sends one NOTICE
+    /// per refused filter, so a REQ with three filters over the cap draws
+    /// three, and several REQs sent before the first refusal are refused
+    /// one after the other. Blaming those NOTICEs on REQs built since under
+    /// the lowered cap would halve the cap again for each (10, 5, 2),
+    /// chunk everything far below what the relay takes and push its live
+    /// set wide (kind-based, blind to NIP-10 replies). So a NOTICE still
+    /// due for a REQ already closed is only counted off, and one that is
+    /// not goes first to the oldest silent REQ that asked over the cap.
+    fn on_notice(&mut self, relay: RelayId, text: &str, now: Time) {
+        if self.neg_notice(relay, text, now) {
+            return;
+        }
+        let Some(refusal) = Refusal::of_notice(text) else {
+            debug!("{}: notice: {text}", self.relay_url(relay));
+            return;
+        };
+        info!("{}: refusing notice: {text}", self.relay_url(relay));
+        let state = self.relay(relay);
+        let value_cap = matches!(refusal, Refusal::TooManyValues | Refusal::TooManyKinds);
+        if value_cap && state.late_notices > 0 {
+            state.late_notices -= 1;
+            return;
+        }
+        let cap = state.limits.value_cap(refusal);
+        let sent_over_cap = state
+            .subs
+            .iter()
+            .filter(|(_, s)| !s.heard && counted(refusal, s).any(|n| n > cap))
+            .map(|(id, _)| *id)
+            .min();
+        let newest_silent = state
+            .subs
+            .iter()
+            .filter(|(_, s)| !s.heard)
+            .map(|(id, _)| *id)
+            .max();
+        let refused = sent_over_cap.or(newest_silent);
+        match refused.and_then(|id| self.close_subscription(relay, id)) {
+            Some(s) => {
+                let asked: Vec<usize> = counted(refusal, &s).collect();
+                self.refused(relay, s, refusal, now);
+                let state = self.relay(relay);
+                let cap = state.limits.value_cap(refusal);
+                let over = asked.iter().filter(|&&n| n > cap).count();
+                state.late_notices += over.saturating_sub(1);
+            }
+            None => self.lower_limits(relay, refusal, 0),
+        }
+    }
+
+    /// A subscription ended without finishing: fail its batches, learn from
+    /// the reason, and retry later (never drop the work).
+    pub(crate) fn refused(
+        &mut self,
+        relay: RelayId,
+        sub: Subscription,
+        refusal: Refusal,
+        now: Time,
+    ) {
+        self.stats.refusals += 1;
+        let open_before = self.relays[relay.index()].subs.len() + 1;
+        for w in &sub.work {
+            self.fail_batch(relay, w.batch);
+        }
+        if sub.scope == Scope::Own {
+            self.pause(relay, refusal, now);
+            return;
+        }
+        if sub.purpose == Purpose::Live && self.relays[relay.index()].live_mode != LiveMode::Wide
+            || sub.scope == Scope::Wide
+        {
+            let (lost, layer1) = sub.uncovered_from(now);
+            let state = self.relay(relay);
+            state.layer1_unread |= layer1;
+            state.uncovered_since = Some(state.uncovered_since.map_or(lost, |t| t.min(lost)));
+        }
+        if refusal == Refusal::AuthRequired {
+            self.on_auth_required(relay, now);
+        }
+        if refusal.is_limit() && !self.relays[relay.index()].limits.at_floor(refusal) {
+            let hint = match refusal {
+                Refusal::TooManyValues | Refusal::TooManyKinds => {
+                    counted(refusal, &sub).max().unwrap_or(0)
+                }
+                _ => open_before.saturating_sub(1).max(sub.filter_count),
+            };
+            self.lower_limits(relay, refusal, hint);
+        } else {
+            // A limit already as low as it goes is not a limit: retrying at
+            // once would loop, so it backs off like any refusal.
+            self.pause(relay, refusal, now);
+        }
+    }
+
+    fn lower_limits(&mut self, relay: RelayId, refusal: Refusal, hint: usize) {
+        let state = self.relay(relay);
+        let limits = &mut state.limits;
+        match refusal {
+            Refusal::TooManySubscriptions => {
+                let open = state.subs.len();
+                limits.subscriptions = open.clamp(1, limits.subscriptions.saturating_sub(1).max(1));
+            }
+            Refusal::TooManyFilters => {
+                limits.filters_per_req = (hint.min(limits.filters_per_req) / 2).max(1)
+            }
+            Refusal::TooLarge => {
+                limits.message_bytes = (limits.message_bytes / 2).max(MIN_MESSAGE_BYTES)
+            }
+            Refusal::TooManyValues => {
+                limits.tag_values = limits.tag_values.min(fewer_values(hint, limits.tag_values))
+            }
+            Refusal::TooManyKinds => {
+                limits.kinds = limits.kinds.min(fewer_values(hint, limits.kinds))
+            }
+            _ => {}
+        }
+        info!(
+            "{}: limits now {:?}",
+            self.relay_url(relay),
+            self.relays[relay.index()].limits
+        );
+        self.dirty.push(relay);
+    }
+
+    /// Stops historic work on `relay` until a backoff (or rate-limit cooldown) ends.
+    fn pause(&mut self, relay: RelayId, refusal: Refusal, now: Time) {
+        let policy = self.policy;
+        let state = &mut self.relays[relay.index()];
+        let until = match refusal {
+            Refusal::RateLimited => state.health.record_rate_limit(now, &policy),
+            _ => {
+                let penalty = state.conduct.backoff_steps();
+                state
+                    .health
+                    .record_refusal(now, &policy, penalty, &mut self.rng)
+            }
+        };
+        state.paused_until = Some(until);
+        let epoch = state.epoch;
+        self.arm(until, Timer::Resume(relay, epoch));
+    }
+}
+
+/// The next value cap below a refused filter's `asked` values (its current
+/// cap if the filter is gone): straight to 10 from above it, the cap of
+/// eventstore's SQL backends (the commonest that refuses), halving below.
+fn fewer_values(asked: usize, current: usize) -> usize {
+    const COMMON_CAP: usize = 10;
+    let asked = if asked == 0 { current } else { asked };
+    if asked > COMMON_CAP {
+        COMMON_CAP
+    } else {
+        (asked / 2).max(1)
+    }
+}
+
+/// The longest value list of a filter: tag values, ids or authors.
+fn values_in(filter: &Filter) -> usize {
+    let tags = filter.generic_tags.values().map(|v| v.len()).max();
+    let ids = filter.ids.as_ref().map(|v| v.len());
+    let authors = filter.authors.as_ref().map(|v| v.len());
+    [tags, ids, authors]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0)
+}
+
+fn kinds_in(filter: &Filter) -> usize {
+    filter.kinds.as_ref().map_or(0, |k| k.len())
+}
+
+/// Per filter of `sub`, what a value or kind refusal counts (nothing for
+/// other refusals).
+fn counted(refusal: Refusal, sub: &Subscription) -> impl Iterator<Item = usize> + '_ {
+    let count: Option<fn(&Filter) -> usize> = match refusal {
+        Refusal::TooManyValues => Some(values_in),
+        Refusal::TooManyKinds => Some(kinds_in),
+        _ => None,
+    };
+    sub.filters.iter().filter_map(move |f| count.map(|c| c(f)))
+}
+
+/// What becomes of a remote event that matched its subscription.
+enum Verdict {
+    /// Verify, de-duplicate, pass to the sink.
+    Wanted,
+    /// Not for this relay to deliver (or not acceptable): drop unmarked.
+    Unwanted,
+    /// An announcement dropping the service: verify, then un-index its repo.
+    Withdrawal,
+}
+
+/// The subscription id and event id of an `["EVENT","<sub>",{..."id":"<hex>"...}]`
+/// message, read without parsing it; `None` when it does not look like one.
+fn peek_event(text: &str) -> Option<(&str, EventId)> {
+    let rest = text.strip_prefix("[\"EVENT\",\"")?;
+    let (sub, rest) = rest.split_once('"')?;
+    let at = rest.find("\"id\":\"")? + 6;
+    let hex = rest.get(at..at + 64)?;
+    Some((sub, EventId::from_hex(hex).ok()?))
+}
+
+/// Our subscription ids are lower-case hex counters; anything else is not ours.
+fn sub_key(id: &str) -> Option<u64> {
+    if id.is_empty()
+        || id.len() > 16
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    u64::from_str_radix(id, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peek_reads_sub_and_event_id_or_declines() {
+        let id = "ab".repeat(32);
+        let msg = format!(
+            r#"["EVENT","1f",{{"content":"say \"id\":\"{}\"","id":"{id}","kind":1}}]"#,
+            "cd".repeat(32)
+        );
+        let (sub, got) = peek_event(&msg).unwrap();
+        assert_eq!(sub, "1f");
+        assert_eq!(
+            got.to_hex(),
+            id,
+            "the escaped id inside content is not taken"
+        );
+        assert!(
+            peek_event(r#"[ "EVENT", "1", {"id":"x"}]"#).is_none(),
+            "other spellings take the full path"
+        );
+        assert!(peek_event(r#"["EVENT","1",{"id":"short"}]"#).is_none());
+        assert!(peek_event(r#"["EOSE","1"]"#).is_none());
+        assert!(peek_event("").is_none());
+    }
+}

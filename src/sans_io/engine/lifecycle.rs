@@ -1,0 +1,390 @@
+//! Connection lifecycle: connect, fresh or quick (re)connect, disconnect,
+//! daily fresh sync, and the periodic drop of relays nothing targets.
+//!
+//! One entry point handles every successful connect (GRASP-02's
+//! `handle_connect_or_reconnect`): a relay never connected, or disconnected
+//! for longer than the quick-reconnect window, starts from a blank confirmed
+//! state and fetches full history; a quick reconnect keeps what was
+//! confirmed and catches up with `since = last_connected - window`, a
+//! timestamp. Pending batches are dropped at disconnect, not at reconnect.
+
+use log::{debug, info, warn};
+use nostr::prelude::Timestamp;
+use rand::rngs::SmallRng;
+
+use crate::sans_io::engine::auth::AuthState;
+
+use crate::sans_io::engine::relay::{ItemState, MIN_MESSAGE_BYTES, Role, Status};
+use crate::sans_io::engine::{Action, Engine, Timer};
+use crate::sans_io::health::{BackoffPolicy, HealthTracker};
+use crate::sans_io::index::RelayId;
+use crate::sans_io::relay_info::RelayInfo;
+use crate::sans_io::time::Time;
+
+impl Engine {
+    /// The shell finished connecting `relay`.
+    pub fn handle_connected(&mut self, now: Time, relay: RelayId) {
+        let quick_window = self.config.quick_reconnect;
+        let state = self.relay(relay);
+        if state.status != Status::Connecting {
+            debug!(
+                "connected report for relay {} not connecting; ignored",
+                relay.index()
+            );
+            return;
+        }
+        // The daily full sync is a per-relay schedule that connections do
+        // not reset: one due while the relay was away is done now.
+        let daily_due = state.daily_due.is_some_and(|due| now >= due);
+        let fresh = daily_due
+            || match (state.last_connected, state.disconnected_at) {
+                (Some(_), Some(at)) => now.since(at) > quick_window,
+                _ => true,
+            };
+        // A quick reconnect reads back from when live coverage ended (the
+        // disconnect, or an earlier refused live set), not from when the
+        // connection began: a relay connected for weeks is not re-read.
+        let catch_up = state
+            .covered_until
+            .filter(|_| !fresh)
+            .map(|t| t.saturating_sub(quick_window));
+        if fresh {
+            state.requeue_where(|s| s == ItemState::Confirmed);
+            state.layer1_unread = false;
+        }
+        state.status = Status::Connected;
+        state.conduct.on_connect();
+        state.auth = AuthState::default();
+        state.auth_required_logged = false;
+        state.epoch = state.epoch.wrapping_add(1);
+        state.last_connected = Some(now);
+        state.last_heard = now;
+        state.disconnected_at = None;
+        state.retry_at = None;
+        let epoch = state.epoch;
+        let keepalive_at = whole_second(now + self.config.keepalive);
+        self.arm(keepalive_at, Timer::Keepalive(relay, epoch));
+        let since = catch_up.map(|t| Timestamp::from_secs(t.as_secs()));
+        info!(
+            "{} connected ({})",
+            self.relay_url(relay),
+            if fresh {
+                "fresh sync"
+            } else {
+                "quick reconnect"
+            }
+        );
+        if relay == self.own {
+            self.subscribe_self(since, now);
+        } else {
+            self.subscribe_live(relay, since, !fresh, now);
+            self.requeue_all(relay);
+        }
+        if fresh {
+            self.schedule_daily(relay, now);
+        } else {
+            self.arm_daily(relay);
+        }
+        self.flush(now);
+    }
+
+    /// The relay's NIP-11 document, fetched for `Action::FetchInfo`
+    /// (`None`: none could be had). Its limits only ever lower ours; they
+    /// apply to the next REQs.
+    pub fn handle_relay_info(&mut self, _now: Time, relay: RelayId, info: Option<RelayInfo>) {
+        let Some(info) = info else { return };
+        let Some(state) = self.relays.get_mut(relay.index()) else {
+            return;
+        };
+        let limits = &mut state.limits;
+        let lower = |ours: &mut usize, theirs: Option<usize>, floor: usize| {
+            if let Some(t) = theirs {
+                *ours = (*ours).min(t.max(floor));
+            }
+        };
+        lower(&mut limits.page_limit, info.max_limit, 1);
+        lower(&mut limits.subscriptions, info.max_subscriptions, 1);
+        lower(&mut limits.filters_per_req, info.max_filters, 1);
+        lower(
+            &mut limits.message_bytes,
+            info.max_message_length,
+            MIN_MESSAGE_BYTES,
+        );
+        info!(
+            "{}: NIP-11 limits {:?}",
+            self.index.relay_url(relay),
+            self.relays[relay.index()].limits
+        );
+    }
+
+    /// The relay answered a ping.
+    pub fn handle_pong(&mut self, now: Time, relay: RelayId) {
+        if let Some(state) = self.relays.get_mut(relay.index())
+            && state.status == Status::Connected
+        {
+            state.last_heard = now;
+        }
+    }
+
+    /// A connected relay silent for `keepalive` is pinged; one silent for
+    /// `pong_timeout` more is dead and dropped (a half-open TCP connection
+    /// would otherwise look connected forever).
+    pub(crate) fn on_keepalive(&mut self, relay: RelayId, epoch: u32, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.epoch != epoch || state.status != Status::Connected {
+            return;
+        }
+        let silent = now.since(state.last_heard);
+        let (keepalive, pong) = (self.config.keepalive, self.config.pong_timeout);
+        let next = if silent >= keepalive + pong {
+            warn!("{} silent for {silent:?}; dropping", self.relay_url(relay));
+            self.actions.push_back(Action::Disconnect { relay });
+            self.fail_connection(relay, now);
+            return;
+        } else if silent >= keepalive {
+            self.actions.push_back(Action::Ping { relay });
+            now + pong
+        } else {
+            state.last_heard + keepalive
+        };
+        self.arm(whole_second(next), Timer::Keepalive(relay, epoch));
+    }
+
+    /// A connect attempt for `relay` failed.
+    pub fn handle_connect_failed(&mut self, now: Time, relay: RelayId) {
+        if self.relays[relay.index()].status == Status::Connecting {
+            self.fail_connection(relay, now);
+        }
+    }
+
+    /// The relay answered the websocket upgrade with HTTP `status`. 429 and
+    /// 503 mean "come back later": the relay gets the rate-limit cooldown
+    /// rather than a quick retry that would hammer it. Anything else is an
+    /// ordinary failure with backoff.
+    pub fn handle_connect_refused(&mut self, now: Time, relay: RelayId, status: u16) {
+        if self.relays[relay.index()].status != Status::Connecting {
+            return;
+        }
+        self.stats.upgrades_refused += 1;
+        if status != 429 && status != 503 {
+            warn!(
+                "{}: upgrade refused with HTTP {status}",
+                self.relay_url(relay)
+            );
+            return self.fail_connection(relay, now);
+        }
+        warn!("{}: HTTP {status} (busy)", self.relay_url(relay));
+        self.fail_connection_with(relay, now, |health, policy, _| {
+            health.record_rate_limit(now, policy)
+        });
+    }
+
+    /// The connection to `relay` was lost.
+    pub fn handle_disconnected(&mut self, now: Time, relay: RelayId) {
+        if self.relays[relay.index()].status != Status::Disconnected {
+            self.fail_connection(relay, now);
+        }
+    }
+
+    /// Asks the shell to connect `relay` unless it is connected, connecting,
+    /// or backing off.
+    pub(crate) fn connect(&mut self, relay: RelayId, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.status != Status::Disconnected || state.retry_at.is_some_and(|t| now < t) {
+            return;
+        }
+        let state = self.relay(relay);
+        state.status = Status::Connecting;
+        let epoch = state.epoch;
+        self.stats.connects += 1;
+        let url = self.relay_url(relay).to_owned();
+        debug!("connecting {url}");
+        self.actions.push_back(Action::Connect {
+            relay,
+            url: url.clone(),
+        });
+        let ask_info = self.config.relay_info;
+        let state = self.relay(relay);
+        if !state.info_asked && state.role != Role::Own && ask_info {
+            state.info_asked = true;
+            self.actions.push_back(Action::FetchInfo { relay, url });
+        }
+        self.arm(
+            now + self.config.connect_timeout,
+            Timer::ConnectTimeout(relay, epoch),
+        );
+    }
+
+    /// Marks `relay` disconnected after a failure and schedules the retry.
+    pub(crate) fn fail_connection(&mut self, relay: RelayId, now: Time) {
+        let penalty = self.relays[relay.index()].conduct.backoff_steps();
+        self.fail_connection_with(relay, now, |health, policy, rng| {
+            health.record_failure(now, policy, penalty, rng)
+        });
+    }
+
+    /// Marks `relay` disconnected and schedules the retry `retry_at` picks.
+    fn fail_connection_with(
+        &mut self,
+        relay: RelayId,
+        now: Time,
+        retry_at: impl FnOnce(&mut HealthTracker, &BackoffPolicy, &mut SmallRng) -> Time,
+    ) {
+        self.stats.connect_failures += 1;
+        self.drop_connection(relay, now);
+        let policy = self.policy;
+        let state = &mut self.relays[relay.index()];
+        let retry = retry_at(&mut state.health, &policy, &mut self.rng);
+        state.retry_at = Some(retry);
+        warn!(
+            "{} failed; retry in {:?}",
+            self.index.relay_url(relay),
+            retry.since(now)
+        );
+        self.arm(retry, Timer::Reconnect(relay));
+    }
+
+    /// Forgets the connection: subscriptions and batches go, confirmed stays.
+    /// `disconnected_at` marks the loss of a connection, not a failed
+    /// attempt, so retries cannot keep a stale relay looking quick.
+    fn drop_connection(&mut self, relay: RelayId, now: Time) {
+        let daily = {
+            let state = self.relay(relay);
+            if state.status == Status::Connected {
+                state.disconnected_at = Some(now);
+                let mut gap = state.uncovered_since.map_or(now, |t| t.min(now));
+                let mut layer1 = false;
+                // A live set cut before its EOSE covered nothing yet.
+                for sub in state.live_subs().filter(|s| !s.eose) {
+                    let (lost, from_start) = sub.uncovered_from(now);
+                    gap = gap.min(lost);
+                    layer1 |= from_start;
+                }
+                state.layer1_unread |= layer1;
+                state.covered_until = Some(gap);
+            }
+            state.status = Status::Disconnected;
+            state.epoch = state.epoch.wrapping_add(1);
+            state.clear_in_flight();
+            state.queued.clear();
+            state.paused_until = None;
+            state.daily_timer.take()
+        };
+        if let Some(timer) = daily {
+            self.timers.cancel(timer);
+        }
+        self.forget_lists(relay, None);
+    }
+
+    pub(crate) fn on_reconnect_timer(&mut self, relay: RelayId, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.retry_at.is_some_and(|t| now < t) {
+            return;
+        }
+        self.relay(relay).retry_at = None;
+        if self.wants_connection(relay) {
+            self.connect(relay, now);
+        }
+    }
+
+    pub(crate) fn on_connect_timeout(&mut self, relay: RelayId, epoch: u32, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.epoch == epoch && state.status == Status::Connecting {
+            warn!("{} connect timed out", self.relay_url(relay));
+            self.actions.push_back(Action::Disconnect { relay });
+            self.fail_connection(relay, now);
+        }
+    }
+
+    /// True when `relay` should be connected: own (self-subscribing), bootstrap, or targeted.
+    pub(crate) fn wants_connection(&self, relay: RelayId) -> bool {
+        let state = &self.relays[relay.index()];
+        match state.role {
+            Role::Own => self.config.self_subscribe,
+            Role::Remote { bootstrap } => bootstrap || !state.items.is_empty(),
+        }
+    }
+
+    /// Daily fresh sync: close everything, forget pending and confirmed,
+    /// fetch full history again. Catches drift a live stream cannot:
+    /// events stored late with an old `created_at` never match a live
+    /// filter's `since`. The own relay's self-subscription is read again
+    /// from the beginning too, for the announcements and roots it
+    /// accepted that way.
+    pub(crate) fn on_daily(&mut self, relay: RelayId, epoch: u32, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.epoch != epoch || state.status != Status::Connected {
+            return;
+        }
+        info!("{}: daily fresh sync", self.relay_url(relay));
+        self.relay(relay).daily_timer = None;
+        self.close_all_subscriptions(relay);
+        let state = self.relay(relay);
+        state.clear_in_flight();
+        state.requeue_where(|s| s == ItemState::Confirmed);
+        if relay == self.own {
+            self.subscribe_self(None, now);
+        } else {
+            self.subscribe_live(relay, None, false, now);
+            self.requeue_all(relay);
+        }
+        self.schedule_daily(relay, now);
+    }
+
+    /// A full sync started at `now`: the next is due in 23–25 h.
+    fn schedule_daily(&mut self, relay: RelayId, now: Time) {
+        let delay = self.jitter_between(self.config.daily_min, self.config.daily_max);
+        self.relay(relay).daily_due = Some(now + delay);
+        self.arm_daily(relay);
+    }
+
+    /// Arms the daily timer for the connection in force at its due time.
+    fn arm_daily(&mut self, relay: RelayId) {
+        let state = &self.relays[relay.index()];
+        let (Some(due), epoch) = (state.daily_due, state.epoch) else {
+            return;
+        };
+        if let Some(old) = state.daily_timer {
+            self.timers.cancel(old);
+        }
+        let id = self.arm(due, Timer::Daily(relay, epoch));
+        self.relay(relay).daily_timer = Some(id);
+    }
+
+    /// Every `disconnect_check`: drop remote relays that are not bootstrap
+    /// and that nothing targets any more.
+    pub(crate) fn check_disconnects(&mut self, now: Time) {
+        for i in 0..self.relays.len() {
+            let relay = RelayId(i as u32);
+            let state = &self.relays[i];
+            let idle =
+                matches!(state.role, Role::Remote { bootstrap: false }) && state.items.is_empty();
+            if idle && state.status != Status::Disconnected {
+                info!("{}: nothing to sync; disconnecting", self.relay_url(relay));
+                self.actions.push_back(Action::Disconnect { relay });
+                self.drop_connection(relay, now);
+            }
+        }
+        self.arm(now + self.config.disconnect_check, Timer::DisconnectCheck);
+    }
+
+    /// Puts every queued item of a connected relay up for the next diff.
+    pub(crate) fn requeue_all(&mut self, relay: RelayId) {
+        let state = self.relay(relay);
+        state.queued = state
+            .items
+            .iter()
+            .filter(|(_, s)| s.state == ItemState::Queued)
+            .map(|(i, _)| *i)
+            .collect();
+        if !state.queued.is_empty() {
+            self.dirty.push(relay);
+        }
+    }
+}
+
+/// Rounds up to the next whole second, so the keepalive checks of thousands
+/// of relays share wake-ups instead of spreading over every millisecond.
+fn whole_second(t: Time) -> Time {
+    Time::from_millis(t.as_millis().div_ceil(1000) * 1000)
+}

@@ -1,0 +1,542 @@
+//! The sans-IO sync engine: every GRASP-02 rule as a deterministic state machine.
+//!
+//! Inputs arrive as `handle_*(now, ...)` calls; outputs are drained with
+//! `poll_action` (connect, send, disconnect), `poll_output` (events to hand
+//! to the sink) and `poll_timeout` (when to call `handle_timeout` next). The
+//! engine never reads a clock, a socket or a global RNG, so a test can run
+//! days of relay life in milliseconds by jumping the clock to the next
+//! deadline, and every run with the same seed is the same run.
+
+mod auth;
+mod conduct;
+mod diff;
+mod inbound;
+mod lifecycle;
+mod negentropy;
+mod relay;
+
+pub use conduct::Offence;
+pub use relay::{ItemState, Status};
+mod requests;
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::time::Duration;
+
+use nostr::prelude::{Event, EventId, Filter, Timestamp};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use crate::sans_io::config::Config;
+use crate::sans_io::engine::relay::{Limits, RelayState, Role};
+use crate::sans_io::health::{BackoffPolicy, Health};
+use crate::sans_io::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex, TargetChange};
+use crate::sans_io::relay_url::{UrlError, normalize};
+use crate::sans_io::seen::Seen;
+use crate::sans_io::service::Service;
+use crate::sans_io::time::Time;
+use crate::sans_io::timer::TimerWheel;
+
+/// Something the shell must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Open a websocket to `url` and report `handle_connected` or `handle_connect_failed`.
+    Connect {
+        /// The relay.
+        relay: RelayId,
+        /// Its normalized URL.
+        url: String,
+    },
+    /// Send this text frame on the relay's websocket.
+    Send {
+        /// The relay.
+        relay: RelayId,
+        /// A complete client message (REQ or CLOSE).
+        message: String,
+    },
+    /// Send a websocket ping; any frame back (pong or message) counts as an answer.
+    Ping {
+        /// The relay.
+        relay: RelayId,
+    },
+    /// Close the relay's websocket; no `handle_disconnected` is expected.
+    Disconnect {
+        /// The relay.
+        relay: RelayId,
+    },
+    /// Fetch the relay's NIP-11 information document (HTTP GET on its URL
+    /// with `Accept: application/nostr+json`, off the loop like a connect)
+    /// and report it with `handle_relay_info`, `None` if it failed. Asked
+    /// once per relay, right after its first `Connect`; the connection does
+    /// not wait for it.
+    FetchInfo {
+        /// The relay.
+        relay: RelayId,
+        /// Its normalized websocket URL (`ws`→`http`, `wss`→`https`).
+        url: String,
+    },
+    /// List what the sink holds matching `filter` (id and `created_at`,
+    /// for negentropy) and report it with `handle_local_list(request, ..)`;
+    /// `None` there if the sink cannot list.
+    ListLocal {
+        /// Echoed in the answer.
+        request: u64,
+        /// What to list (no `limit`: all of it).
+        filter: Filter,
+    },
+}
+
+/// Something the engine produced for the embedding application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// A verified event, matching what we asked, to hand to the sink.
+    Ingest {
+        /// The relay that delivered it.
+        relay: RelayId,
+        /// The event.
+        event: Box<Event>,
+    },
+}
+
+/// A repo or root named the way users name them, for queries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemKey {
+    /// Repo ref `30617:<pubkey>:<d>`.
+    Repo(String),
+    /// Root event id.
+    Root(EventId),
+}
+
+/// Items of one relay per state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ItemCounts {
+    /// Targeted, not yet asked.
+    pub queued: usize,
+    /// In a pending batch.
+    pub pending: usize,
+    /// Confirmed.
+    pub confirmed: usize,
+}
+
+/// Counters for metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    /// EVENT messages received from remote relays.
+    pub events_received: u64,
+    /// Dropped as already seen, before verification.
+    pub events_duplicate: u64,
+    /// Dropped for a bad id or signature.
+    pub events_invalid: u64,
+    /// Passed id and signature verification.
+    pub events_verified: u64,
+    /// Dropped for not matching the subscription (or the GRASP-01 domain rule).
+    pub events_unwanted: u64,
+    /// Handed to the sink.
+    pub events_ingested: u64,
+    /// Relay messages that were not valid nostr JSON.
+    pub messages_malformed: u64,
+    /// REQ messages sent.
+    pub reqs_sent: u64,
+    /// Subscriptions ended by CLOSED or a refusing NOTICE.
+    pub refusals: u64,
+    /// Batches confirmed.
+    pub batches_confirmed: u64,
+    /// Batches failed and sent back to the diff.
+    pub batches_failed: u64,
+    /// Consolidations run.
+    pub consolidations: u64,
+    /// Connect attempts asked.
+    pub connects: u64,
+    /// Connect attempts or connections that failed.
+    pub connect_failures: u64,
+    /// Offences by kind, indexed like [`Offence::ALL`](crate::sans_io::engine::conduct::Offence::ALL).
+    pub offences: [u64; 4],
+    /// Relays cut and backed off longer for misbehaving.
+    pub penalties: u64,
+    /// Websocket upgrades refused with an HTTP status.
+    pub upgrades_refused: u64,
+    /// NIP-42 AUTH events sent.
+    pub auth_attempts: u64,
+    /// NIP-42 AUTH events the relay rejected.
+    pub auth_failures: u64,
+    /// Subscriptions refused with `auth-required:`.
+    pub auth_required: u64,
+    /// Negentropy sessions opened (one per historic filter).
+    pub neg_sessions: u64,
+    /// `NEG-MSG`s received.
+    pub neg_rounds: u64,
+    /// Event ids negentropy found missing and fetched.
+    pub neg_ids_fetched: u64,
+    /// Negentropy jobs that fell back to REQ (the relay failed or lacks it).
+    pub neg_fallbacks: u64,
+    /// Negentropy jobs sent to REQ because the sink held nothing for them.
+    pub neg_skipped: u64,
+}
+
+/// Why the engine could not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The own relay URL is not a relay URL.
+    OwnRelay(UrlError),
+    /// A bootstrap relay URL is not a relay URL.
+    Bootstrap(String, UrlError),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::OwnRelay(e) => write!(f, "own relay: {e}"),
+            ConfigError::Bootstrap(url, e) => write!(f, "bootstrap relay {url}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Timers of the engine. Per-relay timers carry the relay's epoch at arming;
+/// one firing after a connect or disconnect bumped the epoch is stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timer {
+    BatchWindow,
+    DisconnectCheck,
+    Reconnect(RelayId),
+    ConnectTimeout(RelayId, u32),
+    Daily(RelayId, u32),
+    Consolidate(RelayId, u32),
+    EoseTimeout(RelayId, u32, u64),
+    Resume(RelayId, u32),
+    Keepalive(RelayId, u32),
+    /// A repo's held relay change is due.
+    ReleaseHeld(RepoId),
+    /// A negentropy job's progress deadline.
+    NegTimeout(RelayId, u32, u64),
+}
+
+/// The GRASP-02 sync engine.
+pub struct Engine {
+    pub(crate) config: Config,
+    pub(crate) policy: BackoffPolicy,
+    /// The own relay's names and its acceptance rule.
+    pub(crate) service: Service,
+    pub(crate) index: RepoIndex,
+    pub(crate) relays: Vec<RelayState>,
+    pub(crate) own: RelayId,
+    pub(crate) timers: TimerWheel<Timer>,
+    pub(crate) rng: SmallRng,
+    pub(crate) actions: VecDeque<Action>,
+    pub(crate) outputs: VecDeque<Output>,
+    pub(crate) seen: Seen,
+    /// Own-relay events collected in the open batch window.
+    pub(crate) batch: Vec<Event>,
+    /// Verified announcements from other relays that drop the service,
+    /// newer than the one indexed: they remove the repo's targets.
+    pub(crate) withdrawals: Vec<Event>,
+    pub(crate) batch_open: bool,
+    pub(crate) next_sub: u64,
+    pub(crate) next_batch: u64,
+    /// Relays with queued items to diff.
+    pub(crate) dirty: Vec<RelayId>,
+    pub(crate) changes: Vec<TargetChange>,
+    pub(crate) stats: Stats,
+    /// The sink can list what it holds (until it says it cannot).
+    pub(crate) sink_lists: bool,
+    /// Open `ListLocal` requests: relay, negentropy job, filter index.
+    pub(crate) lists: HashMap<u64, (RelayId, u64, usize)>,
+    pub(crate) next_list: u64,
+    /// `since` for re-opening the self-subscription after a refusal.
+    pub(crate) self_since: Option<Timestamp>,
+}
+
+impl Engine {
+    /// A new engine at `now`; it asks to connect the own relay (when
+    /// self-subscribing) and the bootstrap relays at once.
+    pub fn new(config: Config, now: Time) -> Result<Engine, ConfigError> {
+        let own_url = normalize(&config.own_relay).map_err(ConfigError::OwnRelay)?;
+        let service = Service::new(&own_url, config.domain.as_deref());
+        let limits = IndexLimits {
+            relays_per_announcement: config.max_relays_per_announcement,
+            repos_per_root: config.max_repos_per_root,
+            relay_change_interval: config.relay_change_interval,
+            max_relays: config.max_known_relays,
+            allow_private: config.allow_private_addresses,
+        };
+        let mut index = RepoIndex::new(service.clone(), limits);
+        let own = index.intern_relay(&own_url);
+        let mut bootstrap = Vec::new();
+        for raw in &config.bootstrap {
+            let url = normalize(raw).map_err(|e| ConfigError::Bootstrap(raw.clone(), e))?;
+            if !service.names(&url) {
+                bootstrap.push(index.intern_relay(&url));
+            }
+        }
+        let policy = BackoffPolicy {
+            base: config.backoff_base,
+            max: config.backoff_max,
+            dead_after: config.dead_after,
+            dead_retry: config.dead_retry,
+            rate_limit_cooldown: config.rate_limit_cooldown,
+        };
+        let mut engine = Engine {
+            rng: SmallRng::seed_from_u64(config.seed),
+            seen: Seen::new(config.seen_capacity),
+            policy,
+            service,
+            index,
+            relays: Vec::new(),
+            own,
+            timers: TimerWheel::new(now.as_millis()),
+            actions: VecDeque::new(),
+            outputs: VecDeque::new(),
+            batch: Vec::new(),
+            withdrawals: Vec::new(),
+            batch_open: false,
+            next_sub: 0,
+            next_batch: 0,
+            dirty: Vec::new(),
+            changes: Vec::new(),
+            stats: Stats::default(),
+            sink_lists: true,
+            lists: HashMap::new(),
+            next_list: 0,
+            self_since: None,
+            config,
+        };
+        engine.ensure_relay_slots();
+        engine.relays[own.index()].role = Role::Own;
+        for &relay in &bootstrap {
+            engine.relays[relay.index()].role = Role::Remote { bootstrap: true };
+        }
+        engine.arm(now + engine.config.disconnect_check, Timer::DisconnectCheck);
+        if engine.config.self_subscribe {
+            engine.connect(own, now);
+        }
+        for relay in bootstrap {
+            engine.connect(relay, now);
+        }
+        Ok(engine)
+    }
+
+    /// The next thing the shell must do.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The next event for the sink.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// When `handle_timeout` must be called next.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.timers.next_deadline().map(Time::from_millis)
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        while let Some((_, timer)) = self.timers.poll_expired(now.as_millis()) {
+            self.on_timer(timer, now);
+        }
+        self.flush(now);
+    }
+
+    /// An event the embedding relay accepted, fed in instead of (or besides)
+    /// the self-subscription. It joins the current batch window.
+    pub fn handle_local_event(&mut self, now: Time, event: Event) {
+        self.push_to_batch(now, event);
+    }
+
+    /// The id of a relay URL, if the engine knows it.
+    pub fn relay_id(&self, url: &str) -> Option<RelayId> {
+        normalize(url).ok().and_then(|u| self.index.relay_id(&u))
+    }
+
+    /// The normalized URL of a relay.
+    pub fn relay_url(&self, relay: RelayId) -> &str {
+        self.index.relay_url(relay)
+    }
+
+    /// The own relay's id.
+    pub fn own_relay(&self) -> RelayId {
+        self.own
+    }
+
+    /// Every relay the engine knows, the own relay included.
+    pub fn relays(&self) -> impl Iterator<Item = RelayId> + '_ {
+        (0..self.relays.len()).map(|i| RelayId(i as u32))
+    }
+
+    /// Connection status of a relay.
+    pub fn relay_status(&self, relay: RelayId) -> Status {
+        self.relays[relay.index()].status
+    }
+
+    /// Health of a relay at `now`.
+    pub fn relay_health(&self, relay: RelayId, now: Time) -> Health {
+        self.relays[relay.index()].health.health(now, &self.policy)
+    }
+
+    /// Items of a relay per state.
+    pub fn item_counts(&self, relay: RelayId) -> ItemCounts {
+        let (queued, pending, confirmed) = self.relays[relay.index()].item_counts();
+        ItemCounts {
+            queued,
+            pending,
+            confirmed,
+        }
+    }
+
+    /// Where `item` stands on `relay`; `None` when the relay does not target it.
+    pub fn item_state(&self, relay: RelayId, item: &ItemKey) -> Option<ItemState> {
+        let item = match item {
+            ItemKey::Repo(coord) => Item::Repo(self.index.repo_id(coord)?),
+            ItemKey::Root(id) => Item::Root(self.index.root_id(id)?),
+        };
+        self.relays[relay.index()].items.get(&item).map(|s| s.state)
+    }
+
+    /// Subscriptions open on a relay.
+    pub fn open_subscriptions(&self, relay: RelayId) -> usize {
+        self.relays[relay.index()].subs.len()
+    }
+
+    /// Filters of a relay's live subscriptions.
+    pub fn live_filter_count(&self, relay: RelayId) -> usize {
+        self.relays[relay.index()].live_filter_count()
+    }
+
+    /// The relay's current limit of concurrent subscriptions.
+    pub fn subscription_limit(&self, relay: RelayId) -> usize {
+        self.relays[relay.index()].limits.subscriptions
+    }
+
+    /// Pending batches of a relay.
+    pub fn pending_batches(&self, relay: RelayId) -> usize {
+        self.relays[relay.index()].batches.len()
+    }
+
+    /// Counters for metrics.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The repo index (read-only).
+    pub fn index(&self) -> &RepoIndex {
+        &self.index
+    }
+
+    /// The `limit` to ask `relay` per filter.
+    pub(crate) fn page_limit(&self, relay: RelayId) -> usize {
+        self.relays[relay.index()].limits.page_limit
+    }
+
+    /// Items per historic chunk and per live per-id filter on `relay`:
+    /// ours, or fewer if the relay refuses that many tag values.
+    pub(crate) fn chunk_size(&self, relay: RelayId) -> usize {
+        let limits = &self.relays[relay.index()].limits;
+        self.config.chunk_size.min(limits.tag_values).max(1)
+    }
+
+    pub(crate) fn arm(&mut self, at: Time, timer: Timer) -> crate::sans_io::timer::TimerId {
+        self.timers.insert(at.as_millis(), timer)
+    }
+
+    pub(crate) fn relay(&mut self, relay: RelayId) -> &mut RelayState {
+        &mut self.relays[relay.index()]
+    }
+
+    /// Grows the relay table to cover every interned relay.
+    pub(crate) fn ensure_relay_slots(&mut self) {
+        let limits = Limits {
+            subscriptions: self.config.max_subscriptions.max(1),
+            filters_per_req: self.config.max_filters_per_req.max(1),
+            message_bytes: self.config.max_message_bytes.max(1024),
+            page_limit: self.config.page_limit.max(1),
+            tag_values: self.config.chunk_size.max(1),
+            kinds: usize::MAX,
+        };
+        while self.relays.len() < self.index.relay_count() {
+            self.relays
+                .push(RelayState::new(Role::Remote { bootstrap: false }, limits));
+        }
+    }
+
+    /// A uniformly random duration in `[min, max]`.
+    pub(crate) fn jitter_between(&mut self, min: Duration, max: Duration) -> Duration {
+        use rand::Rng;
+        let (lo, hi) = (
+            min.as_millis() as u64,
+            max.as_millis().max(min.as_millis()) as u64,
+        );
+        Duration::from_millis(self.rng.gen_range(lo..=hi))
+    }
+
+    fn on_timer(&mut self, timer: Timer, now: Time) {
+        match timer {
+            Timer::BatchWindow => self.close_batch_window(now),
+            Timer::DisconnectCheck => self.check_disconnects(now),
+            Timer::Reconnect(relay) => self.on_reconnect_timer(relay, now),
+            Timer::ConnectTimeout(relay, epoch) => self.on_connect_timeout(relay, epoch, now),
+            Timer::Daily(relay, epoch) => self.on_daily(relay, epoch, now),
+            Timer::Consolidate(relay, epoch) => {
+                if self.relays[relay.index()].epoch == epoch {
+                    self.consolidate(relay, now);
+                }
+            }
+            Timer::EoseTimeout(relay, epoch, sub) => self.on_eose_timeout(relay, epoch, sub, now),
+            Timer::Resume(relay, epoch) => self.on_resume(relay, epoch, now),
+            Timer::Keepalive(relay, epoch) => self.on_keepalive(relay, epoch, now),
+            Timer::ReleaseHeld(repo) => self.release_held(repo, now),
+            Timer::NegTimeout(relay, epoch, id) => self.on_neg_timeout(relay, epoch, id, now),
+        }
+    }
+
+    /// Every relay's state against a full recompute of targets from the
+    /// index (the seed's `derive_relay_targets`), and every batch's
+    /// bookkeeping. For tests and fuzzing; O(everything).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let targets = self.index.derive_relay_targets();
+        for (i, relay) in self.relays.iter().enumerate() {
+            let id = RelayId(i as u32);
+            let want = targets.get(&id);
+            let want_len = want.map_or(0, |t| t.len());
+            if relay.items.len() != want_len {
+                return Err(format!(
+                    "{}: {} items, targets {}",
+                    self.relay_url(id),
+                    relay.items.len(),
+                    want_len
+                ));
+            }
+            for (item, slot) in &relay.items {
+                let refs = want.and_then(|t| t.get(item)).copied().unwrap_or(0);
+                if slot.refs != refs {
+                    return Err(format!(
+                        "{}: {item:?} refs {} want {refs}",
+                        self.relay_url(id),
+                        slot.refs
+                    ));
+                }
+                if let ItemState::Pending(b) = slot.state {
+                    let batch = relay
+                        .batches
+                        .get(&b)
+                        .ok_or(format!("{item:?} pending in missing batch {b}"))?;
+                    if !batch.items.contains(item) {
+                        return Err(format!(
+                            "{item:?} pending in batch {b} that does not list it"
+                        ));
+                    }
+                }
+            }
+            if relay.status != Status::Connected
+                && (!relay.subs.is_empty() || !relay.batches.is_empty())
+            {
+                return Err(format!(
+                    "{}: disconnected with subscriptions or batches",
+                    self.relay_url(id)
+                ));
+            }
+        }
+        Ok(())
+    }
+}

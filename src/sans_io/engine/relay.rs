@@ -1,0 +1,275 @@
+//! The relay table: per relay, what is confirmed, what is in flight, and the
+//! connection it rides on.
+//!
+//! Each targeted item of a relay has exactly one state — queued, pending in
+//! one batch, or confirmed — so "pending and confirmed overlap" cannot be
+//! represented. An item exists in a relay's map only while the index
+//! targets it there (`refs` counts the repos that make it a target), so
+//! "confirmed but not targeted" cannot be represented either.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use crate::sans_io::engine::auth::AuthState;
+use crate::sans_io::engine::conduct::Conduct;
+use crate::sans_io::engine::negentropy::{NegJob, NegSupport};
+use crate::sans_io::health::HealthTracker;
+use crate::sans_io::index::Item;
+use crate::sans_io::refusal::Refusal;
+use crate::sans_io::result_cap::ResultCap;
+use crate::sans_io::subscription::{NextPage, Purpose, Subscription, WorkRef};
+use crate::sans_io::time::Time;
+use crate::sans_io::timer::TimerId;
+
+/// Connection status of a relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// No connection; maybe waiting for a backoff to end.
+    Disconnected,
+    /// Connect asked of the shell, not yet reported.
+    Connecting,
+    /// Connected and subscribed.
+    Connected,
+}
+
+/// Where a targeted item stands on one relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemState {
+    /// Wanted, not yet asked (the three-way diff's "new").
+    Queued,
+    /// Asked in the pending batch with this id.
+    Pending(u64),
+    /// History fetched to EOSE; live events follow.
+    Confirmed,
+}
+
+/// What a relay is to us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The relay we sync into (self-subscription).
+    Own,
+    /// A relay we sync from; bootstrap relays are never dropped.
+    Remote {
+        /// Configured by the operator; kept connected without targets.
+        bootstrap: bool,
+    },
+}
+
+/// How a relay's live traffic is covered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LiveMode {
+    /// Per-id filters for every confirmed item.
+    PerId,
+    /// One kind-based filter matched locally (per-id filters would not fit).
+    Wide,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot {
+    pub refs: u32,
+    pub state: ItemState,
+}
+
+/// Items of one pending batch and how many of its chunks are still fetching.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    pub items: Vec<Item>,
+    pub chunks_left: u32,
+}
+
+/// Limits of one relay, lowered when it refuses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub subscriptions: usize,
+    pub filters_per_req: usize,
+    pub message_bytes: usize,
+    /// `limit` asked per filter: ours, or the relay's NIP-11 `max_limit`.
+    pub page_limit: usize,
+    /// Values per tag filter (repo refs, root ids) the relay accepts.
+    pub tag_values: usize,
+    /// Kinds per filter the relay accepts.
+    pub kinds: usize,
+}
+
+/// The smallest message limit a refusal may lower us to.
+pub(crate) const MIN_MESSAGE_BYTES: usize = 4096;
+
+impl Limits {
+    /// The per-filter cap a value or kind refusal is about (`usize::MAX`
+    /// for other refusals).
+    pub(crate) fn value_cap(&self, refusal: Refusal) -> usize {
+        match refusal {
+            Refusal::TooManyValues => self.tag_values,
+            Refusal::TooManyKinds => self.kinds,
+            _ => usize::MAX,
+        }
+    }
+
+    /// True when the limit `refusal` names cannot be lowered any further.
+    pub(crate) fn at_floor(&self, refusal: Refusal) -> bool {
+        match refusal {
+            Refusal::TooManySubscriptions => self.subscriptions <= 1,
+            Refusal::TooManyFilters => self.filters_per_req <= 1,
+            Refusal::TooLarge => self.message_bytes <= MIN_MESSAGE_BYTES,
+            Refusal::TooManyValues => self.tag_values <= 1,
+            Refusal::TooManyKinds => self.kinds <= 1,
+            _ => false,
+        }
+    }
+}
+
+/// Everything the engine knows about one relay.
+#[derive(Debug)]
+pub(crate) struct RelayState {
+    pub role: Role,
+    pub status: Status,
+    pub last_connected: Option<Time>,
+    pub disconnected_at: Option<Time>,
+    /// Live coverage was unbroken up to here when the last connection
+    /// ended: a quick reconnect catches up from it.
+    pub covered_until: Option<Time>,
+    /// When the next daily full sync is due; kept across connections.
+    pub daily_due: Option<Time>,
+    pub health: HealthTracker,
+    /// Offences and penalties (hostile-relay defence).
+    pub conduct: Conduct,
+    /// NIP-42 on the current connection.
+    pub auth: AuthState,
+    /// `auth-required:` without a key was logged on this connection.
+    pub auth_required_logged: bool,
+    /// NIP-77 support, remembered for the process's life.
+    pub neg: NegSupport,
+    /// Negentropy jobs in flight, by subscription id (each holds a
+    /// subscription slot on the relay).
+    pub neg_jobs: HashMap<u64, NegJob>,
+    /// Batches whose chunks fell back from negentropy: REQ for them.
+    pub neg_bypass: HashSet<u64>,
+    /// Targeted items and their state.
+    pub items: HashMap<Item, Slot>,
+    /// Items that became `Queued` since the last diff (may be stale).
+    pub queued: Vec<Item>,
+    pub batches: HashMap<u64, Batch>,
+    /// Chunks of pending batches waiting for a subscription slot.
+    pub work: VecDeque<WorkRef>,
+    /// Follow-up pages waiting for a subscription slot; they go before
+    /// new chunks, so chains finish first.
+    pub next_pages: VecDeque<NextPage>,
+    pub subs: HashMap<u64, Subscription>,
+    pub limits: Limits,
+    /// The relay's per-filter result cap, as far as its pages showed it.
+    pub result_cap: ResultCap,
+    /// NIP-11 document asked (once per process).
+    pub info_asked: bool,
+    pub live_mode: LiveMode,
+    /// Confirmed items lack live coverage since this time; the next
+    /// consolidation re-subscribes them from before it.
+    pub uncovered_since: Option<Time>,
+    /// Layer 1 (announcements) was refused before it was read to the end:
+    /// the next live set asks it from the beginning.
+    pub layer1_unread: bool,
+    /// Value or kind refusals still due by NOTICE for filters of REQs
+    /// already closed for the first of them (one NOTICE per refused filter).
+    pub late_notices: usize,
+    /// Waiting for pending batches before consolidating.
+    pub consolidating: bool,
+    /// Historic work paused (after a refusal) until this time.
+    pub paused_until: Option<Time>,
+    /// Bumped on every connect and disconnect; timers of an older epoch are stale.
+    pub epoch: u32,
+    /// Last time the relay sent anything (keepalive).
+    pub last_heard: Time,
+    /// When the next connect attempt is allowed.
+    pub retry_at: Option<Time>,
+    pub daily_timer: Option<TimerId>,
+    /// Historic REQs sent since connect (for metrics and tests).
+    pub reqs_sent: u64,
+}
+
+impl RelayState {
+    pub(crate) fn new(role: Role, limits: Limits) -> Self {
+        RelayState {
+            role,
+            status: Status::Disconnected,
+            last_connected: None,
+            disconnected_at: None,
+            covered_until: None,
+            daily_due: None,
+            health: HealthTracker::default(),
+            conduct: Conduct::default(),
+            auth: AuthState::default(),
+            auth_required_logged: false,
+            neg: NegSupport::default(),
+            neg_jobs: HashMap::new(),
+            neg_bypass: HashSet::new(),
+            items: HashMap::new(),
+            queued: Vec::new(),
+            batches: HashMap::new(),
+            work: VecDeque::new(),
+            next_pages: VecDeque::new(),
+            subs: HashMap::new(),
+            limits,
+            result_cap: ResultCap::default(),
+            info_asked: false,
+            live_mode: LiveMode::PerId,
+            uncovered_since: None,
+            layer1_unread: false,
+            late_notices: 0,
+            consolidating: false,
+            paused_until: None,
+            epoch: 0,
+            last_heard: Time::default(),
+            retry_at: None,
+            daily_timer: None,
+            reqs_sent: 0,
+        }
+    }
+
+    /// Subscription slots in use: REQs and negentropy jobs.
+    pub(crate) fn open_count(&self) -> usize {
+        self.subs.len() + self.neg_jobs.len()
+    }
+
+    /// Filters of subscriptions kept open for live events.
+    pub(crate) fn live_filter_count(&self) -> usize {
+        self.live_subs().map(|s| s.filter_count).sum()
+    }
+
+    pub(crate) fn live_subs(&self) -> impl Iterator<Item = &Subscription> {
+        self.subs.values().filter(|s| s.purpose == Purpose::Live)
+    }
+
+    /// Counts items per state: (queued, pending, confirmed).
+    pub(crate) fn item_counts(&self) -> (usize, usize, usize) {
+        self.items
+            .values()
+            .fold((0, 0, 0), |(q, p, c), slot| match slot.state {
+                ItemState::Queued => (q + 1, p, c),
+                ItemState::Pending(_) => (q, p + 1, c),
+                ItemState::Confirmed => (q, p, c + 1),
+            })
+    }
+
+    /// Moves every item in `state`-matching slots back to `Queued`.
+    pub(crate) fn requeue_where(&mut self, pred: impl Fn(ItemState) -> bool) {
+        for (item, slot) in self.items.iter_mut() {
+            if pred(slot.state) {
+                slot.state = ItemState::Queued;
+                self.queued.push(*item);
+            }
+        }
+    }
+
+    /// Forgets everything in flight: batches, queued chunks, subscriptions.
+    /// Pending items go back to `Queued`.
+    pub(crate) fn clear_in_flight(&mut self) {
+        self.requeue_where(|s| matches!(s, ItemState::Pending(_)));
+        self.batches.clear();
+        self.work.clear();
+        self.next_pages.clear();
+        self.subs.clear();
+        self.neg_jobs.clear();
+        self.neg_bypass.clear();
+        self.late_notices = 0;
+        self.consolidating = false;
+        self.uncovered_since = None;
+    }
+}

@@ -1,0 +1,199 @@
+//! Relay health: when to try a relay again after it failed us.
+//!
+//! Backoff doubles per consecutive failure (`base * 2^(failures-1)`, capped)
+//! with a little jitter so thousands of relays that failed together do not
+//! retry together. A relay failing continuously for `dead_after` is dead and
+//! tried once per `dead_retry`. `rate-limited:` gets its own fixed cooldown;
+//! it says "slow down", not "broken".
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::sans_io::time::Time;
+
+/// Health as reported in status and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Health {
+    /// No failure since the last success.
+    Healthy,
+    /// Failing, retried with backoff.
+    Degraded,
+    /// Failing for longer than `dead_after`; retried once per `dead_retry`.
+    Dead,
+    /// Told us to slow down; cooling down.
+    RateLimited,
+}
+
+/// Backoff constants.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BackoffPolicy {
+    /// First backoff.
+    pub base: Duration,
+    /// Longest backoff.
+    pub max: Duration,
+    /// Continuous failure after which a relay is dead.
+    pub dead_after: Duration,
+    /// Retry period of a dead relay.
+    pub dead_retry: Duration,
+    /// Cooldown after `rate-limited:`.
+    pub rate_limit_cooldown: Duration,
+}
+
+/// Failure history of one relay.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HealthTracker {
+    failures: u32,
+    failing_since: Option<Time>,
+    rate_limited_until: Option<Time>,
+    /// Consecutive refusals of historic work (`restricted:`, `error:`,
+    /// `auth-required:`). Kept apart from `failures` because the relay may
+    /// well serve other subscriptions (an EOSE there is a success), and a
+    /// refusal streak must still back off instead of retrying every `base`.
+    refusals: u32,
+}
+
+impl HealthTracker {
+    /// The relay served us: forget past failures (a refusal streak ends
+    /// only when refused work gets through, see `record_progress`).
+    pub(crate) fn record_success(&mut self) {
+        *self = HealthTracker {
+            refusals: self.refusals,
+            ..HealthTracker::default()
+        };
+    }
+
+    /// Historic work was served to the end: refusals are over.
+    pub(crate) fn record_progress(&mut self) {
+        self.refusals = 0;
+    }
+
+    /// The relay refused historic work at `now`; returns when to try it
+    /// again: the backoff doubles per refusal in a row, plus `penalty`.
+    pub(crate) fn record_refusal(
+        &mut self,
+        now: Time,
+        policy: &BackoffPolicy,
+        penalty: u32,
+        rng: &mut impl Rng,
+    ) -> Time {
+        self.refusals = self.refusals.saturating_add(1);
+        now + backoff(self.refusals, penalty, policy, rng)
+    }
+
+    /// The relay failed at `now`; returns when to try it again. `penalty`
+    /// adds doublings to the backoff for a relay that misbehaved (see
+    /// `conduct`); zero for an honest failure.
+    pub(crate) fn record_failure(
+        &mut self,
+        now: Time,
+        policy: &BackoffPolicy,
+        penalty: u32,
+        rng: &mut impl Rng,
+    ) -> Time {
+        self.failures = self.failures.saturating_add(1);
+        let since = *self.failing_since.get_or_insert(now);
+        if now.since(since) >= policy.dead_after {
+            return now + policy.dead_retry;
+        }
+        now + backoff(self.failures, penalty, policy, rng)
+    }
+
+    /// The relay said `rate-limited:` at `now`; returns when to try again.
+    pub(crate) fn record_rate_limit(&mut self, now: Time, policy: &BackoffPolicy) -> Time {
+        let until = now + policy.rate_limit_cooldown;
+        self.rate_limited_until = Some(until);
+        until
+    }
+
+    /// Consecutive failures since the last success.
+    #[cfg(test)]
+    pub(crate) fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// Health at `now`.
+    pub(crate) fn health(&self, now: Time, policy: &BackoffPolicy) -> Health {
+        if self.rate_limited_until.is_some_and(|until| now < until) {
+            Health::RateLimited
+        } else if self
+            .failing_since
+            .is_some_and(|s| now.since(s) >= policy.dead_after)
+        {
+            Health::Dead
+        } else if self.failures > 0 || self.refusals > 0 {
+            Health::Degraded
+        } else {
+            Health::Healthy
+        }
+    }
+}
+
+/// The wait after the `nth` failure (or refusal) in a row: `base` doubled
+/// per earlier one and per `penalty` step, capped at `max`, plus up to 10 %
+/// jitter so relays that failed together do not retry together.
+fn backoff(nth: u32, penalty: u32, policy: &BackoffPolicy, rng: &mut impl Rng) -> Duration {
+    let exp = nth.saturating_sub(1).saturating_add(penalty).min(31);
+    let wait = policy.base.saturating_mul(1u32 << exp).min(policy.max);
+    let jitter_ms = rng.gen_range(0..=wait.as_millis() as u64 / 10);
+    wait + Duration::from_millis(jitter_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::SmallRng;
+
+    fn policy() -> BackoffPolicy {
+        BackoffPolicy {
+            base: Duration::from_secs(5),
+            max: Duration::from_secs(3600),
+            dead_after: Duration::from_secs(24 * 3600),
+            dead_retry: Duration::from_secs(24 * 3600),
+            rate_limit_cooldown: Duration::from_secs(65),
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_caps_and_dies() {
+        let p = policy();
+        let mut rng = SmallRng::seed_from_u64(1);
+        let mut h = HealthTracker::default();
+        let t0 = Time::from_secs(1_000_000);
+        let mut expected = 5u64;
+        for _ in 0..12 {
+            let retry = h.record_failure(t0, &p, 0, &mut rng);
+            let wait = retry.since(t0).as_millis() as u64;
+            let base = expected.min(3600) * 1000;
+            assert!(
+                wait >= base && wait <= base + base / 10,
+                "wait {wait} base {base}"
+            );
+            expected *= 2;
+        }
+        assert_eq!(h.health(t0, &p), Health::Degraded);
+        let later = t0 + Duration::from_secs(24 * 3600);
+        assert_eq!(
+            h.record_failure(later, &p, 0, &mut rng),
+            later + p.dead_retry
+        );
+        assert_eq!(h.health(later, &p), Health::Dead);
+        h.record_success();
+        assert_eq!(h.health(later, &p), Health::Healthy);
+        assert_eq!(h.failures(), 0);
+    }
+
+    #[test]
+    fn rate_limit_is_a_cooldown() {
+        let p = policy();
+        let mut h = HealthTracker::default();
+        let t0 = Time::from_secs(10);
+        assert_eq!(h.record_rate_limit(t0, &p), t0 + Duration::from_secs(65));
+        assert_eq!(
+            h.health(t0 + Duration::from_secs(64), &p),
+            Health::RateLimited
+        );
+        assert_eq!(h.health(t0 + Duration::from_secs(65), &p), Health::Healthy);
+    }
+}

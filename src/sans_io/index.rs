@@ -1,0 +1,620 @@
+//! The repo index: what we want to sync, learnt from announcements and roots.
+//!
+//! Repo refs, root event ids and relay URLs are interned once into small
+//! integer ids; everything downstream (relay table, batches, filters) holds
+//! ids. Each update returns the exact per-relay target changes it caused, so
+//! the engine's three-way diff looks only at what a batch touched instead of
+//! re-deriving every relay's targets (`derive_relay_targets` below is that
+//! full recompute, kept as the reference the incremental path is checked and
+//! benchmarked against).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use log::{debug, warn};
+use nostr::prelude::{Event, EventId, Kind, Timestamp};
+
+use crate::sans_io::address::{host_and_port, ip_literal, is_public};
+use crate::sans_io::relay_url::{normalize, relay_of_clone_url};
+use crate::sans_io::service::Service;
+use crate::sans_io::time::Time;
+
+/// Kind of a repository announcement (NIP-34).
+pub(crate) const KIND_ANNOUNCEMENT: u16 = 30617;
+/// Kind of a repository state event (NIP-34).
+pub(crate) const KIND_STATE: u16 = 30618;
+/// Kinds of root events: patch, pull request, issue.
+pub(crate) const ROOT_KINDS: [u16; 3] = [1617, 1618, 1621];
+
+/// Longest `d` identifier accepted; longer ones are ignored as hostile.
+const MAX_IDENTIFIER_LEN: usize = 256;
+
+/// Interned repo ref `30617:<pubkey>:<d>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RepoId(pub(crate) u32);
+
+/// Interned root event id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RootId(pub(crate) u32);
+
+/// Interned normalized relay URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RelayId(pub(crate) u32);
+
+impl RelayId {
+    /// Position in tables indexed by relay.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// One thing a relay is asked to sync: a repo (Layer 2) or a root (Layer 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Item {
+    /// Events tagging this repo, and its 30618 state.
+    Repo(RepoId),
+    /// Events tagging this root event.
+    Root(RootId),
+}
+
+/// One change of a relay's targets caused by an index update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetChange {
+    /// The relay whose targets changed.
+    pub relay: RelayId,
+    /// The item gained or lost.
+    pub item: Item,
+    /// True when the relay gained one more reason to sync the item.
+    pub added: bool,
+}
+
+#[derive(Debug)]
+struct Repo {
+    coord: String,
+    identifier: String,
+    /// `created_at` and id of the announcement in force; `None` while only
+    /// roots have named the repo.
+    announced: Option<(Timestamp, EventId)>,
+    relays: Vec<RelayId>,
+    roots: Vec<RootId>,
+    /// When the relay set last changed after the first announcement.
+    relays_changed: Option<Time>,
+    /// A newer announcement whose relay change waits for the change
+    /// interval to pass (see [`IndexLimits::relay_change_interval`]).
+    held: Option<Held>,
+}
+
+impl Repo {
+    /// The newest announcement seen: the one held back, else the one in force.
+    fn latest(&self) -> Option<(Timestamp, EventId)> {
+        self.held.as_ref().map(|h| h.stamp).or(self.announced)
+    }
+}
+
+/// An announcement held back: its stamp and relays.
+#[derive(Debug)]
+struct Held {
+    stamp: (Timestamp, EventId),
+    relays: Vec<RelayId>,
+}
+
+/// What the index refused or held back from hostile or sloppy input, for
+/// metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IndexStats {
+    /// Announcements ignored whole (oversized `d` tag).
+    pub announcements_rejected: u64,
+    /// Relay URLs dropped: malformed, unknown scheme, credentials, or a
+    /// private address.
+    pub relay_urls_rejected: u64,
+    /// Relay URLs past the per-announcement cap or the cap on known relays.
+    pub relay_urls_over_cap: u64,
+    /// Relay changes held back because the repo changed relays too recently.
+    pub relay_changes_held: u64,
+}
+
+#[derive(Debug)]
+struct Root {
+    id: EventId,
+    repos: Vec<RepoId>,
+}
+
+/// Limits the index applies to hostile input.
+#[derive(Debug, Clone)]
+pub struct IndexLimits {
+    /// Relays taken from one announcement.
+    pub relays_per_announcement: usize,
+    /// Repos one root may name.
+    pub repos_per_root: usize,
+    /// After a repo's relays change, further changes wait this long (the
+    /// newest is applied then), so an announcement flipping its relays
+    /// every second cannot make us connect and drop relays every second.
+    pub relay_change_interval: Duration,
+    /// Relays interned at most; URLs beyond are dropped (and counted), so
+    /// announcements naming ever new relays cannot grow memory without bound.
+    pub max_relays: usize,
+    /// Keep relays on loopback, private and link-local IP literals (and
+    /// `localhost`); otherwise they are dropped before they cost a slot.
+    pub allow_private: bool,
+}
+
+/// Repos, their relays and roots, with ids interned.
+#[derive(Debug)]
+pub struct RepoIndex {
+    service: Service,
+    limits: IndexLimits,
+    repo_ids: HashMap<String, RepoId>,
+    repos: Vec<Repo>,
+    root_ids: HashMap<EventId, RootId>,
+    roots: Vec<Root>,
+    relay_ids: HashMap<String, RelayId>,
+    relay_urls: Vec<String>,
+    /// Repos with a held change and when it is due, for the engine to arm.
+    holds: Vec<(RepoId, Time)>,
+    stats: IndexStats,
+}
+
+impl RepoIndex {
+    /// An empty index; the own relay, under any of its names, is never
+    /// made a target.
+    pub fn new(service: Service, limits: IndexLimits) -> Self {
+        RepoIndex {
+            service,
+            limits,
+            repo_ids: HashMap::new(),
+            repos: Vec::new(),
+            root_ids: HashMap::new(),
+            roots: Vec::new(),
+            relay_ids: HashMap::new(),
+            relay_urls: Vec::new(),
+            holds: Vec::new(),
+            stats: IndexStats::default(),
+        }
+    }
+
+    /// What was refused or held back so far.
+    pub fn stats(&self) -> IndexStats {
+        self.stats
+    }
+
+    /// Repos whose relay change was held back since the last call, with
+    /// when to call [`release_held`](Self::release_held) for each.
+    pub fn take_holds(&mut self) -> Vec<(RepoId, Time)> {
+        std::mem::take(&mut self.holds)
+    }
+
+    /// Applies the change held back for `repo`, if any (it may have been
+    /// superseded by an announcement that restored the relays in force).
+    pub fn release_held(&mut self, repo: RepoId, now: Time, changes: &mut Vec<TargetChange>) {
+        let Some(held) = self
+            .repos
+            .get_mut(repo.0 as usize)
+            .and_then(|r| r.held.take())
+        else {
+            return;
+        };
+        self.change_relays(repo, held.stamp, held.relays, now, changes);
+    }
+
+    /// Applies an announcement or a root event received at `now`; other
+    /// kinds change nothing.
+    pub fn apply(&mut self, event: &Event, now: Time, changes: &mut Vec<TargetChange>) {
+        let kind = event.kind.as_u16();
+        if kind == KIND_ANNOUNCEMENT {
+            self.apply_announcement(event, now, changes, false);
+        } else if ROOT_KINDS.contains(&kind) {
+            self.apply_root(event, changes);
+        }
+    }
+
+    /// A verified announcement that no longer lists the service, newer than
+    /// the one in force: the repo keeps its name and roots but loses every
+    /// relay, as if announced with none (GRASP-01: the own relay refuses it,
+    /// so the old relay list must not be synced forever).
+    pub fn withdraw(&mut self, event: &Event, now: Time, changes: &mut Vec<TargetChange>) {
+        if event.kind.as_u16() == KIND_ANNOUNCEMENT {
+            self.apply_announcement(event, now, changes, true);
+        }
+    }
+
+    /// True if the index holds an announcement for `event`'s repo older
+    /// than `event` (a withdrawal would change something).
+    pub fn announced_before(&self, event: &Event) -> bool {
+        let Some(identifier) = identifier_of(event) else {
+            return false;
+        };
+        let coord = format!("{KIND_ANNOUNCEMENT}:{}:{identifier}", event.pubkey);
+        let Some(repo) = self.repo_id(&coord) else {
+            return false;
+        };
+        let entry = &self.repos[repo.0 as usize];
+        let latest = entry.latest();
+        latest.is_some_and(|cur| newer((event.created_at, event.id), cur))
+    }
+
+    /// The id of a relay URL (already normalized), interning it.
+    pub fn intern_relay(&mut self, url: &str) -> RelayId {
+        if let Some(&id) = self.relay_ids.get(url) {
+            return id;
+        }
+        let id = RelayId(self.relay_urls.len() as u32);
+        self.relay_urls.push(url.to_owned());
+        self.relay_ids.insert(url.to_owned(), id);
+        id
+    }
+
+    /// The id of a relay URL (already normalized), if known.
+    pub fn relay_id(&self, url: &str) -> Option<RelayId> {
+        self.relay_ids.get(url).copied()
+    }
+
+    /// The normalized URL of a relay.
+    pub fn relay_url(&self, relay: RelayId) -> &str {
+        &self.relay_urls[relay.index()]
+    }
+
+    /// Relays interned so far.
+    pub fn relay_count(&self) -> usize {
+        self.relay_urls.len()
+    }
+
+    /// Repos known (announced or only named by roots).
+    pub fn repo_count(&self) -> usize {
+        self.repos.len()
+    }
+
+    /// Roots known.
+    pub fn root_count(&self) -> usize {
+        self.roots.len()
+    }
+
+    /// The id of repo ref `30617:<pubkey>:<d>`, if known.
+    pub fn repo_id(&self, coord: &str) -> Option<RepoId> {
+        self.repo_ids.get(coord).copied()
+    }
+
+    /// The id of a root event, if known.
+    pub fn root_id(&self, id: &EventId) -> Option<RootId> {
+        self.root_ids.get(id).copied()
+    }
+
+    /// The repo ref string of a repo.
+    pub fn repo_coord(&self, repo: RepoId) -> &str {
+        &self.repos[repo.0 as usize].coord
+    }
+
+    /// The `d` identifier of a repo.
+    pub fn repo_identifier(&self, repo: RepoId) -> &str {
+        &self.repos[repo.0 as usize].identifier
+    }
+
+    /// The relays a repo's announcement in force lists.
+    pub fn repo_relays(&self, repo: RepoId) -> &[RelayId] {
+        &self.repos[repo.0 as usize].relays
+    }
+
+    /// The event id of a root.
+    pub fn root_event(&self, root: RootId) -> EventId {
+        self.roots[root.0 as usize].id
+    }
+
+    /// The seed's `derive_relay_targets`: every relay's targets recomputed
+    /// from scratch, with how many repos make each item a target there.
+    /// O(everything); the reference for tests and benchmarks only.
+    pub fn derive_relay_targets(&self) -> HashMap<RelayId, HashMap<Item, u32>> {
+        let mut targets: HashMap<RelayId, HashMap<Item, u32>> = HashMap::new();
+        for (i, repo) in self.repos.iter().enumerate() {
+            for &relay in &repo.relays {
+                let t = targets.entry(relay).or_default();
+                *t.entry(Item::Repo(RepoId(i as u32))).or_default() += 1;
+                for &root in &repo.roots {
+                    *t.entry(Item::Root(root)).or_default() += 1;
+                }
+            }
+        }
+        targets
+    }
+
+    fn apply_announcement(
+        &mut self,
+        event: &Event,
+        now: Time,
+        changes: &mut Vec<TargetChange>,
+        withdrawn: bool,
+    ) {
+        let Some(identifier) = identifier_of(event) else {
+            warn!("announcement {} has an oversized d tag; ignored", event.id);
+            self.stats.announcements_rejected += 1;
+            return;
+        };
+        let coord = format!("{KIND_ANNOUNCEMENT}:{}:{identifier}", event.pubkey);
+        let repo = self.intern_repo(&coord, identifier);
+        let stamp = (event.created_at, event.id);
+        let entry = &self.repos[repo.0 as usize];
+        let latest = entry.latest();
+        if latest.is_some_and(|cur| !newer(stamp, cur)) {
+            debug!(
+                "announcement {} for {coord} is not newer; ignored",
+                event.id
+            );
+            return;
+        }
+        let relays = if withdrawn {
+            Vec::new()
+        } else {
+            self.relays_of(event)
+        };
+        let entry = &mut self.repos[repo.0 as usize];
+        let first = entry.announced.is_none();
+        let due = entry
+            .relays_changed
+            .map(|t| t + self.limits.relay_change_interval)
+            .filter(|due| now < *due && !same_set(&entry.relays, &relays));
+        match due {
+            Some(due) => {
+                if entry.held.is_none() {
+                    self.holds.push((repo, due));
+                }
+                entry.held = Some(Held { stamp, relays });
+                self.stats.relay_changes_held += 1;
+                debug!("{coord} changes relays too often; newest change held until {due:?}");
+            }
+            None => {
+                entry.held = None;
+                self.change_relays(repo, stamp, relays, now, changes);
+                if first {
+                    // Learning a repo's relays is not a change: the next
+                    // real change may follow at once.
+                    self.repos[repo.0 as usize].relays_changed = None;
+                }
+            }
+        }
+    }
+
+    /// Puts announcement `stamp` with `relays` in force for `repo`.
+    fn change_relays(
+        &mut self,
+        repo: RepoId,
+        stamp: (Timestamp, EventId),
+        relays: Vec<RelayId>,
+        now: Time,
+        changes: &mut Vec<TargetChange>,
+    ) {
+        let entry = &mut self.repos[repo.0 as usize];
+        entry.announced = Some(stamp);
+        if same_set(&entry.relays, &relays) {
+            return;
+        }
+        entry.relays_changed = Some(now);
+        let old = std::mem::replace(&mut entry.relays, relays);
+        let new = entry.relays.clone();
+        for relay in old.iter().filter(|r| !new.contains(r)) {
+            self.push_repo_changes(repo, *relay, false, changes);
+        }
+        for relay in new.iter().filter(|r| !old.contains(r)) {
+            self.push_repo_changes(repo, *relay, true, changes);
+        }
+    }
+
+    /// Changes for a repo gaining or losing a relay: the repo and every root under it.
+    fn push_repo_changes(
+        &self,
+        repo: RepoId,
+        relay: RelayId,
+        added: bool,
+        changes: &mut Vec<TargetChange>,
+    ) {
+        changes.push(TargetChange {
+            relay,
+            item: Item::Repo(repo),
+            added,
+        });
+        for &root in &self.repos[repo.0 as usize].roots {
+            changes.push(TargetChange {
+                relay,
+                item: Item::Root(root),
+                added,
+            });
+        }
+    }
+
+    fn apply_root(&mut self, event: &Event, changes: &mut Vec<TargetChange>) {
+        let root = self.intern_root(event.id);
+        let coords = repo_coords_of(event);
+        for (n, coord) in coords.into_iter().enumerate() {
+            if n >= self.limits.repos_per_root {
+                warn!(
+                    "root {} names more than {} repos; rest ignored",
+                    event.id, n
+                );
+                break;
+            }
+            let identifier = coord.splitn(3, ':').nth(2).unwrap_or_default().to_owned();
+            let repo = self.intern_repo(coord, identifier);
+            if self.roots[root.0 as usize].repos.contains(&repo) {
+                continue;
+            }
+            self.roots[root.0 as usize].repos.push(repo);
+            let entry = &mut self.repos[repo.0 as usize];
+            entry.roots.push(root);
+            for &relay in &entry.relays {
+                changes.push(TargetChange {
+                    relay,
+                    item: Item::Root(root),
+                    added: true,
+                });
+            }
+        }
+    }
+
+    fn intern_repo(&mut self, coord: &str, identifier: String) -> RepoId {
+        if let Some(&id) = self.repo_ids.get(coord) {
+            return id;
+        }
+        let id = RepoId(self.repos.len() as u32);
+        self.repos.push(Repo {
+            coord: coord.to_owned(),
+            identifier,
+            announced: None,
+            relays: Vec::new(),
+            roots: Vec::new(),
+            relays_changed: None,
+            held: None,
+        });
+        self.repo_ids.insert(coord.to_owned(), id);
+        id
+    }
+
+    fn intern_root(&mut self, id: EventId) -> RootId {
+        if let Some(&root) = self.root_ids.get(&id) {
+            return root;
+        }
+        let root = RootId(self.roots.len() as u32);
+        self.roots.push(Root {
+            id,
+            repos: Vec::new(),
+        });
+        self.root_ids.insert(id, root);
+        root
+    }
+
+    /// Every relay an announcement names: each value of each `relays` tag and
+    /// the relay of each `clone` URL, normalized, without the own relay and
+    /// refused addresses, de-duplicated, capped.
+    fn relays_of(&mut self, event: &Event) -> Vec<RelayId> {
+        let mut relays = Vec::new();
+        let mut over_cap = 0u64;
+        for url in self.relay_urls_of(event) {
+            if self.service.names(&url) {
+                continue;
+            }
+            let known = self.relay_ids.get(&url).copied();
+            if known.is_some_and(|id| relays.contains(&id)) {
+                continue;
+            }
+            if relays.len() >= self.limits.relays_per_announcement
+                || known.is_none() && self.relay_urls.len() >= self.limits.max_relays
+            {
+                over_cap += 1;
+                continue;
+            }
+            let id = known.unwrap_or_else(|| self.intern_relay(&url));
+            relays.push(id);
+        }
+        if over_cap > 0 {
+            self.stats.relay_urls_over_cap += over_cap;
+            warn!(
+                "announcement {}: {over_cap} relays over the cap ({} per announcement, {} known) ignored",
+                event.id, self.limits.relays_per_announcement, self.limits.max_relays
+            );
+        }
+        relays
+    }
+
+    /// The normalized relay URLs an announcement names, refused ones
+    /// counted and left out.
+    fn relay_urls_of(&mut self, event: &Event) -> Vec<String> {
+        let mut urls = Vec::new();
+        for tag in event.tags.iter() {
+            let values = tag.as_slice();
+            match values.first().map(String::as_str) {
+                Some("relays") => {
+                    for raw in &values[1..] {
+                        match normalize(raw) {
+                            Ok(url) if self.allowed_host(&url) => urls.push(url),
+                            Ok(_) => {
+                                self.stats.relay_urls_rejected += 1;
+                                debug!("announcement {}: private relay {raw:?} ignored", event.id);
+                            }
+                            Err(e) => {
+                                self.stats.relay_urls_rejected += 1;
+                                debug!("announcement {}: relay {raw:?} ignored: {e}", event.id);
+                            }
+                        }
+                    }
+                }
+                Some("clone") => urls.extend(
+                    values[1..]
+                        .iter()
+                        .filter_map(|c| relay_of_clone_url(c))
+                        .filter(|u| self.allowed_host(u)),
+                ),
+                _ => {}
+            }
+        }
+        urls
+    }
+
+    /// False for a loopback, private or link-local IP literal or
+    /// `localhost`, unless private addresses are allowed. Names that resolve
+    /// to such addresses are refused later, by the shell's address guard.
+    fn allowed_host(&self, url: &str) -> bool {
+        if self.limits.allow_private {
+            return true;
+        }
+        let Some((host, _)) = host_and_port(url) else {
+            return false;
+        };
+        let local_name = host == "localhost" || host.ends_with(".localhost");
+        !local_name && ip_literal(&host).is_none_or(is_public)
+    }
+}
+
+/// True when both lists hold the same relays, in any order.
+fn same_set(a: &[RelayId], b: &[RelayId]) -> bool {
+    a.len() == b.len() && a.iter().all(|r| b.contains(r))
+}
+
+/// True when announcement `a` replaces `b`: newer, or as new with the lower id (NIP-01).
+fn newer(a: (Timestamp, EventId), b: (Timestamp, EventId)) -> bool {
+    a.0 > b.0 || (a.0 == b.0 && a.1 < b.1)
+}
+
+/// The `d` tag value (empty when absent), `None` when oversized.
+fn identifier_of(event: &Event) -> Option<String> {
+    let d = event
+        .tags
+        .iter()
+        .map(|t| t.as_slice())
+        .find(|t| t.first().map(String::as_str) == Some("d"))
+        .and_then(|t| t.get(1))
+        .map_or("", String::as_str);
+    (d.len() <= MAX_IDENTIFIER_LEN).then(|| d.to_owned())
+}
+
+/// The well-formed repo refs among a root's `a` tags, de-duplicated.
+fn repo_coords_of(event: &Event) -> Vec<&str> {
+    let mut coords: Vec<&str> = Vec::new();
+    for tag in event.tags.iter() {
+        let values = tag.as_slice();
+        if values.first().map(String::as_str) != Some("a") {
+            continue;
+        }
+        if let Some(coord) = values.get(1).filter(|c| is_repo_coord(c))
+            && !coords.contains(&coord.as_str())
+        {
+            coords.push(coord);
+        }
+    }
+    coords
+}
+
+/// `30617:<64 lowercase hex>:<d>` with a sane `d`.
+pub fn is_repo_coord(coord: &str) -> bool {
+    let mut parts = coord.splitn(3, ':');
+    let (Some(kind), Some(pubkey), Some(d)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    kind == "30617"
+        && pubkey.len() == 64
+        && pubkey
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && d.len() <= MAX_IDENTIFIER_LEN
+}
+
+/// True for the kinds the index learns from.
+pub fn is_index_kind(kind: Kind) -> bool {
+    let k = kind.as_u16();
+    k == KIND_ANNOUNCEMENT || ROOT_KINDS.contains(&k)
+}

@@ -1,0 +1,27 @@
+//! Everything pure: the sync engine and the data structures it is made of.
+//!
+//! Nothing in this folder touches a socket, a file, a thread or a clock
+//! (`.ci/run` greps for `mio`, `std::net::Tcp*`, `std::fs`, `std::thread`,
+//! `Instant::now` and `SystemTime::now` here). Time comes in as a [`time::Time`]
+//! argument, bytes come in as parsed messages, and what should happen
+//! goes out as values, so every rule can be tested under a simulated clock.
+
+pub(crate) mod address;
+pub(crate) mod config;
+pub(crate) mod engine;
+pub(crate) mod filters;
+pub(crate) mod health;
+pub mod hex;
+pub(crate) mod index;
+pub(crate) mod nip42;
+pub(crate) mod own_relay;
+pub(crate) mod reconcile;
+pub(crate) mod refusal;
+pub(crate) mod relay_info;
+pub(crate) mod relay_url;
+pub(crate) mod result_cap;
+pub(crate) mod seen;
+pub(crate) mod service;
+pub(crate) mod subscription;
+pub(crate) mod time;
+pub(crate) mod timer;

@@ -1,0 +1,416 @@
+//! Listing what the own relay holds for a filter, for negentropy.
+//!
+//! Negentropy needs the `(id, created_at)` of every event the sink holds
+//! that matches a historic filter. The own relay is asked with a plain REQ
+//! on the sink's websocket, paged backwards with `until` because relays cap
+//! results per REQ; only ids and timestamps are kept (40 bytes an event).
+//! `until` is inclusive, so each page asks again for the second of the
+//! previous page's oldest event (siblings cut at the page boundary). A page
+//! that brings nothing new is then either short (everything at or below its
+//! `until` was listed: done) or a full page of events all in that one
+//! second: more events share it than the relay returns at once, and paging
+//! steps one second back rather than stopping, so everything older is still
+//! listed. The events of that second the relay never returns cannot be
+//! reached by NIP-01 paging; negentropy reports them as missing and they are
+//! fetched again (duplicates for the sink, nothing lost). The traffic
+//! stays on the link to the own relay, which is local in every deployment
+//! this tool has; the point of negentropy is the link to remote relays.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
+
+/// Events asked per listing page; relays cap lower ones down anyway.
+const PAGE: usize = 5_000;
+
+/// What the caller does after a sink message.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ListStep {
+    /// Send these texts (CLOSE of the finished page, REQ of the next).
+    Send(Vec<String>),
+    /// The listing for `request` is complete.
+    Done {
+        /// The engine's request id.
+        request: u64,
+        /// What the sink holds.
+        held: Vec<(EventId, Timestamp)>,
+        /// CLOSE of the last page.
+        close: String,
+    },
+    /// The own relay refused the listing; the engine's timeout falls back.
+    Refused(u64),
+}
+
+struct Listing {
+    request: u64,
+    filter: Filter,
+    held: Vec<(EventId, Timestamp)>,
+    ids: HashSet<EventId>,
+    /// Events in the current page.
+    page: usize,
+    /// Ids new to this listing in the current page.
+    fresh: usize,
+    /// Oldest `created_at` in the current page.
+    oldest: Option<Timestamp>,
+    /// The current page's `until`.
+    until: Option<Timestamp>,
+    /// The largest page so far: the relay returns at least this many when
+    /// it has them, so a smaller page was not cut.
+    largest: usize,
+}
+
+/// Listings asked of the own relay at once; the rest wait their turn. After
+/// a restart thousands of relays' jobs list at the same moment: all at once
+/// would hold every answer in memory together and trip the own relay's
+/// own subscription limit.
+const MAX_IN_FLIGHT: usize = 8;
+
+/// Listings in flight on the sink connection, by subscription id.
+#[derive(Default)]
+pub(crate) struct Listings {
+    pending: HashMap<String, Listing>,
+    /// Listings waiting for a free slot, oldest first.
+    waiting: VecDeque<(u64, Filter)>,
+    /// Listings the own relay refused (typically `auth-required:`), to ask
+    /// again once it accepts our AUTH.
+    refused: Vec<(u64, Filter)>,
+    next: u64,
+}
+
+impl Listings {
+    /// Lists `filter` for engine request `request`: returns the REQ to send,
+    /// or `None` when it waits for a slot (see [`Listings::start_waiting`]).
+    pub(crate) fn start(&mut self, request: u64, filter: Filter) -> Option<String> {
+        if self.pending.len() >= MAX_IN_FLIGHT {
+            self.waiting.push_back((request, filter));
+            return None;
+        }
+        Some(self.open(request, filter))
+    }
+
+    /// Starts waiting listings while slots are free; returns their REQs.
+    /// Called after a listing ends.
+    pub(crate) fn start_waiting(&mut self) -> Vec<String> {
+        let mut reqs = Vec::new();
+        while self.pending.len() < MAX_IN_FLIGHT {
+            let Some((request, filter)) = self.waiting.pop_front() else {
+                break;
+            };
+            reqs.push(self.open(request, filter));
+        }
+        reqs
+    }
+
+    fn open(&mut self, request: u64, filter: Filter) -> String {
+        let sub = format!("list{:x}", self.next);
+        self.next += 1;
+        let req = req(&sub, &filter, None);
+        self.pending.insert(
+            sub,
+            Listing {
+                request,
+                filter,
+                held: Vec::new(),
+                ids: HashSet::new(),
+                page: 0,
+                fresh: 0,
+                oldest: None,
+                until: None,
+                largest: 0,
+            },
+        );
+        req
+    }
+
+    /// True when `sub` is one of ours.
+    #[cfg(test)]
+    pub(crate) fn owns(&self, sub: &str) -> bool {
+        self.pending.contains_key(sub)
+    }
+
+    /// Takes a message from the own relay; `None` if it is not for a listing.
+    pub(crate) fn on_message(&mut self, message: &RelayMessage<'_>) -> Option<ListStep> {
+        match message {
+            RelayMessage::Event {
+                subscription_id,
+                event,
+            } => {
+                let l = self.pending.get_mut(subscription_id.as_str())?;
+                l.page += 1;
+                if l.ids.insert(event.id) {
+                    l.held.push((event.id, event.created_at));
+                    l.fresh += 1;
+                }
+                l.oldest = Some(
+                    l.oldest
+                        .map_or(event.created_at, |o| o.min(event.created_at)),
+                );
+                Some(ListStep::Send(Vec::new()))
+            }
+            RelayMessage::EndOfStoredEvents(sub) => self.on_eose(sub.as_str()),
+            RelayMessage::Closed {
+                subscription_id, ..
+            } => {
+                let l = self.pending.remove(subscription_id.as_str())?;
+                self.refused.push((l.request, l.filter));
+                Some(ListStep::Refused(l.request))
+            }
+            _ => None,
+        }
+    }
+
+    /// Asks again for every listing the own relay refused (in turn, behind
+    /// the ones already waiting); returns the REQs that can go now.
+    pub(crate) fn retry_refused(&mut self) -> Vec<String> {
+        let refused = std::mem::take(&mut self.refused);
+        self.waiting.extend(refused);
+        self.start_waiting()
+    }
+
+    /// The sink connection is gone: its listings are lost (the engine's
+    /// timeout falls back for them).
+    pub(crate) fn clear(&mut self) {
+        self.pending.clear();
+        self.waiting.clear();
+        self.refused.clear();
+    }
+
+    fn on_eose(&mut self, sub: &str) -> Option<ListStep> {
+        let close = ClientMessage::close(SubscriptionId::new(sub)).as_json();
+        let l = self.pending.get_mut(sub)?;
+        l.largest = l.largest.max(l.page);
+        let until = match l.oldest {
+            // More may share the oldest second, or lie below it.
+            Some(oldest) if l.fresh > 0 => Some(oldest),
+            // Nothing new and short: all at or below `until` is listed.
+            Some(_) if l.page < l.largest => None,
+            // Nothing new in a full page: events older than `until` would
+            // have been new, so the whole page is that one second. Go below
+            // (only from there: a relay ignoring `until` must not loop us).
+            Some(oldest) if l.until == Some(oldest) => oldest
+                .as_secs()
+                .checked_sub(1)
+                .map(Timestamp::from_secs)
+                .filter(|_| l.filter.since.is_none_or(|since| since < oldest)),
+            // An empty page, or one older than `until` bringing nothing new.
+            _ => None,
+        };
+        let Some(until) = until else {
+            let l = self.pending.remove(sub)?;
+            return Some(ListStep::Done {
+                request: l.request,
+                held: l.held,
+                close,
+            });
+        };
+        l.page = 0;
+        l.fresh = 0;
+        l.oldest = None;
+        l.until = Some(until);
+        let next = req(sub, &l.filter, Some(until));
+        Some(ListStep::Send(vec![close, next]))
+    }
+}
+
+fn req(sub: &str, filter: &Filter, until: Option<Timestamp>) -> String {
+    let mut filter = filter.clone().limit(PAGE);
+    if let Some(until) = until {
+        filter = filter.until(until);
+    }
+    ClientMessage::req(SubscriptionId::new(sub), vec![filter]).as_json()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::*;
+
+    fn event(keys: &Keys, at: u64) -> nostr::prelude::Event {
+        EventBuilder::new(Kind::from_u16(1621), format!("{at}"))
+            .custom_created_at(Timestamp::from_secs(at))
+            .finalize(keys)
+            .unwrap()
+    }
+
+    fn deliver(l: &mut Listings, sub: &str, e: &nostr::prelude::Event) {
+        let m = RelayMessage::event(SubscriptionId::new(sub), e.clone());
+        assert_eq!(l.on_message(&m), Some(ListStep::Send(Vec::new())));
+    }
+
+    #[test]
+    fn pages_back_until_a_page_brings_nothing_new() {
+        let keys = Keys::generate();
+        let events: Vec<_> = (0..5).map(|i| event(&keys, 100 + i)).collect();
+        let mut l = Listings::default();
+        let first = l
+            .start(7, Filter::new().kind(Kind::from_u16(1621)))
+            .unwrap();
+        assert!(first.contains("\"limit\":5000"));
+        let sub = "list0";
+        for e in &events[2..] {
+            deliver(&mut l, sub, e);
+        }
+        let eose = RelayMessage::eose(SubscriptionId::new(sub));
+        let Some(ListStep::Send(texts)) = l.on_message(&eose) else {
+            panic!("a second page");
+        };
+        assert!(texts[1].contains("\"until\":102"), "{}", texts[1]);
+        for e in &events[..3] {
+            deliver(&mut l, sub, e);
+        }
+        assert!(matches!(l.on_message(&eose), Some(ListStep::Send(_))));
+        deliver(&mut l, sub, &events[0]);
+        let Some(ListStep::Done { request, held, .. }) = l.on_message(&eose) else {
+            panic!("done");
+        };
+        assert_eq!(request, 7);
+        let mut ids: Vec<_> = held.iter().map(|(id, _)| *id).collect();
+        ids.sort();
+        let mut want: Vec<_> = events.iter().map(|e| e.id).collect();
+        want.sort();
+        assert_eq!(ids, want);
+        assert!(!l.owns(sub));
+    }
+
+    /// Feeds one page (`events`, then EOSE) and returns the step.
+    fn page(l: &mut Listings, sub: &str, events: &[&nostr::prelude::Event]) -> ListStep {
+        for e in events {
+            deliver(l, sub, e);
+        }
+        l.on_message(&RelayMessage::eose(SubscriptionId::new(sub)))
+            .expect("a listing's EOSE")
+    }
+
+    fn until_of(step: &ListStep) -> String {
+        let ListStep::Send(texts) = step else {
+            panic!("another page, not {step:?}");
+        };
+        let filter: serde_json::Value = serde_json::from_str(&texts[1]).unwrap();
+        filter[2]["until"].to_string()
+    }
+
+    /// A relay returning 2 events a REQ, holding 3 in second 200 (a bulk
+    /// import) and 2 older: the listing used to stop at the second page,
+    /// which brought nothing new, and never listed anything older than 200.
+    #[test]
+    fn a_full_page_of_one_second_steps_below_it_instead_of_stopping() {
+        let keys = Keys::generate();
+        let same: Vec<_> = (0..3)
+            .map(|i| {
+                EventBuilder::new(Kind::from_u16(1621), format!("{i}"))
+                    .custom_created_at(Timestamp::from_secs(200))
+                    .finalize(&keys)
+                    .unwrap()
+            })
+            .collect();
+        let older = [event(&keys, 151), event(&keys, 150)];
+        let mut l = Listings::default();
+        l.start(5, Filter::new().kind(Kind::from_u16(1621)));
+        let sub = "list0";
+        let step = page(&mut l, sub, &[&same[0], &same[1]]);
+        assert_eq!(until_of(&step), "200");
+        // The same two again: nothing new, a full page, all in second 200.
+        let step = page(&mut l, sub, &[&same[0], &same[1]]);
+        assert_eq!(until_of(&step), "199");
+        let step = page(&mut l, sub, &[&older[0], &older[1]]);
+        assert_eq!(until_of(&step), "150");
+        // Second 150 again, short: done.
+        let ListStep::Done { request, held, .. } = page(&mut l, sub, &[&older[1]]) else {
+            panic!("done");
+        };
+        assert_eq!(request, 5);
+        let mut ids: Vec<_> = held.iter().map(|(id, _)| *id).collect();
+        ids.sort();
+        // The third event of second 200 the relay never returned is left
+        // for negentropy to report missing.
+        let mut want = vec![same[0].id, same[1].id, older[0].id, older[1].id];
+        want.sort();
+        assert_eq!(ids, want);
+    }
+
+    #[test]
+    fn an_empty_page_or_since_ends_the_listing() {
+        let keys = Keys::generate();
+        let a = event(&keys, 300);
+        let mut l = Listings::default();
+        l.start(1, Filter::new().kind(Kind::from_u16(1621)));
+        assert_eq!(until_of(&page(&mut l, "list0", &[&a])), "300");
+        // A full page (1 is the largest so far) of second 300: below it.
+        assert_eq!(until_of(&page(&mut l, "list0", &[&a])), "299");
+        assert!(matches!(
+            page(&mut l, "list0", &[]),
+            ListStep::Done { request: 1, .. }
+        ));
+        // With `since` at that second there is nothing below to ask for.
+        l.start(
+            2,
+            Filter::new()
+                .kind(Kind::from_u16(1621))
+                .since(Timestamp::from_secs(300)),
+        );
+        assert_eq!(until_of(&page(&mut l, "list1", &[&a])), "300");
+        assert!(matches!(
+            page(&mut l, "list1", &[&a]),
+            ListStep::Done { request: 2, .. }
+        ));
+    }
+
+    #[test]
+    fn a_relay_ignoring_until_does_not_keep_the_listing_going() {
+        let keys = Keys::generate();
+        let a = event(&keys, 300);
+        let mut l = Listings::default();
+        l.start(4, Filter::new().kind(Kind::from_u16(1621)));
+        assert_eq!(until_of(&page(&mut l, "list0", &[&a])), "300");
+        assert_eq!(until_of(&page(&mut l, "list0", &[&a])), "299");
+        // Asked below 300, it sends 300 again.
+        assert!(matches!(
+            page(&mut l, "list0", &[&a]),
+            ListStep::Done { request: 4, .. }
+        ));
+    }
+
+    #[test]
+    fn a_refusal_ends_the_listing_and_other_subscriptions_are_not_ours() {
+        let mut l = Listings::default();
+        l.start(3, Filter::new());
+        let closed = RelayMessage::closed(SubscriptionId::new("list0"), "auth-required: x");
+        assert_eq!(l.on_message(&closed), Some(ListStep::Refused(3)));
+        let other = RelayMessage::eose(SubscriptionId::new("x"));
+        assert_eq!(l.on_message(&other), None);
+        let again = l.retry_refused();
+        assert_eq!(again.len(), 1);
+        assert!(again[0].starts_with(r#"["REQ","list1""#), "{}", again[0]);
+        assert!(l.owns("list1"));
+        assert!(l.retry_refused().is_empty());
+    }
+
+    #[test]
+    fn at_most_a_few_listings_run_at_once_the_rest_wait_their_turn() {
+        let mut l = Listings::default();
+        let kind = |k: u16| Filter::new().kind(Kind::from_u16(k));
+        for r in 0..MAX_IN_FLIGHT as u64 {
+            assert!(l.start(r, kind(1621)).is_some());
+        }
+        assert_eq!(l.start(100, kind(1617)), None);
+        assert_eq!(l.start(101, kind(1618)), None);
+        assert!(l.start_waiting().is_empty(), "no slot is free yet");
+        let eose = RelayMessage::eose(SubscriptionId::new("list0"));
+        assert!(matches!(
+            l.on_message(&eose),
+            Some(ListStep::Done { request: 0, .. })
+        ));
+        let next = l.start_waiting();
+        assert_eq!(next.len(), 1);
+        assert!(
+            next[0].contains("1617"),
+            "oldest waiting first: {}",
+            next[0]
+        );
+        l.clear();
+        assert!(
+            l.start_waiting().is_empty(),
+            "a lost connection drops the queue"
+        );
+    }
+}

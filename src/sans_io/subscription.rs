@@ -1,0 +1,468 @@
+//! One open subscription on a relay and the pagination of its stored events.
+//!
+//! Relays return at most `limit` stored events per filter (or per REQ), newest
+//! first. A historic subscription that got a full page before EOSE has more
+//! behind it; the follow-up asks the same filters with `until` = the oldest
+//! `created_at` seen, per filter, until a page comes back short. Without this
+//! a relay with a 500-event cap silently loses everything older.
+
+use std::collections::HashSet;
+
+use nostr::prelude::{Event, EventId, Filter, MatchEventOptions, Timestamp};
+
+use crate::sans_io::index::Item;
+use crate::sans_io::result_cap::ResultCap;
+use crate::sans_io::time::Time;
+
+/// How far a filter's `limit` may grow to page through events that share one second.
+pub(crate) const MAX_LIMIT_FACTOR: usize = 16;
+
+/// Whether a subscription stays open after its stored events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// Kept open for live events after EOSE.
+    Live,
+    /// Closed after EOSE: a follow-up page, or a historic fetch whose live
+    /// coverage comes from elsewhere.
+    Page,
+}
+
+/// How events of a subscription are checked before they are passed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// The own relay's self-subscription: events feed the index.
+    Own,
+    /// Per-id or announcement filters: an event must match one of them.
+    Exact,
+    /// Kind-based live filter: an event must also tag an item the relay targets.
+    Wide,
+    /// A live subscription past its stored events, its filters dropped to
+    /// save memory: an event must tag an item the relay targets (the union
+    /// of every per-id filter on the relay) or be an announcement.
+    Targets,
+}
+
+/// Events one filter returned in the current page.
+#[derive(Debug, Clone, Copy, Default)]
+struct PageStats {
+    /// Every event of the page the filter matches.
+    all: Edge,
+    /// Those it alone matches in its REQ. Filters of one REQ overlap (a
+    /// NIP-22 reply tags its root with `E` and `e`) and a relay sends each
+    /// event once, for whichever filter it answered first: an event two
+    /// filters match may have come in for the other one, below where this
+    /// filter's own page was cut. Only events no other filter asked for
+    /// surely belong to this filter's page, so they place its next `until`
+    /// and teach the relay's cap; all of them count toward "maybe cut".
+    own: Edge,
+    /// Events the previous page of this filter returned.
+    prev: usize,
+    /// That page was shorter than asked: if this one holds events older
+    /// than its oldest, the relay cut it at `prev`.
+    prev_short: bool,
+    prev_oldest: Option<Timestamp>,
+}
+
+/// How many events reached down to which second.
+#[derive(Debug, Clone, Copy, Default)]
+struct Edge {
+    count: usize,
+    oldest: Option<Timestamp>,
+    /// Events at the `oldest` second.
+    at_oldest: usize,
+}
+
+impl Edge {
+    fn add(&mut self, created_at: Timestamp) {
+        self.count += 1;
+        match self.oldest {
+            Some(o) if o == created_at => self.at_oldest += 1,
+            Some(o) if o < created_at => {}
+            _ => {
+                self.oldest = Some(created_at);
+                self.at_oldest = 1;
+            }
+        }
+    }
+}
+
+/// An open subscription.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    /// The filters as sent (with `since`/`until`/`limit`).
+    pub filters: Vec<Filter>,
+    /// Live or page.
+    pub purpose: Purpose,
+    /// How its events are checked.
+    pub scope: Scope,
+    /// Work units (chunks of a pending batch) that complete when this
+    /// subscription's last page ends.
+    pub work: Vec<WorkRef>,
+    /// Pages asked so far in this chain (1 for the first).
+    pub page: u32,
+    /// EOSE seen: stored events are over.
+    pub eose: bool,
+    /// Any message seen for it (a refusal by NOTICE targets one that heard nothing).
+    pub heard: bool,
+    /// When the first page of this chain was sent: events after it are
+    /// covered by the chain, events before need another subscription.
+    pub started: Time,
+    /// Filters sent, kept after [`Subscription::compact`] for limit accounting.
+    pub filter_count: usize,
+    stats: Vec<PageStats>,
+    total: usize,
+    /// Ids counted in this page: a relay repeating one event (thousands of
+    /// copies) must not make a page look full. Emptied at EOSE.
+    counted: HashSet<EventId>,
+}
+
+/// A chunk of a pending batch that a subscription (chain) is fetching.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WorkRef {
+    /// The batch the chunk belongs to.
+    pub batch: u64,
+    /// The chunk's items.
+    pub items: Vec<Item>,
+}
+
+impl Subscription {
+    /// A subscription for `filters`, nothing heard yet.
+    pub(crate) fn new(
+        filters: Vec<Filter>,
+        purpose: Purpose,
+        scope: Scope,
+        work: Vec<WorkRef>,
+        page: u32,
+        started: Time,
+    ) -> Self {
+        let stats = vec![PageStats::default(); filters.len()];
+        Subscription {
+            filter_count: filters.len(),
+            filters,
+            purpose,
+            scope,
+            work,
+            page,
+            eose: false,
+            heard: false,
+            started,
+            stats,
+            total: 0,
+            counted: HashSet::new(),
+        }
+    }
+
+    /// From when this live subscription's events are missing if it ends
+    /// now (refused or cut with the connection): from now past EOSE, else
+    /// from when it was sent. Also whether it was a Layer 1 read from the
+    /// beginning (a fresh connect's announcements, no `since`): that one
+    /// must be asked again from the beginning, e.g. on a relay that refused
+    /// it until we authenticated, or announcements stored there before
+    /// would never be found.
+    pub(crate) fn uncovered_from(&self, now: Time) -> (Time, bool) {
+        if self.eose {
+            return (now, false);
+        }
+        let from_start = self.work.is_empty() && self.filters.iter().any(|f| f.since.is_none());
+        (self.started.min(now), from_start)
+    }
+
+    /// Records what the previous page of each filter returned (a follow-up
+    /// page, filters in the same order as [`Subscription::next_page`] gave).
+    pub(crate) fn set_previous(&mut self, pages: &[PageFilter]) {
+        for (s, p) in self.stats.iter_mut().zip(pages) {
+            s.prev = p.prev;
+            s.prev_short = p.prev_short;
+            s.prev_oldest = p.prev_oldest;
+        }
+    }
+
+    /// Stored events are over: the ids counted for paging are not needed.
+    pub(crate) fn end_stored(&mut self) {
+        self.counted = HashSet::new();
+    }
+
+    /// Drops the filters of a live subscription whose stored events are
+    /// over: thousands of relays times a few filters each (every one a
+    /// B-tree of tag values) would be most of the engine's memory, and the
+    /// relay's target set answers the same question.
+    pub(crate) fn compact(&mut self) {
+        if self.scope == Scope::Exact {
+            self.scope = Scope::Targets;
+            self.filters = Vec::new();
+            self.stats = Vec::new();
+        }
+    }
+
+    /// Indices of the filters `event` matches.
+    pub(crate) fn matching<'a>(&'a self, event: &'a Event) -> impl Iterator<Item = usize> + 'a {
+        let opts = MatchEventOptions::new();
+        self.filters
+            .iter()
+            .enumerate()
+            .filter(move |(_, f)| f.match_event(event, opts))
+            .map(|(i, _)| i)
+    }
+
+    /// Counts a stored event (before EOSE) toward the page of the filters
+    /// it matched, once per id: copies of one event are one event of the page.
+    pub(crate) fn count_stored(&mut self, id: EventId, created_at: Timestamp, matched: &[usize]) {
+        if !self.counted.insert(id) {
+            return;
+        }
+        self.total += 1;
+        let alone = matched.len() == 1;
+        for &i in matched {
+            let s = &mut self.stats[i];
+            s.all.add(created_at);
+            if alone {
+                s.own.add(created_at);
+            }
+        }
+    }
+
+    /// The filters of the next page, or `None` when this page was the last.
+    /// Learns the relay's result cap from this page on the way
+    /// ([`ResultCap`]).
+    ///
+    /// A filter continues when the relay may have cut its page: it reached
+    /// its `limit`, or the relay's proven or possible cap (see
+    /// [`ResultCap::may_be_cut`]), or the whole REQ reached `limit` (a
+    /// relay capping per REQ may have cut every filter). `until` is
+    /// inclusive, so a page whose oldest event is exactly its `until` made
+    /// no progress: more events share that second than one page holds.
+    /// Such a filter, if its page was full, first asks the same second
+    /// again with a doubled `limit` (up to [`MAX_LIMIT_FACTOR`] times the
+    /// page limit, which relays that allow larger pages will honour), and
+    /// otherwise steps one second back, so the chain always ends.
+    ///
+    /// A page with more events than asked (a filter's own events past its
+    /// `limit`, or the REQ's past all its limits together) was cut by
+    /// neither our limit nor a cap: the relay ignores `limit`, so it sent
+    /// all it holds (or makes events up: a relay that answers every page
+    /// with a fresh full page would otherwise be paged one second at a
+    /// time, back to 1970). The chain ends.
+    pub(crate) fn next_page(&self, limit: usize, cap: &mut ResultCap) -> Option<Vec<PageFilter>> {
+        for s in &self.stats {
+            let older = matches!((s.all.oldest, s.prev_oldest), (Some(o), Some(p)) if o < p);
+            if older && s.prev_short {
+                cap.learn_cut(s.prev);
+            }
+        }
+        // More than asked: by one filter's own events, or by the REQ as a
+        // whole beyond what all its filters' limits allow.
+        let asked_of = |f: &Filter| f.limit.unwrap_or(limit);
+        let asked_all: usize = self.filters.iter().map(asked_of).sum();
+        let over = |(f, s): (&Filter, &PageStats)| s.own.count > asked_of(f);
+        if self.total > asked_all || self.filters.iter().zip(&self.stats).any(over) {
+            return None;
+        }
+        let capped = self.total >= limit;
+        let mut next = Vec::new();
+        for (f, s) in self.filters.iter().zip(&self.stats) {
+            let asked = asked_of(f);
+            let count = s.all.count;
+            let cut = cap.may_be_cut(count, asked);
+            // Short, and short of any proven cap: only the floor says it
+            // may be cut. Ask just past the events sharing its oldest
+            // second: one older event proves the cut.
+            let probe = count < asked && cap.proven().is_none_or(|c| count < c);
+            cap.observe(s.own.count);
+            // An `ids` filter that got every id it asked is complete.
+            let ids_done = f.ids.as_ref().is_some_and(|ids| count >= ids.len());
+            if ids_done || !(cut || capped) {
+                continue;
+            }
+            let edge = if s.own.count > 0 { s.own } else { s.all };
+            let filter = match edge.oldest {
+                Some(oldest) if f.until == Some(oldest) => {
+                    // A bigger limit helps only a page that was full: one
+                    // the relay cut short at this second would come back
+                    // the same.
+                    if count >= asked && asked < limit.saturating_mul(MAX_LIMIT_FACTOR) {
+                        f.clone().limit(asked.saturating_mul(2))
+                    } else {
+                        let back = Timestamp::from_secs(oldest.as_secs().saturating_sub(1));
+                        f.clone().until(back).limit(limit)
+                    }
+                }
+                // A page all in one second says nothing of the relay's cap
+                // beyond it: look below that second.
+                Some(oldest) if probe && !capped && edge.at_oldest == edge.count => {
+                    let back = Timestamp::from_secs(oldest.as_secs().saturating_sub(1));
+                    f.clone().until(back).limit(limit)
+                }
+                Some(oldest) if probe && !capped => {
+                    f.clone().until(oldest).limit(edge.at_oldest + 1)
+                }
+                Some(oldest) => f.clone().until(oldest).limit(limit),
+                None => f.clone(),
+            };
+            next.push(PageFilter {
+                filter,
+                prev: s.own.count,
+                prev_short: count < asked,
+                prev_oldest: edge.oldest,
+            });
+        }
+        (!next.is_empty()).then_some(next)
+    }
+}
+
+/// A follow-up page waiting for a subscription slot: its filters and the
+/// chain it continues.
+#[derive(Debug)]
+pub(crate) struct NextPage {
+    /// The filters, with what their previous page returned.
+    pub filters: Vec<PageFilter>,
+    /// How its events are checked.
+    pub scope: Scope,
+    /// The chunks the chain completes.
+    pub work: Vec<WorkRef>,
+    /// Its page number in the chain.
+    pub page: u32,
+    /// When the chain's first page was sent.
+    pub started: Time,
+}
+
+/// A filter of a follow-up page and what its previous page returned, so
+/// the follow-up can tell whether that page was cut.
+#[derive(Debug, Clone)]
+pub(crate) struct PageFilter {
+    /// The filter to ask.
+    pub filter: Filter,
+    /// Events the previous page returned for it.
+    pub prev: usize,
+    /// The previous page was shorter than asked.
+    pub prev_short: bool,
+    /// The oldest event the previous page returned.
+    pub prev_oldest: Option<Timestamp>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{Kind, SingleLetterTag};
+
+    fn filter() -> Filter {
+        Filter::new()
+            .custom_tag(SingleLetterTag::LOWERCASE_E, "ab".repeat(32))
+            .limit(500)
+    }
+
+    /// A page that got events at these `created_at`s for its one filter.
+    fn page(filters: Vec<Filter>, stamps: &[u64]) -> Subscription {
+        let mut sub = Subscription::new(
+            filters,
+            Purpose::Page,
+            Scope::Exact,
+            Vec::new(),
+            1,
+            Time::default(),
+        );
+        for (i, &t) in stamps.iter().enumerate() {
+            sub.count_stored(id(i), Timestamp::from_secs(t), &[0]);
+        }
+        sub
+    }
+
+    /// A distinct id for the `i`th event.
+    fn id(i: usize) -> EventId {
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+        EventId::from_byte_array(bytes)
+    }
+
+    /// 100 events, newest first, one per second from `top` down.
+    fn hundred(top: u64) -> Vec<u64> {
+        (0..100).map(|i| top - i).collect()
+    }
+
+    #[test]
+    fn a_short_page_is_probed_just_past_its_oldest_second() {
+        let mut cap = ResultCap::default();
+        let next = page(vec![filter()], &hundred(1_000))
+            .next_page(500, &mut cap)
+            .expect("100 of 500 may be a cap of 100");
+        let f = &next[0].filter;
+        assert_eq!(f.until, Some(Timestamp::from_secs(901)));
+        assert_eq!(f.limit, Some(2), "the one event at 901 again, plus one");
+        assert_eq!(cap.proven(), None);
+    }
+
+    #[test]
+    fn an_older_event_in_the_probe_proves_the_cap_and_paging_goes_on() {
+        let mut cap = ResultCap::default();
+        let next = page(vec![filter()], &hundred(1_000))
+            .next_page(500, &mut cap)
+            .unwrap();
+        let mut probe = page(vec![next[0].filter.clone()], &[901, 900]);
+        probe.set_previous(&next);
+        let more = probe
+            .next_page(500, &mut cap)
+            .expect("a full probe goes on");
+        assert_eq!(cap.proven(), Some(100), "the relay cuts at 100");
+        assert_eq!(more[0].filter.limit, Some(500), "back to full pages");
+        assert_eq!(more[0].filter.until, Some(Timestamp::from_secs(900)));
+        // From now on a page of 100 continues without a probe, one of 99 ends.
+        let again = page(vec![filter()], &hundred(5_000)).next_page(500, &mut cap);
+        assert_eq!(again.unwrap()[0].filter.limit, Some(500));
+        let short = page(vec![filter()], &hundred(5_000)[..99]).next_page(500, &mut cap);
+        assert!(short.is_none());
+    }
+
+    #[test]
+    fn a_probe_with_nothing_older_ends_the_chain() {
+        let mut cap = ResultCap::default();
+        let next = page(vec![filter()], &hundred(1_000))
+            .next_page(500, &mut cap)
+            .unwrap();
+        let mut probe = page(vec![next[0].filter.clone()], &[901]);
+        probe.set_previous(&next);
+        assert!(probe.next_page(500, &mut cap).is_none());
+        assert_eq!(cap.proven(), None);
+        let smaller = page(vec![filter()], &hundred(1_000)[..60]).next_page(500, &mut cap);
+        assert!(smaller.is_none(), "below what the relay once returned");
+    }
+
+    #[test]
+    fn a_short_page_all_in_one_second_looks_below_it() {
+        let mut cap = ResultCap::default();
+        let next = page(vec![filter()], &[700, 700, 700])
+            .next_page(500, &mut cap)
+            .unwrap();
+        assert_eq!(next[0].filter.until, Some(Timestamp::from_secs(699)));
+        assert_eq!(next[0].filter.limit, Some(500));
+    }
+
+    #[test]
+    fn copies_of_one_event_count_once() {
+        let mut sub = page(vec![filter().limit(5)], &[]);
+        for _ in 0..10_000 {
+            sub.count_stored(id(7), Timestamp::from_secs(900), &[0]);
+        }
+        let mut cap = ResultCap::default();
+        cap.observe(5);
+        assert!(
+            sub.next_page(5, &mut cap).is_none(),
+            "one event, not a full page"
+        );
+    }
+
+    #[test]
+    fn more_than_asked_is_not_a_cut_page() {
+        let mut cap = ResultCap::default();
+        let flooded = page(vec![filter(), filter()], &[700; 2_000]);
+        assert!(
+            flooded.next_page(500, &mut cap).is_none(),
+            "2,000 events asked with limit 500: the relay ignores limit, nothing was cut"
+        );
+    }
+
+    #[test]
+    fn an_empty_page_or_a_kind_filter_with_nothing_ends() {
+        let mut cap = ResultCap::default();
+        let kinds = Filter::new().kind(Kind::from_u16(30617)).limit(500);
+        assert!(page(vec![kinds], &[]).next_page(500, &mut cap).is_none());
+    }
+}

@@ -1,0 +1,325 @@
+//! Prometheus text exposition of the engine's and the shell's counters,
+//! and the tiny HTTP responder that serves it from the loop thread.
+
+use std::fmt::Write as _;
+
+use crate::sans_io::engine::Engine;
+use crate::sans_io::engine::Offence;
+use crate::sans_io::engine::Status;
+use crate::sans_io::health::Health;
+use crate::sans_io::own_relay::outbox::OutboxStats;
+use crate::sans_io::time::Time;
+
+/// Counters only the shell knows.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ShellStats {
+    /// Websocket payload bytes received.
+    pub bytes_in: u64,
+    /// Websocket payload bytes sent.
+    pub bytes_out: u64,
+    /// Connections refused by the address guard (websockets and NIP-11
+    /// fetches alike: one guard for every socket to a relay).
+    pub address_refused: u64,
+    /// Connections refused by the relay cap.
+    pub relay_cap_refused: u64,
+    /// DNS lookups failed or timed out (for websockets and NIP-11 fetches).
+    pub dns_failures: u64,
+    /// Events handed to a custom sink.
+    pub sink_stored: u64,
+    /// Events the own relay listed for negentropy (ids only kept).
+    pub sink_listed: u64,
+    /// Times a relay's reads were paused for exceeding its frame rate.
+    pub reads_throttled: u64,
+    /// NIP-11 documents fetched and read.
+    pub relay_info_ok: u64,
+    /// NIP-11 fetches that failed (refused address, DNS, connect, TLS,
+    /// status, size, deadline, not a JSON object, cut by shutdown).
+    pub relay_info_failed: u64,
+    /// NIP-11 fetches not started: too many in flight.
+    pub relay_info_skipped: u64,
+}
+
+/// The sink's view for metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SinkView {
+    /// Events waiting or in flight to the own relay.
+    pub outbox_depth: usize,
+    /// Own-relay delivery counters.
+    pub outbox: OutboxStats,
+}
+
+/// Renders every metric as Prometheus text.
+pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &SinkView) -> String {
+    let mut out = String::with_capacity(4096);
+    let mut status = [0usize; 3];
+    let mut health = [0usize; 4];
+    let (mut subs, mut pending) = (0, 0);
+    for relay in engine.relays() {
+        status[match engine.relay_status(relay) {
+            Status::Disconnected => 0,
+            Status::Connecting => 1,
+            Status::Connected => 2,
+        }] += 1;
+        health[match engine.relay_health(relay, now) {
+            Health::Healthy => 0,
+            Health::Degraded => 1,
+            Health::Dead => 2,
+            Health::RateLimited => 3,
+        }] += 1;
+        subs += engine.open_subscriptions(relay);
+        pending += engine.pending_batches(relay);
+    }
+    let s = engine.stats();
+    gauge_labeled(
+        &mut out,
+        "grasp_sync_relays",
+        "Relays by connection status.",
+        "status",
+        &[
+            ("disconnected", status[0] as u64),
+            ("connecting", status[1] as u64),
+            ("connected", status[2] as u64),
+        ],
+    );
+    gauge_labeled(
+        &mut out,
+        "grasp_sync_relays_health",
+        "Relays by health.",
+        "health",
+        &[
+            ("healthy", health[0] as u64),
+            ("degraded", health[1] as u64),
+            ("dead", health[2] as u64),
+            ("rate_limited", health[3] as u64),
+        ],
+    );
+    counter_labeled(
+        &mut out,
+        "grasp_sync_connection_attempts_total",
+        "Connect attempts by result.",
+        "result",
+        &[
+            ("started", s.connects),
+            ("failed", s.connect_failures),
+            ("address_refused", shell.address_refused),
+            ("relay_cap_refused", shell.relay_cap_refused),
+            ("dns_failed", shell.dns_failures),
+        ],
+    );
+    gauge(
+        &mut out,
+        "grasp_sync_subscriptions_open",
+        "Subscriptions open on all relays.",
+        subs as u64,
+    );
+    gauge(
+        &mut out,
+        "grasp_sync_pending_batches",
+        "Batches waiting for EOSE.",
+        pending as u64,
+    );
+    counter_labeled(
+        &mut out,
+        "grasp_sync_events_total",
+        "Events from remote relays by outcome.",
+        "outcome",
+        &[
+            ("received", s.events_received),
+            ("verified", s.events_verified),
+            ("duplicate", s.events_duplicate),
+            ("invalid", s.events_invalid),
+            ("unwanted", s.events_unwanted),
+            ("ingested", s.events_ingested),
+        ],
+    );
+    counter(
+        &mut out,
+        "grasp_sync_messages_malformed_total",
+        "Relay messages that were not nostr JSON.",
+        s.messages_malformed,
+    );
+    let offences: Vec<(&str, u64)> = Offence::ALL
+        .iter()
+        .map(|o| (o.label(), s.offences[*o as usize]))
+        .collect();
+    counter_labeled(
+        &mut out,
+        "grasp_sync_relay_offences_total",
+        "Misbehaviour by relays, by kind.",
+        "offence",
+        &offences,
+    );
+    let ix = engine.index().stats();
+    counter_labeled(
+        &mut out,
+        "grasp_sync_announcement_input_total",
+        "Hostile or sloppy announcement input refused or damped, by what.",
+        "what",
+        &[
+            ("announcement_rejected", ix.announcements_rejected),
+            ("relay_url_rejected", ix.relay_urls_rejected),
+            ("relay_url_over_cap", ix.relay_urls_over_cap),
+            ("relay_change_held", ix.relay_changes_held),
+        ],
+    );
+    counter(
+        &mut out,
+        "grasp_sync_relay_penalties_total",
+        "Relays cut and backed off longer for repeated misbehaviour.",
+        s.penalties,
+    );
+    counter_labeled(
+        &mut out,
+        "grasp_sync_auth_total",
+        "NIP-42: AUTH sent, rejected, and subscriptions refused with auth-required.",
+        "event",
+        &[
+            ("attempt", s.auth_attempts),
+            ("rejected", s.auth_failures),
+            ("auth_required", s.auth_required),
+        ],
+    );
+    counter_labeled(
+        &mut out,
+        "grasp_sync_negentropy_total",
+        "NIP-77: sessions, NEG-MSG rounds, ids found missing, fallbacks to REQ, jobs skipped (nothing held), events the sink listed.",
+        "event",
+        &[
+            ("session", s.neg_sessions),
+            ("round", s.neg_rounds),
+            ("id_fetched", s.neg_ids_fetched),
+            ("fallback", s.neg_fallbacks),
+            ("skipped_nothing_held", s.neg_skipped),
+            ("sink_listed", shell.sink_listed),
+        ],
+    );
+    counter(
+        &mut out,
+        "grasp_sync_reads_throttled_total",
+        "Times a relay's reads paused for exceeding --max-frames-per-sec.",
+        shell.reads_throttled,
+    );
+    counter_labeled(
+        &mut out,
+        "grasp_sync_relay_info_total",
+        "NIP-11 relay information fetches by result.",
+        "result",
+        &[
+            ("ok", shell.relay_info_ok),
+            ("failed", shell.relay_info_failed),
+            ("skipped", shell.relay_info_skipped),
+        ],
+    );
+    counter(
+        &mut out,
+        "grasp_sync_upgrades_refused_total",
+        "Websocket upgrades a relay answered with an HTTP error (429/503 cool down).",
+        s.upgrades_refused,
+    );
+    counter(
+        &mut out,
+        "grasp_sync_reqs_total",
+        "REQ messages sent.",
+        s.reqs_sent,
+    );
+    counter(
+        &mut out,
+        "grasp_sync_refusals_total",
+        "Subscriptions refused or closed by relays.",
+        s.refusals,
+    );
+    counter_labeled(
+        &mut out,
+        "grasp_sync_batches_total",
+        "Pending batches by end.",
+        "result",
+        &[
+            ("confirmed", s.batches_confirmed),
+            ("failed", s.batches_failed),
+        ],
+    );
+    counter(
+        &mut out,
+        "grasp_sync_consolidations_total",
+        "Live subscription consolidations.",
+        s.consolidations,
+    );
+    gauge(
+        &mut out,
+        "grasp_sync_outbox_depth",
+        "Events waiting for the own relay.",
+        sink.outbox_depth as u64,
+    );
+    counter_labeled(
+        &mut out,
+        "grasp_sync_sink_events_total",
+        "Events delivered to the sink by outcome.",
+        "outcome",
+        &[
+            ("stored", sink.outbox.stored + shell.sink_stored),
+            ("duplicate", sink.outbox.duplicate),
+            ("rejected", sink.outbox.rejected),
+            ("retried", sink.outbox.retried),
+        ],
+    );
+    counter_labeled(
+        &mut out,
+        "grasp_sync_bytes_total",
+        "Websocket payload bytes.",
+        "direction",
+        &[("in", shell.bytes_in), ("out", shell.bytes_out)],
+    );
+    out
+}
+
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
+    header(out, name, help, "gauge");
+    let _ = writeln!(out, "{name} {value}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    header(out, name, help, "counter");
+    let _ = writeln!(out, "{name} {value}");
+}
+
+fn gauge_labeled(out: &mut String, name: &str, help: &str, label: &str, values: &[(&str, u64)]) {
+    header(out, name, help, "gauge");
+    for (v, n) in values {
+        let _ = writeln!(out, "{name}{{{label}=\"{v}\"}} {n}");
+    }
+}
+
+fn counter_labeled(out: &mut String, name: &str, help: &str, label: &str, values: &[(&str, u64)]) {
+    header(out, name, help, "counter");
+    for (v, n) in values {
+        let _ = writeln!(out, "{name}{{{label}=\"{v}\"}} {n}");
+    }
+}
+
+/// The HTTP response to one request head (`GET /metrics` or anything else).
+pub(crate) fn http_response(request_head: &[u8], body: impl FnOnce() -> String) -> Vec<u8> {
+    let line = request_head
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or_default();
+    let mut parts = line.split(|&b| b == b' ');
+    let (method, path) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let (status, content_type, body) =
+        if method == b"GET" && (path == b"/metrics" || path.starts_with(b"/metrics?")) {
+            ("200 OK", "text/plain; version=0.0.4", body())
+        } else {
+            ("404 Not Found", "text/plain", "not found\n".to_owned())
+        };
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}

@@ -1,0 +1,84 @@
+//! How many frames the loop reads from one relay connection per second.
+//!
+//! Each frame costs a JSON parse and usually a signature check (about
+//! 50 µs). A relay that floods events as fast as it can would otherwise get
+//! as much CPU as the loop has, and a burst from one relay would delay every
+//! other relay's frames behind it. Past its allowance the shell simply stops
+//! reading that socket until the next window: TCP flow control pushes back
+//! on the relay, its unread data stays in the kernel's bounded buffers, not
+//! in ours, and nothing is dropped. Honest history syncs run at thousands of
+//! frames per second well within the default.
+
+use std::time::Duration;
+
+use crate::sans_io::time::Time;
+
+/// Length of one counting window.
+const WINDOW: Duration = Duration::from_secs(1);
+
+/// Frames read from one connection in the current one-second window.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadRate {
+    per_window: u32,
+    window_start: Time,
+    used: u32,
+}
+
+impl ReadRate {
+    /// A budget of `per_second` frames per second, starting at `now`.
+    pub(crate) fn new(per_second: u32, now: Time) -> Self {
+        ReadRate {
+            per_window: per_second.max(1),
+            window_start: now,
+            used: 0,
+        }
+    }
+
+    /// Frames that may still be read at `now`.
+    pub(crate) fn allowance(&mut self, now: Time) -> usize {
+        if now >= self.window_start + WINDOW {
+            self.window_start = now;
+            self.used = 0;
+        }
+        self.per_window.saturating_sub(self.used) as usize
+    }
+
+    /// `frames` were read.
+    pub(crate) fn spend(&mut self, frames: usize) {
+        self.used = self
+            .used
+            .saturating_add(u32::try_from(frames).unwrap_or(u32::MAX));
+    }
+
+    /// When the allowance refills.
+    pub(crate) fn refill_at(&self) -> Time {
+        self.window_start + WINDOW
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_allowance_is_spent_then_refilled_by_the_next_window() {
+        let t0 = Time::from_secs(100);
+        let mut r = ReadRate::new(10, t0);
+        assert_eq!(r.allowance(t0), 10);
+        r.spend(7);
+        assert_eq!(r.allowance(t0 + Duration::from_millis(500)), 3);
+        r.spend(3);
+        assert_eq!(r.allowance(t0 + Duration::from_millis(999)), 0);
+        assert_eq!(r.refill_at(), t0 + WINDOW);
+        assert_eq!(r.allowance(t0 + WINDOW), 10);
+    }
+
+    #[test]
+    fn overspending_never_wraps() {
+        let t0 = Time::from_secs(1);
+        let mut r = ReadRate::new(1, t0);
+        r.spend(usize::MAX);
+        r.spend(5);
+        assert_eq!(r.allowance(t0), 0);
+    }
+}

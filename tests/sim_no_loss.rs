@@ -1,0 +1,661 @@
+//! One regression test per way the engine lost events, synced what it must
+//! not, or punished an honest relay: each fails on the code before its fix.
+//! Fake relays behave like the real ones that showed the bug (khatru's
+//! per-filter result cap, eventstore's value caps, relays that keep serving
+//! subscriptions we opened), under a simulated clock.
+
+mod support;
+
+use std::time::Duration;
+
+use grasp_sync::Offence;
+use grasp_sync::{Config, ItemKey, ItemState, Status, Time};
+use nostr::prelude::*;
+use support::*;
+
+const A: &str = "wss://a.example";
+const B: &str = "wss://b.example";
+const C: &str = "wss://c.example";
+const W: &str = "wss://w.example";
+
+/// An announcement as a GRASP-01 relay for `domain` accepts it: the
+/// service in `relays` and a clone URL on the domain.
+fn grasp_announcement(k: &Keys, d: &str, relays: &[&str], domain: &str, created_at: u64) -> Event {
+    let service = format!("wss://{domain}");
+    let mut values = vec!["relays", service.as_str()];
+    values.extend_from_slice(relays);
+    let clone = format!("https://{domain}/{}/{d}.git", k.public_key().to_hex());
+    sign(
+        k,
+        30617,
+        created_at,
+        vec![tag(&["d", d]), tag(&values), tag(&["clone", &clone])],
+        "",
+    )
+}
+
+/// An announcement with a `relays` tag alone: no `clone` URL.
+fn bare_announcement(k: &Keys, d: &str, relays: &[&str], created_at: u64) -> Event {
+    let mut values = vec!["relays"];
+    values.extend_from_slice(relays);
+    sign(k, 30617, created_at, vec![tag(&["d", d]), tag(&values)], "")
+}
+
+/// True for a relay's wide live filter: kinds beyond announcements, no tags.
+fn is_wide(filter: &Filter) -> bool {
+    filter.generic_tags.is_empty()
+        && filter.since.is_some()
+        && filter
+            .kinds
+            .as_ref()
+            .is_some_and(|k| k.iter().any(|k| k.as_u16() != 30617))
+}
+
+/// True for a REQ filter that asks history from the beginning of a repo or
+/// root (a tag filter without `since` or `until`): a fresh or daily sync.
+fn full_history(filter: &Filter) -> bool {
+    !filter.generic_tags.is_empty() && filter.since.is_none() && filter.until.is_none()
+}
+
+/// Bug 1 (own relay): khatru returns at most 100 stored events per filter
+/// whatever `limit` asks; a page of 100 under a `limit` of 500 was taken as
+/// the end of history, and 50 announcements were never read.
+#[test]
+fn own_relay_capped_at_100_with_150_announcements_syncs_every_repo() {
+    let mut sim = Sim::new(config());
+    let own = sim.own.clone();
+    sim.relay(&own).filter_cap = 100;
+    sim.add_relay(A);
+    let owner = keys(1);
+    let mut history = Vec::new();
+    for i in 0..150u64 {
+        let d = format!("r{i}");
+        sim.seed(&own, &announcement(&owner, &d, &[A], T0 - 10_000 + i));
+        let comment = repo_comment(&keys(2), &coord(&owner, &d), T0 - 5_000 + i, "c");
+        sim.seed(A, &comment);
+        history.push(comment);
+    }
+    sim.advance(Duration::from_secs(60));
+    let a = sim.id(A);
+    assert_eq!(
+        sim.engine.item_counts(a).confirmed,
+        150,
+        "every announcement read"
+    );
+    assert_eq!(sim.missing(&history), vec![], "every repo synced");
+}
+
+/// Bug 1 (remote relay): 250 replies behind a per-filter cap of 100.
+#[test]
+fn a_remote_relay_capped_at_100_delivers_all_250_replies() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A).filter_cap = 100;
+    let owner = keys(1);
+    let repo = announce(&mut sim, &owner, "r", &[A], T0);
+    let issue = root(&owner, 1621, &[&repo], T0 - 100_000, "issue");
+    let own = sim.own.clone();
+    sim.publish(&own, &issue);
+    let replies: Vec<Event> = (0..250)
+        .map(|i| reply(&keys(2), &issue, T0 - 50_000 + i * 7, &format!("r{i}")))
+        .collect();
+    for r in &replies {
+        sim.seed(A, r);
+    }
+    sim.advance(Duration::from_secs(60));
+    assert_eq!(sim.missing(&replies).len(), 0, "all 250 replies synced");
+    let a = sim.id(A);
+    assert_eq!(
+        sim.engine.item_state(a, &ItemKey::Root(issue.id)),
+        Some(ItemState::Confirmed)
+    );
+}
+
+/// Bug 2: eventstore's SQL backends refuse a filter with more than 10 tag
+/// values (`CLOSED error: too many tag values`) or 10 kinds; chunks of 100
+/// were retried forever and nothing arrived.
+#[test]
+fn a_relay_refusing_more_than_10_tag_values_still_delivers_everything() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A).value_caps = Some(ValueCaps::EVENTSTORE);
+    let owner = keys(1);
+    let own = sim.own.clone();
+    let mut history = Vec::new();
+    let mut coords = Vec::new();
+    for i in 0..30u64 {
+        let d = format!("r{i}");
+        sim.seed(&own, &announcement(&owner, &d, &[A], T0 - 10_000 + i));
+        let c = coord(&owner, &d);
+        let comment = repo_comment(&keys(2), &c, T0 - 5_000 + i, "on the repo");
+        sim.seed(A, &comment);
+        history.push(comment);
+        coords.push(c);
+    }
+    for (i, c) in coords.iter().take(25).enumerate() {
+        let issue = root(&keys(3), 1621, &[c], T0 - 4_000 + i as u64, "issue");
+        sim.seed(&own, &issue);
+        let answer = reply(&keys(4), &issue, T0 - 3_000 + i as u64, "answer");
+        sim.seed(A, &answer);
+        history.push(answer);
+    }
+    sim.advance(Duration::from_secs(120));
+    let a = sim.id(A);
+    assert_eq!(sim.missing(&history), vec![], "everything delivered");
+    assert_eq!(sim.engine.item_counts(a).confirmed, 55);
+    assert!(
+        sim.relays[A].value_refusals <= 5,
+        "the cap is learnt, not retried: {} refusals",
+        sim.relays[A].value_refusals
+    );
+    for (_, filters) in sim.reqs(A).iter().rev().take(5) {
+        for f in filters {
+            assert!(ValueCaps::EVENTSTORE.refusal(f).is_none(), "{f:?}");
+        }
+    }
+    let live = repo_comment(&keys(5), &coords[29], T0 + 500, "live");
+    sim.publish(A, &live);
+    sim.settle();
+    assert!(sim.synced(&live.id), "live coverage within the value cap");
+    sim.engine.check_invariants().unwrap();
+}
+
+/// Bug 3: an event a wide relay sent for a repo it does not carry was
+/// dropped as unwanted but remembered as seen, so the same event from the
+/// repo's own relay was dropped as a duplicate, for good.
+#[test]
+fn an_unwanted_copy_from_a_wide_relay_does_not_block_the_wanted_copy() {
+    let mut cfg = config();
+    cfg.consolidation_threshold = 3; // any repo sends a relay wide
+    let mut sim = Sim::new(cfg);
+    sim.add_relay(W);
+    sim.add_relay(A);
+    announce(&mut sim, &keys(1), "on-w", &[W], T0);
+    let wanted = announce(&mut sim, &keys(2), "on-a", &[A], T0);
+    sim.advance(Duration::from_secs(30));
+    for url in [W, A] {
+        assert!(
+            sim.relays[url].subs.values().flatten().any(is_wide),
+            "{url} went wide"
+        );
+    }
+    let comment = repo_comment(&keys(3), &wanted, T0 + 40, "for the repo on A");
+    sim.publish(W, &comment); // W does not carry the repo: unwanted there
+    sim.settle();
+    sim.publish(A, &comment);
+    sim.settle();
+    assert!(
+        sim.ingested
+            .iter()
+            .any(|(url, e)| e.id == comment.id && url == A),
+        "the copy from the repo's relay is synced"
+    );
+    assert!(sim.synced(&comment.id));
+}
+
+/// Bug 4: the daily full sync timer was cancelled at every disconnect and
+/// re-armed from zero at connect, so a relay that reconnects more often
+/// than daily never got one, and a backdated event behind its live
+/// filters' `since` was never fetched.
+#[test]
+fn a_relay_reconnecting_every_6_hours_still_gets_a_daily_full_sync() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    let owner = keys(1);
+    let repo = announce(&mut sim, &owner, "r", &[A], T0);
+    sim.advance(Duration::from_secs(10));
+    let start = sim.now;
+    let mut full_syncs = vec![start];
+    let mut seen_reqs = sim.reqs(A).len();
+    let mut backdated = None;
+    for step in 0..(3 * 24 * 6) {
+        if step % 36 == 35 {
+            // Every 6 hours a short outage: a quick reconnect each time.
+            sim.stop_relay(A);
+            sim.advance(Duration::from_secs(20));
+            sim.start_relay(A);
+        }
+        sim.advance(Duration::from_secs(600));
+        if step == 40 {
+            // Published behind the live filters' `since`: only a full
+            // history fetch finds it.
+            let ev = repo_comment(&keys(2), &repo, T0 - 100_000, "backdated");
+            sim.publish(A, &ev);
+            sim.settle();
+            backdated = Some(ev);
+        }
+        let reqs = sim.reqs(A);
+        if reqs[seen_reqs..]
+            .iter()
+            .any(|(_, fs)| fs.iter().any(full_history))
+        {
+            full_syncs.push(sim.now);
+        }
+        seen_reqs = reqs.len();
+    }
+    let a = sim.id(A);
+    assert_eq!(sim.engine.relay_status(a), Status::Connected);
+    let gaps: Vec<u64> = full_syncs
+        .windows(2)
+        .map(|w| w[1].since(w[0]).as_secs() / 60)
+        .collect();
+    assert!(
+        full_syncs.len() >= 3,
+        "a full sync every 23-25 h over 3 days; minutes between: {gaps:?}"
+    );
+    assert!(
+        gaps.iter().all(|&g| g <= 25 * 60 + 20),
+        "no gap beyond 25 h: {gaps:?}"
+    );
+    assert!(
+        sim.synced(&backdated.unwrap().id),
+        "the daily sync fetched the backdated event"
+    );
+}
+
+/// Disconnects `url` after it has been up for hours, reconnects it within
+/// the quick window, and returns (disconnect time, every `since` of the
+/// REQs sent after the reconnect).
+fn since_after_quick_reconnect(sim: &mut Sim, url: &str) -> (Time, Vec<u64>) {
+    sim.advance(Duration::from_secs(3 * 3600));
+    let down_at = sim.now;
+    let before = sim.reqs(url).len();
+    sim.stop_relay(url);
+    sim.advance(Duration::from_secs(120));
+    sim.start_relay(url);
+    sim.advance(Duration::from_secs(300));
+    let since = sim.reqs(url)[before..]
+        .iter()
+        .flat_map(|(_, fs)| fs)
+        .filter_map(|f| f.since.map(|s| s.as_secs()))
+        .collect();
+    (down_at, since)
+}
+
+/// Bug 5: a quick reconnect caught up from the connection's start minus 15
+/// minutes, re-fetching hours it had already streamed; it must reach back
+/// from the disconnect.
+#[test]
+fn quick_reconnect_catches_up_from_the_disconnect_not_the_connect() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    announce(&mut sim, &keys(1), "r", &[A], T0);
+    sim.advance(Duration::from_secs(10));
+    let (down_at, since) = since_after_quick_reconnect(&mut sim, A);
+    assert!(
+        !since.is_empty(),
+        "the quick reconnect catches up with since"
+    );
+    let want = down_at.as_secs() - 900;
+    for s in since {
+        assert!(
+            s.abs_diff(want) <= 1,
+            "since {s}: want the disconnect minus 15 min ({want}), {} s off",
+            want as i64 - s as i64
+        );
+    }
+}
+
+/// Bug 5, the own relay's self-subscription.
+#[test]
+fn own_relay_quick_reconnect_catches_up_from_the_disconnect_not_the_connect() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    announce(&mut sim, &keys(1), "r", &[A], T0);
+    sim.advance(Duration::from_secs(10));
+    let own = sim.own.clone();
+    let (down_at, since) = since_after_quick_reconnect(&mut sim, &own);
+    assert!(
+        !since.is_empty(),
+        "the quick reconnect catches up with since"
+    );
+    let want = down_at.as_secs() - 900;
+    for s in since {
+        assert!(
+            s.abs_diff(want) <= 1,
+            "since {s}: want the disconnect minus 15 min ({want}), {} s off",
+            want as i64 - s as i64
+        );
+    }
+}
+
+/// Bug 6: with `--own-relay ws://127.0.0.1:7777 --domain git.example.com`
+/// announcements name the own relay as `wss://git.example.com` (relays and
+/// clone URLs), and it was synced as a remote relay.
+#[test]
+fn the_own_relay_under_its_public_domain_is_never_a_sync_target() {
+    const OWN_LOCAL: &str = "ws://127.0.0.1:7777";
+    const DOMAIN: &str = "git.example.com";
+    let mut cfg = Config::new(OWN_LOCAL);
+    cfg.domain = Some(DOMAIN.into());
+    cfg.allow_private_addresses = true; // only the own-relay rule may refuse them
+    cfg.seed = 7;
+    let mut sim = Sim::new(cfg);
+    sim.add_relay(A);
+    sim.add_relay(C);
+    let owner = keys(1);
+    let names = [
+        "wss://git.example.com",
+        "ws://git.example.com",
+        "wss://GIT.example.com:443/",
+        "ws://git.example.com:80/",
+        "wss://git.example.com/",
+        "ws://127.0.0.1:7777/",
+    ];
+    let mut relays = vec!["relays", A];
+    relays.extend(names);
+    let clone = format!("https://{DOMAIN}/{}/r.git", owner.public_key().to_hex());
+    let plain_clone = format!("http://{DOMAIN}/{}/r.git", owner.public_key().to_hex());
+    let ann = sign(
+        &owner,
+        30617,
+        T0,
+        vec![
+            tag(&["d", "r"]),
+            tag(&relays),
+            tag(&["clone", &clone, &plain_clone]),
+        ],
+        "",
+    );
+    sim.publish(OWN_LOCAL, &ann);
+    // A repo found on A, listing the service under its public name and C.
+    let remote = grasp_announcement(&keys(2), "remote", &[C], DOMAIN, T0);
+    sim.seed(A, &remote);
+    let issue = root(&keys(3), 1621, &[&coord(&keys(2), "remote")], T0, "issue");
+    sim.seed(C, &issue);
+    sim.advance(Duration::from_secs(120));
+    let repo = ItemKey::Repo(coord(&owner, "r"));
+    assert_eq!(
+        sim.engine.item_state(sim.id(A), &repo),
+        Some(ItemState::Confirmed),
+        "the real remote is synced"
+    );
+    assert!(sim.synced(&remote.id) && sim.synced(&issue.id));
+    let wrong: Vec<&String> = sim
+        .connects
+        .iter()
+        .map(|(_, url)| url)
+        .filter(|url| url.as_str() != OWN_LOCAL && url.as_str() != A && url.as_str() != C)
+        .collect();
+    assert_eq!(wrong, Vec::<&String>::new(), "connects to the own relay");
+    for name in names {
+        if let Some(id) = sim.engine.relay_id(name)
+            && id != sim.engine.own_relay()
+        {
+            assert_eq!(
+                sim.engine.item_state(id, &repo),
+                None,
+                "{name} is a sync target"
+            );
+        }
+    }
+}
+
+/// Bug 7: a repo moved off relay A, whose live subscription still asks for
+/// it: A keeps sending what we asked, and 100 such events cut it with a
+/// penalty as if it were hostile.
+#[test]
+fn a_relay_keeps_sending_for_a_repo_that_moved_away_and_is_not_penalised() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    sim.add_relay(B);
+    let owner = keys(1);
+    let moving = announce(&mut sim, &owner, "moving", &[A], T0);
+    let staying = announce(&mut sim, &owner, "staying", &[A], T0);
+    sim.advance(Duration::from_secs(10));
+    announce(&mut sim, &owner, "moving", &[B], T0 + 100);
+    sim.advance(Duration::from_secs(6));
+    let a = sim.id(A);
+    assert_eq!(
+        sim.engine.item_state(a, &ItemKey::Repo(moving.clone())),
+        None,
+        "the repo moved to B"
+    );
+    for i in 0..150 {
+        let ev = repo_comment(&keys(2), &moving, T0 + 200 + i, &format!("c{i}"));
+        sim.publish(A, &ev);
+    }
+    sim.settle();
+    let stats = sim.engine.stats();
+    assert_eq!(stats.penalties, 0, "A followed the protocol");
+    assert_eq!(sim.engine.relay_penalties(a), 0);
+    assert_eq!(stats.offences[Offence::OutsideFilter as usize], 0);
+    assert_eq!(sim.engine.relay_status(a), Status::Connected);
+    let live = repo_comment(&keys(3), &staying, T0 + 500, "still served");
+    sim.publish(A, &live);
+    sim.settle();
+    assert!(sim.synced(&live.id));
+}
+
+/// Bug 8: GRASP-01 accepts an announcement only if it lists the service in
+/// both `relays` and a `clone` URL; one found on a remote relay that lists
+/// us in `relays` alone was passed on and indexed.
+#[test]
+fn a_remote_announcement_without_clone_for_our_domain_is_not_indexed() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    sim.add_relay(B);
+    sim.add_relay(C);
+    announce(&mut sim, &keys(1), "seed", &[A], T0);
+    let domain = "own.example";
+    // Lists us in relays, no clone URL.
+    let no_clone = bare_announcement(&keys(2), "no-clone", &[OWN, C], T0);
+    // A clone URL on our domain, but not in relays.
+    let clone = format!(
+        "https://{domain}/{}/no-relay.git",
+        keys(3).public_key().to_hex()
+    );
+    let no_relay = sign(
+        &keys(3),
+        30617,
+        T0,
+        vec![
+            tag(&["d", "no-relay"]),
+            tag(&["relays", C]),
+            tag(&["clone", &clone]),
+        ],
+        "",
+    );
+    // Both: accepted.
+    let both = grasp_announcement(&keys(4), "both", &[B], domain, T0);
+    for ann in [&no_clone, &no_relay, &both] {
+        sim.seed(A, ann);
+    }
+    let on_c = root(
+        &keys(5),
+        1621,
+        &[&coord(&keys(2), "no-clone"), &coord(&keys(3), "no-relay")],
+        T0,
+        "an issue on C",
+    );
+    sim.seed(C, &on_c);
+    let on_b = root(&keys(5), 1621, &[&coord(&keys(4), "both")], T0, "on B");
+    sim.seed(B, &on_b);
+    sim.advance(Duration::from_secs(60));
+    assert!(sim.synced(&both.id) && sim.synced(&on_b.id), "both: synced");
+    for (ann, what) in [(&no_clone, "no clone"), (&no_relay, "not in relays")] {
+        assert!(
+            !sim.ingested.iter().any(|(_, e)| e.id == ann.id),
+            "{what}: passed to the sink"
+        );
+    }
+    assert!(!sim.synced(&on_c.id), "C synced for a repo we do not host");
+    assert!(
+        !sim.connects.iter().any(|(_, url)| url == C),
+        "C connected for a repo we do not host"
+    );
+}
+
+/// Bug 8, the index side: a remote announcement is indexed only once the
+/// own relay accepted it; one it refuses (`OK false`) must not be synced.
+#[test]
+fn an_announcement_the_own_relay_refuses_is_not_indexed() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    sim.add_relay(C);
+    announce(&mut sim, &keys(1), "seed", &[A], T0);
+    let ann = grasp_announcement(&keys(2), "refused", &[C], "own.example", T0);
+    sim.seed(A, &ann);
+    sim.sink_refuses.insert(ann.id);
+    let issue = root(&keys(3), 1621, &[&coord(&keys(2), "refused")], T0, "on C");
+    sim.seed(C, &issue);
+    sim.advance(Duration::from_secs(60));
+    assert!(
+        sim.ingested.iter().any(|(_, e)| e.id == ann.id),
+        "offered to the own relay"
+    );
+    assert!(
+        !sim.synced(&issue.id),
+        "synced a repo the own relay refused"
+    );
+    assert!(
+        !sim.connects.iter().any(|(_, url)| url == C),
+        "C connected for a repo the own relay refused"
+    );
+}
+
+/// Bug 8, removal: a newer announcement that no longer lists the service
+/// (found on a remote relay; our own relay would refuse it) ends the repo
+/// here: its relays are no longer targets.
+#[test]
+fn a_newer_announcement_dropping_our_domain_removes_the_repo() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    sim.add_relay(B);
+    let owner = keys(1);
+    let repo = coord(&owner, "r");
+    let own = sim.own.clone();
+    sim.publish(
+        &own,
+        &grasp_announcement(&owner, "r", &[A], "own.example", T0),
+    );
+    sim.advance(Duration::from_secs(10));
+    let a = sim.id(A);
+    let key = ItemKey::Repo(repo.clone());
+    assert_eq!(sim.engine.item_state(a, &key), Some(ItemState::Confirmed));
+    let moved_off = bare_announcement(&owner, "r", &[A, B], T0 + 100);
+    sim.publish(A, &moved_off);
+    sim.advance(Duration::from_secs(120));
+    assert!(!sim.synced(&moved_off.id), "passed to the sink");
+    assert_eq!(
+        sim.engine.item_state(a, &key),
+        None,
+        "A still syncs a repo we no longer host"
+    );
+    assert!(
+        sim.engine
+            .relay_id(B)
+            .is_none_or(|b| sim.engine.item_state(b, &key).is_none()),
+        "B targets it"
+    );
+    let after = repo_comment(&keys(2), &repo, T0 + 300, "after the move");
+    sim.publish(A, &after);
+    sim.settle();
+    assert!(!sim.synced(&after.id));
+}
+
+/// Bug 9: a relay gone wide asked kinds 1 and 7 by kind alone: the whole
+/// firehose of notes and reactions. Kind 1 replies still arrive, by the
+/// historic per-id sync.
+#[test]
+fn wide_mode_never_asks_kinds_1_or_7() {
+    let mut cfg = config();
+    cfg.consolidation_threshold = 3;
+    let mut sim = Sim::new(cfg);
+    sim.add_relay(A);
+    let owner = keys(1);
+    let repo = announce(&mut sim, &owner, "r", &[A], T0);
+    let issue = root(&owner, 1621, &[&repo], T0, "issue");
+    let own = sim.own.clone();
+    sim.publish(&own, &issue);
+    let old_note = sign(
+        &keys(2),
+        1,
+        T0 - 500,
+        vec![tag(&["e", &issue.id.to_hex()])],
+        "a kind 1 reply",
+    );
+    sim.seed(A, &old_note);
+    sim.advance(Duration::from_secs(30));
+    let filters: Vec<&Filter> = sim.reqs(A).iter().flat_map(|(_, fs)| fs).collect();
+    assert!(filters.iter().any(|f| is_wide(f)), "A went wide");
+    for f in &filters {
+        let kinds: Vec<u16> = f.kinds.iter().flatten().map(|k| k.as_u16()).collect();
+        assert!(
+            !kinds.iter().any(|&k| k == 1 || k == 7) || !f.generic_tags.is_empty(),
+            "kind 1 or 7 by kind alone: {f:?}"
+        );
+    }
+    assert!(sim.synced(&old_note.id), "historic sync found the kind 1");
+    let note = sign(
+        &keys(2),
+        1,
+        T0 + 60,
+        vec![tag(&["e", &issue.id.to_hex()])],
+        "a live kind 1 reply",
+    );
+    sim.publish(A, &note);
+    sim.advance(Duration::from_secs(26 * 3600));
+    assert!(sim.synced(&note.id), "the daily sync found the kind 1");
+}
+
+/// Found by the oracle (`tests/sim_oracle.rs`, seeds 7 and 18): a REQ's filters
+/// overlap (a NIP-22 reply tags its root with both `E` and `e`), and a
+/// relay returns each event once, for the first filter that asks it, each
+/// filter up to its `limit`. The replies older than the `#e` page came in
+/// through `#E`; the next `#e` page started below them (`until` = the
+/// oldest event matching `#e`), and the events between the end of the
+/// `#e` page and those replies were never asked again.
+#[test]
+fn events_a_sibling_filter_returned_do_not_push_a_page_past_unread_events() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A); // honours `limit` per filter, no cap of its own
+    let owner = keys(1);
+    let repo = announce(&mut sim, &owner, "r", &[A], T0);
+    let issue = root(&owner, 1621, &[&repo], T0 - 100_000, "issue");
+    let own = sim.own.clone();
+    sim.publish(&own, &issue);
+    let id = issue.id.to_hex();
+    let mut history: Vec<Event> = (0..600)
+        .map(|i| sign(&keys(2), 7, T0 - 1_000 - i, vec![tag(&["e", &id])], "+"))
+        .collect();
+    history.extend((0..5).map(|i| reply(&keys(3), &issue, T0 - 10_000 - i, "old reply")));
+    for e in &history {
+        sim.seed(A, e);
+    }
+    sim.advance(Duration::from_secs(60));
+    assert_eq!(
+        sim.missing(&history).len(),
+        0,
+        "reactions between the first #e page and the older replies"
+    );
+}
+
+/// Found by the oracle (seeds 1002, 1125, 1364, 1485 from 1000): bug 7's
+/// fix covers events tagging a repo (`a`/`A`/`q`) or root, but a repo's
+/// 30618 state is asked by `#d` and tags no repo: a relay the repo moved
+/// away from keeps streaming its state updates, each counted as an
+/// outside-filter offence, and 100 of them cut the relay.
+#[test]
+fn a_relay_keeps_sending_state_for_a_repo_that_moved_away_and_is_not_penalised() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    sim.add_relay(B);
+    let owner = keys(1);
+    announce(&mut sim, &owner, "moving", &[A], T0);
+    let staying = announce(&mut sim, &owner, "staying", &[A], T0);
+    sim.advance(Duration::from_secs(10));
+    announce(&mut sim, &owner, "moving", &[B], T0 + 100);
+    sim.advance(Duration::from_secs(6));
+    for i in 0..120 {
+        sim.publish(A, &state(&owner, "moving", T0 + 200 + i));
+    }
+    sim.settle();
+    let a = sim.id(A);
+    let stats = sim.engine.stats();
+    assert_eq!(stats.offences[Offence::OutsideFilter as usize], 0);
+    assert_eq!(stats.penalties, 0, "A followed the protocol");
+    assert_eq!(sim.engine.relay_status(a), Status::Connected);
+    let live = repo_comment(&keys(3), &staying, T0 + 500, "still served");
+    sim.publish(A, &live);
+    sim.settle();
+    assert!(sim.synced(&live.id));
+}
