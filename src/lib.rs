@@ -1,15 +1,49 @@
 //! grasp-sync: keeps a GRASP relay in sync with every relay its
 //! repositories live on (GRASP-02 proactive sync).
 //!
-//! Two layers:
+//! # Three layers
 //!
-//! - [`Engine`] is the sans-IO core: feed it what happened (`handle_*` with
+//! The source tree is the architecture:
+//!
+//! - `src/sans_io/`: the [`Engine`] and everything it is made of (repo
+//!   index, filters, pagination, refusals, health, timers, negentropy
+//!   sessions, the own-relay client). Pure: no sockets, files, threads or
+//!   clocks, which `.ci/run` checks. Feed it what happened (`handle_*` with
 //!   the current [`Time`]), drain what it wants done
-//!   ([`Engine::poll_action`]), what it synced ([`Engine::poll_output`]) and
-//!   when to wake it ([`Engine::poll_timeout`]). It never touches a socket
-//!   or a clock, so it runs in any event loop and under a simulated clock.
-//! - [`Shell`] is the single-threaded mio loop that runs the engine over
-//!   real websockets (TLS, DNS off the loop, metrics, signals).
+//!   ([`Engine::poll_action`]), what it synced ([`Engine::poll_output`])
+//!   and when to wake it ([`Engine::poll_timeout`]). It runs in any event
+//!   loop and under a simulated clock.
+//! - `src/shell/`: the [`Shell`], one mio thread that runs the engine over
+//!   real websockets (TLS, DNS off the loop, the own-relay connection,
+//!   metrics), and the [`Sink`] trait through which an embedding relay
+//!   takes the events.
+//! - `src/bin/grasp-sync/`: the binary (flags, logging, signals, the demo),
+//!   behind the default `cli` feature. An embedder turns default features
+//!   off and gets the two layers above on the fixed dependency stack.
+//!
+//! # Driving the engine
+//!
+//! The contract, stated in full on [`Engine`]:
+//!
+//! - Inputs are `handle_*(now, ..)`; `now` never goes backwards.
+//! - After any input, drain [`Engine::poll_action`] until `None` and act on
+//!   each (connect, send, disconnect, fetch NIP-11), drain
+//!   [`Engine::poll_output`] into the sink, then sleep until
+//!   [`Engine::poll_timeout`] and call [`Engine::handle_timeout`] then.
+//! - Report the outcome of what an action asked: a `Connect` ends in
+//!   `handle_connected`, `handle_connect_failed` or
+//!   `handle_connect_refused`; a connection that drops on its own ends in
+//!   `handle_disconnected`; after `Disconnect` nothing is reported.
+//! - The engine never calls out (no callbacks, no sink inside it), so
+//!   nothing is re-entrant: call any input at any time between polls, from
+//!   the one thread that owns the engine.
+//!
+//! # Features
+//!
+//! - `cli` (default): the binary and its demo; needs `testing`.
+//! - `testing`: the simulation harness, the threaded test relay, the relay
+//!   farm and the fault injector, for tests, benches and fuzz targets (an
+//!   embedder's too).
 //!
 //! Embedding in a relay: supply a [`Sink`] and feed the events the relay
 //! accepts instead of a websocket to itself.
@@ -62,7 +96,7 @@ mod shell;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-// The public interface is:
+// The public interface is this list; every module above is private.
 pub use sans_io::config::Config;
 pub use sans_io::engine::{
     Action, ConfigError, Engine, ItemCounts, ItemKey, ItemState, Offence, Output, Stats, Status,

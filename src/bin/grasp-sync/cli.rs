@@ -52,21 +52,9 @@ pub enum Command {
 pub struct Options {
     /// Engine config: defaults overridden by flags and environment.
     pub config: Config,
-    /// Address to serve metrics on; `None` serves none.
-    pub metrics: Option<SocketAddr>,
-    /// Connect to relays on private, loopback and link-local addresses too.
-    pub allow_private_addresses: bool,
-    /// Cap on relays connected in total.
-    pub max_relays: usize,
-    /// PEM files with extra root certificates for `wss://` (private CAs);
-    /// only checked for being non-empty here, read by the binary.
-    pub extra_ca_files: Vec<PathBuf>,
-    /// Websocket max message and frame size.
-    pub max_frame_bytes: usize,
-    /// Frames read per second from one relay at most.
-    pub max_frames_per_sec: u32,
-    /// Flush deadline on SIGTERM.
-    pub shutdown_timeout: Duration,
+    /// Shell settings: [`ShellOptions::default`] overridden by flags and
+    /// environment.
+    pub shell: ShellOptions,
     /// Whether `--seed` was given; if not, the binary picks a random seed
     /// (`config.seed` is left at its default).
     pub seed_given: bool,
@@ -75,16 +63,9 @@ pub struct Options {
 impl Options {
     /// `config` with the binary's defaults for everything else.
     pub fn new(config: Config) -> Options {
-        let shell = ShellOptions::default();
         Options {
             config,
-            metrics: shell.metrics,
-            allow_private_addresses: shell.allow_private_addresses,
-            max_relays: shell.max_relays,
-            extra_ca_files: shell.extra_ca_files,
-            max_frame_bytes: shell.max_frame_bytes,
-            max_frames_per_sec: shell.max_frames_per_sec,
-            shutdown_timeout: shell.shutdown_timeout,
+            shell: ShellOptions::default(),
             seed_given: false,
         }
     }
@@ -160,7 +141,7 @@ static FLAGS: &[Flag] = &[
     Flag {
         name: "metrics",
         kind: Kind::Single("<ip:port>", |o, v| {
-            o.metrics = Some(socket_addr(v)?);
+            o.shell.metrics = Some(socket_addr(v)?);
             Ok(())
         }),
         default: "off",
@@ -168,7 +149,7 @@ static FLAGS: &[Flag] = &[
     },
     Flag {
         name: "allow-private-addresses",
-        kind: Kind::Switch(|o, on| o.allow_private_addresses = on),
+        kind: Kind::Switch(|o, on| o.shell.allow_private_addresses = on),
         default: "off",
         help: "Also connect to relays on private, loopback and link-local addresses.",
     },
@@ -313,7 +294,7 @@ static FLAGS: &[Flag] = &[
     Flag {
         name: "max-relays",
         kind: Kind::Single("<n>", |o, v| {
-            o.max_relays = integer(v, 1)?;
+            o.shell.max_relays = integer(v, 1)?;
             Ok(())
         }),
         default: "10000",
@@ -322,7 +303,7 @@ static FLAGS: &[Flag] = &[
     Flag {
         name: "max-frame-bytes",
         kind: Kind::Single("<bytes>", |o, v| {
-            o.max_frame_bytes = integer(v, MIN_FRAME_BYTES)?;
+            o.shell.max_frame_bytes = integer(v, MIN_FRAME_BYTES)?;
             Ok(())
         }),
         default: "1048576",
@@ -331,7 +312,7 @@ static FLAGS: &[Flag] = &[
     Flag {
         name: "max-frames-per-sec",
         kind: Kind::Single("<n>", |o, v| {
-            o.max_frames_per_sec = integer(v, 1)?;
+            o.shell.max_frames_per_sec = integer(v, 1)?;
             Ok(())
         }),
         default: "5000",
@@ -340,7 +321,7 @@ static FLAGS: &[Flag] = &[
     Flag {
         name: "extra-ca-file",
         kind: Kind::Repeated("<path>", |o, v| {
-            o.extra_ca_files.push(path(v)?);
+            o.shell.extra_ca_files.push(path(v)?);
             Ok(())
         }),
         default: "none",
@@ -349,7 +330,7 @@ static FLAGS: &[Flag] = &[
     Flag {
         name: "shutdown-timeout-secs",
         kind: Kind::Single("<secs>", |o, v| {
-            o.shutdown_timeout = secs(v, 0)?;
+            o.shell.shutdown_timeout = secs(v, 0)?;
             Ok(())
         }),
         default: "10",
@@ -754,8 +735,8 @@ mod tests {
         assert_eq!(c.own_relay, OWN);
         assert_eq!(c.domain.as_deref(), Some("git.example.com:8443"));
         assert_eq!(c.bootstrap, vec!["wss://boot.example".to_owned()]);
-        assert_eq!(o.metrics, Some("127.0.0.1:9100".parse().unwrap()));
-        assert!(o.allow_private_addresses);
+        assert_eq!(o.shell.metrics, Some("127.0.0.1:9100".parse().unwrap()));
+        assert!(o.shell.allow_private_addresses);
         assert!(!c.self_subscribe);
         assert_eq!(c.batch_window, Duration::from_millis(250));
         assert_eq!(c.backoff_base, Duration::from_secs(7));
@@ -770,13 +751,16 @@ mod tests {
         assert_eq!(c.daily_min, Duration::from_secs(1000));
         assert_eq!(c.daily_max, Duration::from_secs(2000));
         assert_eq!(c.page_limit, 50);
-        assert_eq!(o.max_relays, 33);
-        assert_eq!(o.max_frame_bytes, 4096);
-        assert_eq!(o.max_frames_per_sec, 77);
+        assert_eq!(o.shell.max_relays, 33);
+        assert_eq!(o.shell.max_frame_bytes, 4096);
+        assert_eq!(o.shell.max_frames_per_sec, 77);
         assert_eq!(c.neg_timeout, Duration::from_secs(9));
         assert!(!c.negentropy);
-        assert_eq!(o.extra_ca_files, vec![PathBuf::from("/etc/ca/private.pem")]);
-        assert_eq!(o.shutdown_timeout, Duration::from_secs(3));
+        assert_eq!(
+            o.shell.extra_ca_files,
+            vec![PathBuf::from("/etc/ca/private.pem")]
+        );
+        assert_eq!(o.shell.shutdown_timeout, Duration::from_secs(3));
         assert_eq!(c.seed, u64::MAX);
         assert!(o.seed_given);
     }
@@ -789,12 +773,12 @@ mod tests {
             format!("{:?}", Config::new(OWN)),
             "every engine default kept"
         );
-        assert_eq!(o.metrics, None);
-        assert!(!o.allow_private_addresses);
-        assert_eq!(o.max_relays, 10_000);
-        assert!(o.extra_ca_files.is_empty());
-        assert_eq!(o.max_frame_bytes, 1_048_576);
-        assert_eq!(o.shutdown_timeout, Duration::from_secs(10));
+        assert_eq!(o.shell.metrics, None);
+        assert!(!o.shell.allow_private_addresses);
+        assert_eq!(o.shell.max_relays, 10_000);
+        assert!(o.shell.extra_ca_files.is_empty());
+        assert_eq!(o.shell.max_frame_bytes, 1_048_576);
+        assert_eq!(o.shell.shutdown_timeout, Duration::from_secs(10));
         assert!(!o.seed_given);
     }
 
@@ -869,7 +853,7 @@ mod tests {
             &["--own-relay", OWN, "--allow-private-addresses"],
             &[("GRASP_SYNC_ALLOW_PRIVATE_ADDRESSES", "off")],
         );
-        assert!(o.allow_private_addresses);
+        assert!(o.shell.allow_private_addresses);
     }
 
     #[test]
@@ -892,7 +876,7 @@ mod tests {
             vec!["wss://a.example".to_owned(), "ws://b.example".to_owned()]
         );
         assert_eq!(
-            o.extra_ca_files,
+            o.shell.extra_ca_files,
             vec![PathBuf::from("a.pem"), PathBuf::from("b.pem")]
         );
     }
@@ -915,7 +899,7 @@ mod tests {
             vec!["wss://a.example".to_owned(), "wss://b.example".to_owned()]
         );
         assert_eq!(
-            o.extra_ca_files,
+            o.shell.extra_ca_files,
             vec![PathBuf::from("a.pem"), PathBuf::from("b.pem")]
         );
     }
@@ -930,7 +914,7 @@ mod tests {
                     ("GRASP_SYNC_NO_SELF_SUBSCRIBE", on),
                 ],
             );
-            assert!(o.allow_private_addresses, "{on}");
+            assert!(o.shell.allow_private_addresses, "{on}");
             assert!(!o.config.self_subscribe, "{on}");
         }
         for off in ["0", "false", "No", "OFF"] {
@@ -941,7 +925,7 @@ mod tests {
                     ("GRASP_SYNC_NO_SELF_SUBSCRIBE", off),
                 ],
             );
-            assert!(!o.allow_private_addresses, "{off}");
+            assert!(!o.shell.allow_private_addresses, "{off}");
             assert!(o.config.self_subscribe, "{off}");
         }
     }
@@ -957,7 +941,7 @@ mod tests {
             ],
         );
         assert_eq!(o.config.page_limit, 500);
-        assert!(!o.allow_private_addresses);
+        assert!(!o.shell.allow_private_addresses);
         assert!(o.config.bootstrap.is_empty());
         assert_eq!(
             error(&[], &[("GRASP_SYNC_OWN_RELAY", "")]),

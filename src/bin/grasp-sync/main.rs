@@ -5,7 +5,7 @@ mod demo;
 
 use std::process::ExitCode;
 
-use grasp_sync::{Shell, ShellHandle, ShellOptions, SinkTarget};
+use grasp_sync::{Shell, ShellHandle, SinkTarget};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -75,17 +75,7 @@ fn run(mut options: Options) -> ExitCode {
             .map_or(0, |d| d.as_nanos() as u64);
         options.config.seed = nanos ^ (u64::from(std::process::id()) << 32);
     }
-    let shell_options = ShellOptions {
-        allow_private_addresses: options.allow_private_addresses,
-        max_relays: options.max_relays,
-        extra_ca_files: options.extra_ca_files,
-        max_frame_bytes: options.max_frame_bytes,
-        max_frames_per_sec: options.max_frames_per_sec,
-        shutdown_timeout: options.shutdown_timeout,
-        metrics: options.metrics,
-        ..ShellOptions::default()
-    };
-    let shell = match Shell::new(options.config, shell_options, SinkTarget::OwnRelay) {
+    let shell = match Shell::new(options.config, options.shell, SinkTarget::OwnRelay) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("grasp-sync: {e}");
