@@ -99,6 +99,19 @@ impl HealthTracker {
         now + backoff(self.failures, penalty, policy, rng)
     }
 
+    /// As [`HealthTracker::record_failure`] without penalty or jitter, for
+    /// a lone connection (the own relay): jitter spreads a herd of relays
+    /// that failed together, and one connection is no herd, so its retry
+    /// schedule stays exact.
+    pub(crate) fn record_failure_exact(&mut self, now: Time, policy: &BackoffPolicy) -> Time {
+        self.failures = self.failures.saturating_add(1);
+        let since = *self.failing_since.get_or_insert(now);
+        if now.since(since) >= policy.dead_after {
+            return now + policy.dead_retry;
+        }
+        now + exact_backoff(self.failures, 0, policy)
+    }
+
     /// The relay said `rate-limited:` at `now`; returns when to try again.
     pub(crate) fn record_rate_limit(&mut self, now: Time, policy: &BackoffPolicy) -> Time {
         let until = now + policy.rate_limit_cooldown;
@@ -133,10 +146,16 @@ impl HealthTracker {
 /// per earlier one and per `penalty` step, capped at `max`, plus up to 10 %
 /// jitter so relays that failed together do not retry together.
 fn backoff(nth: u32, penalty: u32, policy: &BackoffPolicy, rng: &mut impl Rng) -> Duration {
-    let exp = nth.saturating_sub(1).saturating_add(penalty).min(31);
-    let wait = policy.base.saturating_mul(1u32 << exp).min(policy.max);
+    let wait = exact_backoff(nth, penalty, policy);
     let jitter_ms = rng.gen_range(0..=wait.as_millis() as u64 / 10);
     wait + Duration::from_millis(jitter_ms)
+}
+
+/// The wait after the `nth` failure in a row before jitter: `base` doubled
+/// per earlier one and per `penalty` step, capped at `max`.
+fn exact_backoff(nth: u32, penalty: u32, policy: &BackoffPolicy) -> Duration {
+    let exp = nth.saturating_sub(1).saturating_add(penalty).min(31);
+    policy.base.saturating_mul(1u32 << exp).min(policy.max)
 }
 
 #[cfg(test)]
@@ -182,6 +201,19 @@ mod tests {
         h.record_success();
         assert_eq!(h.health(later, &p), Health::Healthy);
         assert_eq!(h.failures(), 0);
+    }
+
+    #[test]
+    fn exact_backoff_has_no_jitter_and_success_resets_it() {
+        let p = policy();
+        let mut h = HealthTracker::default();
+        let t0 = Time::from_secs(1_000);
+        let waits: Vec<u64> = (0..3)
+            .map(|_| h.record_failure_exact(t0, &p).since(t0).as_secs())
+            .collect();
+        assert_eq!(waits, [5, 10, 20]);
+        h.record_success();
+        assert_eq!(h.record_failure_exact(t0, &p), t0 + Duration::from_secs(5));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Prometheus text exposition of the engine's and the shell's counters,
-//! and the tiny HTTP responder that serves it from the loop thread.
+//! Prometheus text exposition of the engine's and the shell's counters
+//! (served by `metrics_server`).
 
 use std::fmt::Write as _;
 
@@ -298,28 +298,4 @@ fn counter_labeled(out: &mut String, name: &str, help: &str, label: &str, values
     for (v, n) in values {
         let _ = writeln!(out, "{name}{{{label}=\"{v}\"}} {n}");
     }
-}
-
-/// The HTTP response to one request head (`GET /metrics` or anything else).
-pub(crate) fn http_response(request_head: &[u8], body: impl FnOnce() -> String) -> Vec<u8> {
-    let line = request_head
-        .split(|&b| b == b'\r' || b == b'\n')
-        .next()
-        .unwrap_or_default();
-    let mut parts = line.split(|&b| b == b' ');
-    let (method, path) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
-    let (status, content_type, body) =
-        if method == b"GET" && (path == b"/metrics" || path.starts_with(b"/metrics?")) {
-            ("200 OK", "text/plain; version=0.0.4", body())
-        } else {
-            ("404 Not Found", "text/plain", "not found\n".to_owned())
-        };
-    format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
 }

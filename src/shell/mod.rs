@@ -8,7 +8,9 @@
 //! to the sink: the own relay over its own websocket with an outbox, or a
 //! [`Sink`] supplied by an embedding relay. When the outbox is full the shell
 //! stops reading remote relays until it drains, so a slow own relay slows
-//! syncing down instead of losing events.
+//! syncing down instead of losing events. What is said on the own-relay
+//! connection (outbox, listings, AUTH, when to reconnect) is the sans-IO
+//! `OwnRelayClient`; the shell only carries its texts.
 //!
 //! Two more things ride on the own-relay sink and the connections:
 //!
@@ -21,10 +23,12 @@
 //!   the engine, so a remotely found repo is synced only once the own relay
 //!   took it. A custom sink's embedder feeds what it stores itself.
 
+pub(crate) mod connect_error;
 pub(crate) mod dns;
 pub(crate) mod info_fetch;
 pub(crate) mod key_file;
 pub(crate) mod metrics;
+pub(crate) mod metrics_server;
 pub(crate) mod read_budget;
 pub(crate) mod rlimit;
 pub(crate) mod sink;
@@ -32,7 +36,7 @@ pub(crate) mod tls;
 pub(crate) mod ws;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,9 +44,9 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use log::{debug, info, warn};
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
-use nostr::prelude::{ClientMessage, Event, EventId, Filter, RelayMessage};
+use nostr::prelude::{Event, Filter};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use slab::Slab;
@@ -52,13 +56,14 @@ use crate::sans_io::address::{host_and_port, ip_literal, refusal_reason};
 use crate::sans_io::config::Config;
 use crate::sans_io::engine::Offence;
 use crate::sans_io::engine::{Action, ConfigError, Engine, Output};
-use crate::sans_io::index::{RelayId, is_index_kind};
-use crate::sans_io::own_relay::listing::{ListStep, Listings};
-use crate::sans_io::own_relay::outbox::Outbox;
+use crate::sans_io::index::RelayId;
+use crate::sans_io::own_relay::{ClientOutput, OwnRelayClient, Transmit};
 use crate::sans_io::time::Time;
 use crate::sans_io::timer::TimerWheel;
+use crate::shell::connect_error::ConnectError;
 use crate::shell::dns::{Resolved, Resolver};
-use crate::shell::metrics::{ShellStats, SinkView, http_response, render};
+use crate::shell::metrics::{ShellStats, SinkView, render};
+use crate::shell::metrics_server::{MetricsConn, MetricsListener};
 use crate::shell::read_budget::ReadRate;
 use crate::shell::sink::Sink;
 use crate::shell::ws::{GetEvent, HttpGet, TlsTarget, WsConnection, WsEvent};
@@ -67,10 +72,6 @@ const WAKER: Token = Token(usize::MAX);
 const METRICS: Token = Token(usize::MAX - 2);
 /// Time a connection (DNS, TCP, TLS, websocket) may take.
 const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
-/// Longest wait before the own-relay sink reconnects.
-const SINK_BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// Largest HTTP request head the metrics endpoint reads.
-const METRICS_REQUEST_MAX: usize = 8 * 1024;
 
 /// Default of [`ShellOptions::max_relays`].
 pub(crate) const DEFAULT_MAX_RELAYS: usize = 10_000;
@@ -136,8 +137,16 @@ pub enum SinkTarget {
 pub enum ShellError {
     /// The engine configuration is invalid.
     Config(ConfigError),
-    /// TLS roots could not be loaded.
-    Tls(String),
+    /// A file of [`ShellOptions::extra_ca_files`] could not be used:
+    /// unreadable, not PEM, without a certificate, or one TLS refuses.
+    CaFile {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong with it.
+        error: io::Error,
+    },
+    /// The TLS client configuration could not be built.
+    Tls(rustls::Error),
     /// A socket or the poll could not be set up.
     Io(io::Error),
 }
@@ -146,13 +155,23 @@ impl std::fmt::Display for ShellError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ShellError::Config(e) => write!(f, "{e}"),
+            ShellError::CaFile { path, error } => write!(f, "tls: {}: {error}", path.display()),
             ShellError::Tls(e) => write!(f, "tls: {e}"),
             ShellError::Io(e) => write!(f, "{e}"),
         }
     }
 }
 
-impl std::error::Error for ShellError {}
+impl std::error::Error for ShellError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ShellError::Config(e) => Some(e),
+            ShellError::CaFile { error, .. } => error.get_ref().map(|e| e as _),
+            ShellError::Tls(e) => Some(e),
+            ShellError::Io(e) => Some(e),
+        }
+    }
+}
 
 impl From<io::Error> for ShellError {
     fn from(e: io::Error) -> Self {
@@ -234,13 +253,6 @@ impl Conn {
     }
 }
 
-struct MetricsConn {
-    stream: TcpStream,
-    request: Vec<u8>,
-    response: Vec<u8>,
-    written: usize,
-}
-
 enum SlotKind {
     Relay {
         relay: RelayId,
@@ -268,29 +280,11 @@ struct Slot {
     kind: SlotKind,
 }
 
-/// The own-relay sink: outbox plus its connection.
+/// The own relay as the sink: its client, and the slot of its connection
+/// while there is one.
 struct OwnSink {
-    url: String,
-    outbox: Outbox,
-    /// Negentropy listings in flight on the sink connection.
-    listings: Listings,
-    /// NIP-42 on the sink connection.
-    auth: SinkAuth,
+    client: OwnRelayClient,
     slot: Option<Token>,
-    open: bool,
-    retry_at: Time,
-    failures: u32,
-}
-
-/// Where the sink connection stands with NIP-42: one answer per connection,
-/// as the engine does for relays it reads (a relay challenging with every
-/// refusal must not get a burst of AUTHs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SinkAuth {
-    None,
-    Sent(EventId),
-    Accepted,
-    Rejected,
 }
 
 enum SinkState {
@@ -301,7 +295,6 @@ enum SinkState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ShellTimer {
     ConnectDeadline(Token),
-    SinkRetry,
     Trim,
     /// A throttled relay connection may read again.
     Unthrottle(Token),
@@ -328,7 +321,7 @@ pub struct Shell {
     /// Connections whose read budget ran out with data maybe waiting; read
     /// again on the next turn, after every other ready socket had its turn.
     ready_again: Vec<Token>,
-    metrics: Option<TcpListener>,
+    metrics: Option<MetricsListener>,
     commands: Receiver<Command>,
     handle: ShellHandle,
     timers: TimerWheel<ShellTimer>,
@@ -337,8 +330,6 @@ pub struct Shell {
     scratch: Vec<WsEvent>,
     /// Sockets were busy since the last trim.
     active: bool,
-    /// NIP-42 key, for the sink connection (the engine has its own copy).
-    auth_keys: Option<nostr::prelude::Keys>,
     /// NIP-11 fetches in flight (`SlotKind::Info` slots, counted by
     /// `insert_slot` and `remove_slot`), at most `max_relays`: each relay's
     /// fetch runs beside its websocket, so a burst of connects needs at
@@ -363,16 +354,11 @@ impl Shell {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let resolver = Resolver::new(opts.dns_threads.max(1), 256, waker.clone())?;
-        let tls =
-            crate::shell::tls::client_config(&opts.extra_ca_files).map_err(ShellError::Tls)?;
-        let mut metrics = match opts.metrics {
-            Some(addr) => Some(TcpListener::bind(addr)?),
+        let tls = crate::shell::tls::client_config(&opts.extra_ca_files)?;
+        let metrics = match opts.metrics {
+            Some(addr) => Some(MetricsListener::bind(addr, poll.registry(), METRICS)?),
             None => None,
         };
-        if let Some(listener) = metrics.as_mut() {
-            poll.registry()
-                .register(listener, METRICS, Interest::READABLE)?;
-        }
         let mut trusted: HashSet<RelayId> = bootstrap
             .iter()
             .filter_map(|u| engine.relay_id(u))
@@ -380,14 +366,13 @@ impl Shell {
         trusted.insert(engine.own_relay());
         let sink = match sink {
             SinkTarget::OwnRelay => SinkState::OwnRelay(Box::new(OwnSink {
-                url: engine.relay_url(engine.own_relay()).to_owned(),
-                outbox: Outbox::new(opts.outbox_capacity, 100),
-                listings: Listings::default(),
-                auth: SinkAuth::None,
+                client: OwnRelayClient::new(
+                    engine.relay_url(engine.own_relay()),
+                    auth_keys,
+                    opts.outbox_capacity,
+                    now,
+                ),
                 slot: None,
-                open: false,
-                retry_at: now,
-                failures: 0,
             })),
             SinkTarget::Custom(s) => SinkState::Custom(s),
         };
@@ -428,7 +413,6 @@ impl Shell {
             stopping: None,
             scratch: Vec::new(),
             active: false,
-            auth_keys,
             info_inflight: 0,
         })
     }
@@ -440,7 +424,7 @@ impl Shell {
 
     /// The address the metrics endpoint listens on, if any.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+        self.metrics.as_ref().and_then(MetricsListener::local_addr)
     }
 
     /// Runs until shut down (signal or handle); returns after the outbox is
@@ -485,6 +469,7 @@ impl Shell {
             self.engine.poll_timeout(),
             self.timers.next_deadline().map(Time::from_millis),
             self.stopping,
+            self.sink_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -625,11 +610,10 @@ impl Shell {
         trusted: bool,
         now: Time,
         kind: impl FnOnce(Conn) -> SlotKind,
-    ) -> Result<Token, String> {
-        let (host, port) = host_and_port(url).ok_or_else(|| "unparsable URL".to_owned())?;
+    ) -> Result<Token, ConnectError> {
+        let (host, port) = host_and_port(url).ok_or(ConnectError::UnparsableUrl)?;
         let tls = if url.starts_with("wss://") {
-            let name =
-                ServerName::try_from(host.clone()).map_err(|e| format!("bad TLS name: {e}"))?;
+            let name = ServerName::try_from(host.clone()).map_err(ConnectError::TlsName)?;
             Some(TlsTarget {
                 config: self.tls.clone(),
                 name,
@@ -651,7 +635,7 @@ impl Shell {
         if resolving && let Err(e) = self.resolver.resolve(token.0 as u64, &host, port) {
             self.remove_slot(token);
             self.stats.dns_failures += 1;
-            return Err(format!("DNS queue: {e:?}"));
+            return Err(ConnectError::DnsQueue(e));
         }
         let deadline = match transport {
             Transport::Ws => CONNECT_DEADLINE,
@@ -674,30 +658,27 @@ impl Shell {
         port: u16,
         tls: Option<TlsTarget>,
         trusted: bool,
-    ) -> Result<Conn, String> {
+    ) -> Result<Conn, ConnectError> {
         if !trusted
             && !self.opts.allow_private_addresses
             && let Some(reason) = refusal_reason(ip)
         {
             self.stats.address_refused += 1;
-            return Err(format!(
-                "refused {reason} address {ip} (see --allow-private-addresses)"
-            ));
+            return Err(ConnectError::Refused { reason, ip });
         }
         let addr = SocketAddr::new(ip, port);
         match transport {
             Transport::Ws => WsConnection::connect(addr, url, tls, self.ws_config)
                 .map(|ws| Conn::Ws(Box::new(ws))),
             Transport::Http => {
-                let request =
-                    info_fetch::request(url).ok_or_else(|| "no HTTP request for URL".to_owned())?;
+                let request = info_fetch::request(url).ok_or(ConnectError::NoHttpRequest)?;
                 HttpGet::connect(addr, request, tls).map(|get| Conn::Http(Box::new(get)))
             }
         }
-        .map_err(|e| format!("connect: {e}"))
+        .map_err(ConnectError::Connect)
     }
 
-    fn insert_slot(&mut self, mut kind: SlotKind) -> Result<Token, String> {
+    fn insert_slot(&mut self, mut kind: SlotKind) -> Result<Token, ConnectError> {
         self.generation = (self.generation + 1) & 0x7fff_ffff;
         let entry = self.slots.vacant_entry();
         let token = slot_token(entry.key(), self.generation);
@@ -705,7 +686,7 @@ impl Shell {
             self.poll
                 .registry()
                 .register(socket, token, Interest::READABLE | Interest::WRITABLE)
-                .map_err(|e| format!("register: {e}"))?;
+                .map_err(ConnectError::Register)?;
         }
         if matches!(kind, SlotKind::Info { .. }) {
             self.info_inflight += 1;
@@ -718,10 +699,7 @@ impl Shell {
     }
 
     fn slot_mut(&mut self, token: Token) -> Option<&mut Slot> {
-        let (key, generation) = (token.0 & 0xffff_ffff, (token.0 >> 32) as u32);
-        self.slots
-            .get_mut(key)
-            .filter(|s| s.generation == generation)
+        slot_in(&mut self.slots, token)
     }
 
     /// Frees a slot (closing its socket). Every slot enters through
@@ -845,7 +823,7 @@ impl Shell {
                         .register(s, token, Interest::READABLE | Interest::WRITABLE)
                 });
                 if let Some(Err(e)) = registered {
-                    return self.fail_slot(token, &format!("register: {e}"), now);
+                    return self.fail_slot(token, &ConnectError::Register(e).to_string(), now);
                 }
                 if let Some(Slot {
                     kind:
@@ -858,7 +836,7 @@ impl Shell {
                     *conn = connected;
                 }
             }
-            Err(reason) => self.fail_slot(token, &reason, now),
+            Err(reason) => self.fail_slot(token, &reason.to_string(), now),
         }
     }
 
@@ -945,11 +923,8 @@ impl Shell {
                 }
                 (SlotKind::OwnSink { opened, .. }, WsEvent::Open) => {
                     *opened = true;
-                    if let SinkState::OwnRelay(s) = &mut self.sink {
-                        info!("own relay sink connected");
-                        s.open = true;
-                        s.failures = 0;
-                        s.auth = SinkAuth::None;
+                    if let SinkState::OwnRelay(own) = &mut self.sink {
+                        own.client.handle_connected();
                     }
                 }
                 (SlotKind::OwnSink { .. }, WsEvent::Text(text)) => self.on_sink_message(&text, now),
@@ -999,18 +974,10 @@ impl Shell {
                 }
             }
             SlotKind::OwnSink { .. } => {
-                if let SinkState::OwnRelay(s) = &mut self.sink {
+                if let SinkState::OwnRelay(own) = &mut self.sink {
                     warn!("own relay sink: {reason}");
-                    s.outbox.handle_disconnect();
-                    s.listings.clear();
-                    s.slot = None;
-                    s.open = false;
-                    s.failures = s.failures.saturating_add(1);
-                    let wait =
-                        Duration::from_millis(250u64 << s.failures.min(7)).min(SINK_BACKOFF_MAX);
-                    s.retry_at = now + wait;
-                    self.timers
-                        .insert(s.retry_at.as_millis(), ShellTimer::SinkRetry);
+                    own.slot = None;
+                    own.client.handle_disconnected(now);
                 }
             }
             SlotKind::Info { relay, .. } => {
@@ -1038,7 +1005,6 @@ impl Shell {
                         self.fail_slot(token, "connect timed out", now);
                     }
                 }
-                ShellTimer::SinkRetry => {}
                 ShellTimer::Trim => self.trim(now),
                 ShellTimer::Unthrottle(token) => self.unthrottle(token, now),
             }
@@ -1065,8 +1031,17 @@ impl Shell {
 
     fn sink_has_room(&self) -> bool {
         match &self.sink {
-            SinkState::OwnRelay(s) => !s.outbox.is_full(),
+            SinkState::OwnRelay(own) => own.client.has_room(),
             SinkState::Custom(_) => true,
+        }
+    }
+
+    /// When the own-relay client wants to be called again (a reconnect, the
+    /// end of an outbox pause).
+    fn sink_timeout(&self) -> Option<Time> {
+        match &self.sink {
+            SinkState::OwnRelay(own) => own.client.poll_timeout(),
+            SinkState::Custom(_) => None,
         }
     }
 
@@ -1076,71 +1051,35 @@ impl Shell {
                 self.stats.sink_stored += 1;
                 sink.store(self.engine.relay_url(relay), event);
             }
-            SinkState::OwnRelay(s) => s.outbox.push(event),
+            SinkState::OwnRelay(own) => own.client.push(event),
         }
     }
 
-    /// Sends what the outbox allows, connects the sink when needed, and
-    /// resumes deferred reads once there is room. True if anything moved.
+    /// Connects the own relay when its client asks, sends what the client
+    /// has for the open connection, and resumes deferred reads once there
+    /// is room. True if anything moved.
     fn pump_sink(&mut self, now: Time) -> bool {
-        let SinkState::OwnRelay(s) = &mut self.sink else {
+        let SinkState::OwnRelay(own) = &mut self.sink else {
             return false;
         };
-        let mut moved = false;
-        if s.slot.is_none()
-            && now >= s.retry_at
-            && (!s.outbox.is_empty() || self.stopping.is_none())
-        {
-            let url = s.url.clone();
-            let kind = |conn| SlotKind::OwnSink {
-                conn,
-                opened: false,
-            };
-            match self.start_conn(&url, Transport::Ws, true, now, kind) {
-                Ok(token) => {
-                    if let SinkState::OwnRelay(s) = &mut self.sink {
-                        s.slot = Some(token);
-                    }
-                }
-                Err(reason) => {
-                    warn!("own relay sink: {reason}");
-                    if let SinkState::OwnRelay(s) = &mut self.sink {
-                        s.retry_at = now + SINK_BACKOFF_MAX;
-                        self.timers
-                            .insert(s.retry_at.as_millis(), ShellTimer::SinkRetry);
-                    }
-                }
-            }
+        if own.client.poll_connect(now) {
+            let url = own.client.url().to_owned();
+            self.connect_sink(&url, now);
             return true;
         }
-        if let Some(until) = s.outbox.paused_until() {
-            self.timers.insert(until.as_millis(), ShellTimer::SinkRetry);
-        }
-        let (Some(token), true) = (s.slot, s.open) else {
-            return moved;
+        let (Some(token), true) = (own.slot, own.client.is_open()) else {
+            return false;
         };
-        let mut messages = Vec::new();
-        while let Some(m) = s.outbox.next_message(now) {
-            messages.push(m);
-        }
-        let has_room = !s.outbox.is_full();
-        let mut out = std::mem::take(&mut self.scratch);
-        for message in messages {
-            moved = true;
-            self.stats.bytes_out += message.len() as u64;
-            if let Some(Slot {
-                kind:
-                    SlotKind::OwnSink {
-                        conn: Conn::Ws(ws), ..
-                    },
-                ..
-            }) = self.slot_mut(token)
-            {
-                ws.send_text(message, &mut out);
+        let mut texts = Vec::new();
+        while let Some(transmit) = own.client.poll_transmit(now) {
+            if let Transmit::Publish(text) = &transmit {
+                self.stats.bytes_out += text.len() as u64;
             }
+            texts.push(transmit.into_text());
         }
-        self.handle_ws_events(token, &mut out, now);
-        self.scratch = out;
+        let has_room = own.client.has_room();
+        let mut moved = !texts.is_empty();
+        self.send_to_sink(token, texts, now);
         if has_room && !self.deferred.is_empty() {
             for token in std::mem::take(&mut self.deferred) {
                 self.on_slot_ready(token, now);
@@ -1150,33 +1089,30 @@ impl Shell {
         moved
     }
 
-    /// Asks the sink what it holds for `filter` (negentropy). A custom sink
-    /// answers at once; the own relay is asked over the sink connection,
-    /// and while that is down the engine's timeout falls back to REQ.
-    fn list_sink(&mut self, request: u64, filter: Filter, now: Time) {
-        let req = match &mut self.sink {
-            SinkState::Custom(sink) => {
-                let held = sink.list(&filter);
-                return self.engine.handle_local_list(now, request, held);
-            }
-            SinkState::OwnRelay(s) if s.open => s.listings.start(request, filter),
-            SinkState::OwnRelay(_) => {
-                return debug!("own relay not connected; listing {request} not asked");
-            }
+    /// Starts the own-relay connection the client asked for.
+    fn connect_sink(&mut self, url: &str, now: Time) {
+        let kind = |conn| SlotKind::OwnSink {
+            conn,
+            opened: false,
         };
-        if let Some(req) = req {
-            self.send_to_sink(vec![req], now);
+        let started = self.start_conn(url, Transport::Ws, true, now, kind);
+        let SinkState::OwnRelay(own) = &mut self.sink else {
+            return;
+        };
+        match started {
+            Ok(token) => own.slot = Some(token),
+            Err(reason) => {
+                warn!("own relay sink: {reason}");
+                own.client.handle_connect_error(now);
+            }
         }
     }
 
-    /// Sends texts on the own-relay sink connection, if it is up.
-    fn send_to_sink(&mut self, texts: Vec<String>, now: Time) {
-        let SinkState::OwnRelay(s) = &self.sink else {
+    /// Sends texts on the own-relay connection.
+    fn send_to_sink(&mut self, token: Token, texts: Vec<String>, now: Time) {
+        if texts.is_empty() {
             return;
-        };
-        let Some(token) = s.slot else {
-            return;
-        };
+        }
         let mut out = std::mem::take(&mut self.scratch);
         if let Some(SlotKind::OwnSink {
             conn: Conn::Ws(ws), ..
@@ -1190,118 +1126,35 @@ impl Shell {
         self.scratch = out;
     }
 
-    /// A listing message from the own relay; true if it was one.
-    fn on_listing_message(&mut self, message: &RelayMessage<'_>, now: Time) -> bool {
-        let SinkState::OwnRelay(s) = &mut self.sink else {
-            return false;
-        };
-        match s.listings.on_message(message) {
-            None => false,
-            Some(ListStep::Send(texts)) => {
-                if !texts.is_empty() {
-                    self.send_to_sink(texts, now);
-                }
-                true
+    /// Asks the sink what it holds for `filter` (negentropy). A custom sink
+    /// answers at once; the own relay is asked by its client.
+    fn list_sink(&mut self, request: u64, filter: Filter, now: Time) {
+        match &mut self.sink {
+            SinkState::Custom(sink) => {
+                let held = sink.list(&filter);
+                self.engine.handle_local_list(now, request, held);
             }
-            Some(ListStep::Done {
-                request,
-                held,
-                close,
-            }) => {
-                self.stats.sink_listed += held.len() as u64;
-                let mut texts = vec![close];
-                texts.extend(s.listings.start_waiting());
-                self.send_to_sink(texts, now);
-                self.engine.handle_local_list(now, request, Some(held));
-                true
-            }
-            Some(ListStep::Refused(request)) => {
-                info!("own relay refused listing {request}");
-                let next = s.listings.start_waiting();
-                self.send_to_sink(next, now);
-                true
-            }
+            SinkState::OwnRelay(own) => own.client.handle_list(request, filter),
         }
     }
 
+    /// A text from the own relay: its client reads it, and the engine
+    /// learns what came of it (what the relay took, what it listed). What
+    /// the client answers goes out on the next `pump_sink`.
     fn on_sink_message(&mut self, text: &str, now: Time) {
-        if let Ok(message) = RelayMessage::from_json(text)
-            && self.on_listing_message(&message, now)
-        {
-            return;
-        }
-        let SinkState::OwnRelay(s) = &mut self.sink else {
+        let SinkState::OwnRelay(own) = &mut self.sink else {
             return;
         };
-        match RelayMessage::from_json(text) {
-            Ok(RelayMessage::Ok {
-                event_id,
-                status,
-                message,
-            }) if s.auth == SinkAuth::Sent(event_id) => {
-                if !status {
-                    s.auth = SinkAuth::Rejected;
-                    return warn!("own relay rejected our AUTH: {message}");
-                }
-                info!("own relay sink authenticated");
-                s.auth = SinkAuth::Accepted;
-                s.outbox.resume();
-                let again = s.listings.retry_refused();
-                self.send_to_sink(again, now);
-            }
-            Ok(RelayMessage::Ok {
-                event_id,
-                status,
-                message,
-            }) => {
-                // GRASP-01: the index learns a remotely found announcement
-                // or root only once the own relay took it, so a repo the
-                // own relay refuses is never synced.
-                if let Some(event) = s.outbox.handle_ok(now, &event_id, status, &message)
-                    && is_index_kind(event.kind)
-                {
-                    self.engine.handle_local_event(now, event);
+        own.client.handle_message(now, text);
+        while let Some(output) = own.client.poll_output() {
+            match output {
+                ClientOutput::Stored(event) => self.engine.handle_local_event(now, event),
+                ClientOutput::Listed { request, held } => {
+                    self.stats.sink_listed += held.len() as u64;
+                    self.engine.handle_local_list(now, request, Some(held));
                 }
             }
-            Ok(RelayMessage::Notice(n)) => info!("own relay notice: {n}"),
-            Ok(RelayMessage::Auth { challenge }) => self.auth_sink(&challenge, now),
-            _ => debug!("own relay sink: ignored message"),
         }
-    }
-
-    /// The own relay challenged the sink connection: answer with the same
-    /// key the engine uses. A refused EVENT (`auth-required:`) is retried
-    /// by the outbox's backoff and goes through once this is accepted.
-    fn auth_sink(&mut self, challenge: &str, now: Time) {
-        let Some(keys) = self.auth_keys.as_ref() else {
-            info!("own relay asks for AUTH; no key configured");
-            return;
-        };
-        let SinkState::OwnRelay(s) = &mut self.sink else {
-            return;
-        };
-        if s.auth != SinkAuth::None {
-            return;
-        }
-        let (Some(token), url) = (s.slot, s.url.clone()) else {
-            return;
-        };
-        let message = match crate::sans_io::nip42::auth_event(keys, &url, challenge, now) {
-            Ok(event) => {
-                s.auth = SinkAuth::Sent(event.id);
-                ClientMessage::auth(event).as_json()
-            }
-            Err(e) => return warn!("own relay AUTH: {e}"),
-        };
-        let mut out = std::mem::take(&mut self.scratch);
-        if let Some(SlotKind::OwnSink {
-            conn: Conn::Ws(ws), ..
-        }) = self.slot_mut(token).map(|s| &mut s.kind)
-        {
-            ws.send_text(message, &mut out);
-        }
-        self.handle_ws_events(token, &mut out, now);
-        self.scratch = out;
     }
 
     // ----- shutdown -----
@@ -1311,6 +1164,9 @@ impl Shell {
             return;
         }
         self.stopping = Some(now + self.opts.shutdown_timeout);
+        if let SinkState::OwnRelay(own) = &mut self.sink {
+            own.client.handle_shutdown();
+        }
         let relays: Vec<Token> = self.relay_slots.drain().map(|(_, t)| t).collect();
         for token in relays {
             self.remove_slot(token);
@@ -1331,7 +1187,7 @@ impl Shell {
             return false;
         };
         let drained = match &self.sink {
-            SinkState::OwnRelay(s) => s.outbox.is_empty(),
+            SinkState::OwnRelay(own) => own.client.is_drained(),
             SinkState::Custom(_) => true,
         };
         if drained || now >= deadline {
@@ -1354,101 +1210,36 @@ impl Shell {
     // ----- metrics -----
 
     fn accept_metrics(&mut self) {
-        loop {
-            let Some(listener) = self.metrics.as_ref() else {
-                return;
-            };
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    let conn = MetricsConn {
-                        stream,
-                        request: Vec::new(),
-                        response: Vec::new(),
-                        written: 0,
-                    };
-                    if let Err(e) = self.insert_slot(SlotKind::Metrics(conn)) {
-                        warn!("metrics: {e}");
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) => {
-                    warn!("metrics accept: {e}");
-                    return;
-                }
+        while let Some(conn) = self.metrics.as_ref().and_then(MetricsListener::accept) {
+            if let Err(e) = self.insert_slot(SlotKind::Metrics(conn)) {
+                warn!("metrics: {e}");
             }
         }
     }
 
+    /// Serves a metrics client; the page is rendered only once it asked.
     fn serve_metrics(&mut self, token: Token, now: Time) {
-        let body = {
-            let Some(Slot {
-                kind: SlotKind::Metrics(m),
-                ..
-            }) = self.slot_mut(token)
-            else {
-                return;
-            };
-            if m.response.is_empty() && !read_request(m) {
-                self.remove_slot(token);
-                return;
-            }
-            m.response.is_empty() && m.request.windows(4).any(|w| w == b"\r\n\r\n")
-        };
-        if body {
-            let view = self.sink_view();
-            let text = render(&self.engine, now, &self.stats, &view);
-            if let Some(Slot {
-                kind: SlotKind::Metrics(m),
-                ..
-            }) = self.slot_mut(token)
-            {
-                m.response = http_response(&m.request, || text);
-            }
-        }
+        let view = self.sink_view();
+        let (engine, stats) = (&self.engine, &self.stats);
         let Some(Slot {
             kind: SlotKind::Metrics(m),
             ..
-        }) = self.slot_mut(token)
+        }) = slot_in(&mut self.slots, token)
         else {
             return;
         };
-        while m.written < m.response.len() {
-            match m.stream.write(&m.response[m.written..]) {
-                Ok(n) => m.written += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(_) => break,
-            }
-        }
-        if !m.response.is_empty() {
+        if m.on_ready(|| render(engine, now, stats, &view)) {
             self.remove_slot(token);
         }
     }
 
     fn sink_view(&self) -> SinkView {
         match &self.sink {
-            SinkState::OwnRelay(s) => SinkView {
-                outbox_depth: s.outbox.depth(),
-                outbox: s.outbox.stats,
+            SinkState::OwnRelay(own) => SinkView {
+                outbox_depth: own.client.outbox_depth(),
+                outbox: own.client.outbox_stats(),
             },
             SinkState::Custom(_) => SinkView::default(),
-        }
-    }
-}
-
-/// Reads a metrics request head; false when the client is gone or too chatty.
-fn read_request(m: &mut MetricsConn) -> bool {
-    let mut buf = [0u8; 1024];
-    loop {
-        match m.stream.read(&mut buf) {
-            Ok(0) => return false,
-            Ok(n) => {
-                m.request.extend_from_slice(&buf[..n]);
-                if m.request.len() > METRICS_REQUEST_MAX {
-                    return false;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-            Err(_) => return false,
         }
     }
 }
@@ -1498,8 +1289,15 @@ fn kind_socket(kind: &mut SlotKind) -> Option<&mut TcpStream> {
         SlotKind::Relay { conn, .. }
         | SlotKind::OwnSink { conn, .. }
         | SlotKind::Info { conn, .. } => conn.socket(),
-        SlotKind::Metrics(m) => Some(&mut m.stream),
+        SlotKind::Metrics(m) => Some(m.socket()),
     }
+}
+
+/// The slot `token` names, unless it was freed (and maybe reused) since.
+/// A function of the slab alone, so the rest of the shell stays borrowable.
+fn slot_in(slots: &mut Slab<Slot>, token: Token) -> Option<&mut Slot> {
+    let (key, generation) = (token.0 & 0xffff_ffff, (token.0 >> 32) as u32);
+    slots.get_mut(key).filter(|s| s.generation == generation)
 }
 
 /// A slot's token: its generation above its slab key, so a token outlives

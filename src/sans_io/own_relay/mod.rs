@@ -1,5 +1,10 @@
 //! The client side of the own relay: what the shell needs to store synced
 //! events there and to list what it already holds, as sans-IO pieces.
+//! [`client::OwnRelayClient`] ties them to one connection; `outbox` and
+//! `listing` are its parts.
 
+pub(crate) mod client;
 pub(crate) mod listing;
 pub(crate) mod outbox;
+
+pub(crate) use client::{ClientOutput, OwnRelayClient, Transmit};

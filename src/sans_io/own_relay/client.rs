@@ -1,0 +1,623 @@
+//! The own-relay client: the protocol spoken on the one connection that
+//! publishes synced events to the own relay and lists what it holds.
+//!
+//! It is a second state machine beside the engine, and sans-IO like it:
+//! the shell reports the connection (`handle_connected`,
+//! `handle_disconnected`) and its messages (`handle_message`), and drains
+//! texts to send ([`OwnRelayClient::poll_transmit`]), what the engine must
+//! learn ([`OwnRelayClient::poll_output`]), when to connect
+//! ([`OwnRelayClient::poll_connect`]) and when to wake it
+//! ([`OwnRelayClient::poll_timeout`]). So AUTH, feedback, listings and the
+//! reconnect schedule are unit tests under a simulated clock, not socket
+//! tests.
+//!
+//! Texts queued for a connection die with it: a listing page or an AUTH
+//! answer means nothing to the next connection, while the outbox puts its
+//! events in flight back in the queue and sends them again.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use log::{debug, info, warn};
+use nostr::prelude::{ClientMessage, Event, EventId, Filter, Keys, RelayMessage, Timestamp};
+
+use crate::sans_io::health::{BackoffPolicy, HealthTracker};
+use crate::sans_io::index::is_index_kind;
+use crate::sans_io::nip42::auth_event;
+use crate::sans_io::own_relay::listing::{ListStep, Listings};
+use crate::sans_io::own_relay::outbox::{Outbox, OutboxStats};
+use crate::sans_io::time::Time;
+
+/// When to connect again after the connection failed: 500 ms after the
+/// first failure in a row, doubling to a 30 s cap, back to the start once a
+/// connection opens. The own relay is never given up on (it is where every
+/// synced event goes), so nothing here ever counts as dead.
+const RECONNECT: BackoffPolicy = BackoffPolicy {
+    base: Duration::from_millis(500),
+    max: Duration::from_secs(30),
+    dead_after: Duration::MAX,
+    dead_retry: Duration::MAX,
+    rate_limit_cooldown: Duration::ZERO,
+};
+
+/// Events in flight (sent, no `OK` yet) at most.
+const WINDOW: usize = 100;
+
+/// A text for the own-relay connection.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Transmit {
+    /// An `EVENT` from the outbox (counted as the sink's traffic).
+    Publish(String),
+    /// A listing `REQ`/`CLOSE` or an `AUTH`.
+    Control(String),
+}
+
+impl Transmit {
+    /// The text to send.
+    pub(crate) fn into_text(self) -> String {
+        match self {
+            Transmit::Publish(text) | Transmit::Control(text) => text,
+        }
+    }
+}
+
+/// What the engine must learn from the own relay.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ClientOutput {
+    /// The own relay now holds this announcement or root event (`OK true`
+    /// or `duplicate:`). GRASP-01: the index learns a remotely found repo
+    /// only once the own relay took it, so a repo it refuses is never synced.
+    Stored(Event),
+    /// The own relay listed what it holds for engine request `request`.
+    Listed {
+        /// The engine's request id.
+        request: u64,
+        /// What the own relay holds.
+        held: Vec<(EventId, Timestamp)>,
+    },
+}
+
+/// Where a connection stands with NIP-42: one answer per connection, as
+/// the engine does for relays it reads (a relay challenging with every
+/// refusal must not get a burst of AUTHs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Auth {
+    None,
+    Sent(EventId),
+    Accepted,
+    Rejected,
+}
+
+/// The connection as the client sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// None; the next may start at `retry_at`.
+    Down { retry_at: Time },
+    /// The shell is connecting.
+    Connecting,
+    /// Open, with where NIP-42 stands on it.
+    Open { auth: Auth },
+}
+
+/// The client of the own relay: outbox, listings, AUTH and reconnects.
+pub(crate) struct OwnRelayClient {
+    url: String,
+    /// NIP-42 key (the engine has its own copy for the relays it reads).
+    keys: Option<Keys>,
+    outbox: Outbox,
+    /// Negentropy listings in flight on the connection.
+    listings: Listings,
+    link: Link,
+    health: HealthTracker,
+    /// Shutting down: connect only to flush what the outbox holds.
+    draining: bool,
+    /// Listing pages and AUTH for the open connection, in order.
+    control: VecDeque<String>,
+    outputs: VecDeque<ClientOutput>,
+}
+
+impl OwnRelayClient {
+    /// A client of `url` whose outbox holds `capacity` events before the
+    /// shell stops reading relays; it wants to connect at once.
+    pub(crate) fn new(url: &str, keys: Option<Keys>, capacity: usize, now: Time) -> Self {
+        OwnRelayClient {
+            url: url.to_owned(),
+            keys,
+            outbox: Outbox::new(capacity, WINDOW),
+            listings: Listings::default(),
+            link: Link::Down { retry_at: now },
+            health: HealthTracker::default(),
+            draining: false,
+            control: VecDeque::new(),
+            outputs: VecDeque::new(),
+        }
+    }
+
+    /// The own relay's URL, to connect to.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    // ----- events and listings in -----
+
+    /// Queues a synced event for the own relay.
+    pub(crate) fn push(&mut self, event: Event) {
+        self.outbox.push(event);
+    }
+
+    /// False while the outbox is at capacity: the shell stops taking events
+    /// from the engine (and reading relays) until it drains.
+    pub(crate) fn has_room(&self) -> bool {
+        !self.outbox.is_full()
+    }
+
+    /// True when every event was answered by the own relay.
+    pub(crate) fn is_drained(&self) -> bool {
+        self.outbox.is_empty()
+    }
+
+    /// Events waiting or in flight.
+    pub(crate) fn outbox_depth(&self) -> usize {
+        self.outbox.depth()
+    }
+
+    /// Delivery counters.
+    pub(crate) fn outbox_stats(&self) -> OutboxStats {
+        self.outbox.stats
+    }
+
+    /// The engine asks what the own relay holds for `filter`. Asked on the
+    /// open connection only: while it is down the engine's timeout falls
+    /// back to REQ, which beats holding the engine up on a reconnect.
+    pub(crate) fn handle_list(&mut self, request: u64, filter: Filter) {
+        if !self.is_open() {
+            return debug!("own relay not connected; listing {request} not asked");
+        }
+        if let Some(req) = self.listings.start(request, filter) {
+            self.control.push_back(req);
+        }
+    }
+
+    /// The shell is stopping: from now on connect only while events wait.
+    pub(crate) fn handle_shutdown(&mut self) {
+        self.draining = true;
+    }
+
+    // ----- the connection -----
+
+    /// True when the shell should start a connection now (it then reports
+    /// `handle_connected`, `handle_connect_error` or `handle_disconnected`).
+    pub(crate) fn poll_connect(&mut self, now: Time) -> bool {
+        match self.link {
+            Link::Down { retry_at } if now >= retry_at && self.wants_link() => {
+                self.link = Link::Connecting;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The shell could not even start a connection (a bad URL, a full DNS
+    /// queue): nothing the relay did, so no backoff step, and nothing gets
+    /// better soon, so the longest wait.
+    pub(crate) fn handle_connect_error(&mut self, now: Time) {
+        self.link = Link::Down {
+            retry_at: now + RECONNECT.max,
+        };
+    }
+
+    /// The websocket opened: a fresh NIP-42 state and backoff schedule.
+    pub(crate) fn handle_connected(&mut self) {
+        info!("own relay sink connected");
+        self.link = Link::Open { auth: Auth::None };
+        self.health.record_success();
+    }
+
+    /// The connection failed or was lost: events in flight go back in
+    /// front of the queue, listings are lost (the engine's timeout falls
+    /// back for them), and the next connect waits one backoff step more.
+    pub(crate) fn handle_disconnected(&mut self, now: Time) {
+        self.outbox.handle_disconnect();
+        self.listings.clear();
+        self.control.clear();
+        let retry_at = self.health.record_failure_exact(now, &RECONNECT);
+        self.link = Link::Down { retry_at };
+    }
+
+    /// True while the websocket is open.
+    pub(crate) fn is_open(&self) -> bool {
+        matches!(self.link, Link::Open { .. })
+    }
+
+    fn wants_link(&self) -> bool {
+        !self.draining || !self.outbox.is_empty()
+    }
+
+    // ----- messages in -----
+
+    /// A text from the own relay.
+    pub(crate) fn handle_message(&mut self, now: Time, text: &str) {
+        let Ok(message) = RelayMessage::from_json(text) else {
+            return debug!("own relay sink: ignored message");
+        };
+        if let Some(step) = self.listings.on_message(&message) {
+            return self.on_listing_step(step);
+        }
+        match message {
+            RelayMessage::Ok {
+                event_id,
+                status,
+                message,
+            } => self.on_ok(now, event_id, status, &message),
+            RelayMessage::Notice(n) => info!("own relay notice: {n}"),
+            RelayMessage::Auth { challenge } => self.on_challenge(now, &challenge),
+            _ => debug!("own relay sink: ignored message"),
+        }
+    }
+
+    fn on_listing_step(&mut self, step: ListStep) {
+        match step {
+            ListStep::Send(texts) => self.control.extend(texts),
+            ListStep::Done {
+                request,
+                held,
+                close,
+            } => {
+                self.control.push_back(close);
+                let next = self.listings.start_waiting();
+                self.control.extend(next);
+                self.outputs
+                    .push_back(ClientOutput::Listed { request, held });
+            }
+            ListStep::Refused(request) => {
+                info!("own relay refused listing {request}");
+                let next = self.listings.start_waiting();
+                self.control.extend(next);
+            }
+        }
+    }
+
+    fn on_ok(&mut self, now: Time, id: EventId, accepted: bool, message: &str) {
+        if let Link::Open { auth } = &mut self.link
+            && *auth == Auth::Sent(id)
+        {
+            if !accepted {
+                *auth = Auth::Rejected;
+                return warn!("own relay rejected our AUTH: {message}");
+            }
+            info!("own relay sink authenticated");
+            *auth = Auth::Accepted;
+            // What was refused for wanting AUTH may go again now.
+            self.outbox.resume();
+            let again = self.listings.retry_refused();
+            return self.control.extend(again);
+        }
+        if let Some(event) = self.outbox.handle_ok(now, &id, accepted, message)
+            && is_index_kind(event.kind)
+        {
+            self.outputs.push_back(ClientOutput::Stored(event));
+        }
+    }
+
+    /// The own relay challenged the connection: answer once, with the key
+    /// the engine uses. An EVENT refused with `auth-required:` is retried
+    /// by the outbox's backoff and goes through once this is accepted.
+    fn on_challenge(&mut self, now: Time, challenge: &str) {
+        let Some(keys) = self.keys.as_ref() else {
+            return info!("own relay asks for AUTH; no key configured");
+        };
+        let Link::Open { auth } = &mut self.link else {
+            return;
+        };
+        if *auth != Auth::None {
+            return;
+        }
+        match auth_event(keys, &self.url, challenge, now) {
+            Ok(event) => {
+                *auth = Auth::Sent(event.id);
+                self.control.push_back(ClientMessage::auth(event).as_json());
+            }
+            Err(e) => warn!("own relay AUTH: {e}"),
+        }
+    }
+
+    // ----- out -----
+
+    /// The next text to send on the open connection: listing pages and
+    /// AUTH first, then what the outbox's window and pause allow.
+    pub(crate) fn poll_transmit(&mut self, now: Time) -> Option<Transmit> {
+        if !self.is_open() {
+            return None;
+        }
+        if let Some(text) = self.control.pop_front() {
+            return Some(Transmit::Control(text));
+        }
+        self.outbox.next_message(now).map(Transmit::Publish)
+    }
+
+    /// The next thing the engine must learn.
+    pub(crate) fn poll_output(&mut self) -> Option<ClientOutput> {
+        self.outputs.pop_front()
+    }
+
+    /// When to call again even if nothing happens: the reconnect time while
+    /// down, or the end of the outbox's pause while open.
+    pub(crate) fn poll_timeout(&self) -> Option<Time> {
+        match self.link {
+            Link::Down { retry_at } if self.wants_link() => Some(retry_at),
+            Link::Open { .. } => self.outbox.paused_until(),
+            Link::Down { .. } | Link::Connecting => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{EventBuilder, FinalizeEvent, Kind, SubscriptionId};
+
+    const URL: &str = "ws://own.example";
+    const T0: Time = Time::from_secs(1_700_000_000);
+
+    fn event(keys: &Keys, kind: u16, n: u64) -> Event {
+        EventBuilder::new(Kind::from_u16(kind), format!("{n}"))
+            .custom_created_at(Timestamp::from_secs(n))
+            .finalize(keys)
+            .unwrap()
+    }
+
+    /// A client with `keys` whose connection is open at `T0`.
+    fn open_client(keys: Option<Keys>) -> OwnRelayClient {
+        let mut c = OwnRelayClient::new(URL, keys, 1_000, T0);
+        assert!(c.poll_connect(T0), "wants its connection at once");
+        c.handle_connected();
+        c
+    }
+
+    fn drain(c: &mut OwnRelayClient, now: Time) -> Vec<Transmit> {
+        std::iter::from_fn(|| c.poll_transmit(now)).collect()
+    }
+
+    fn texts(c: &mut OwnRelayClient, now: Time) -> Vec<String> {
+        drain(c, now).into_iter().map(Transmit::into_text).collect()
+    }
+
+    fn json(text: &str) -> Vec<serde_json::Value> {
+        serde_json::from_str(text).unwrap()
+    }
+
+    fn ok(id: &str, accepted: bool, message: &str) -> String {
+        serde_json::json!(["OK", id, accepted, message]).to_string()
+    }
+
+    fn challenge(c: &mut OwnRelayClient, now: Time) {
+        c.handle_message(now, r#"["AUTH","c1"]"#);
+    }
+
+    /// The id of the AUTH event in `texts`, checking there is exactly one.
+    fn auth_id(texts: &[String]) -> String {
+        let auths: Vec<_> = texts
+            .iter()
+            .filter(|t| t.starts_with(r#"["AUTH""#))
+            .collect();
+        assert_eq!(auths.len(), 1, "{texts:?}");
+        json(auths[0])[1]["id"].as_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn auth_is_answered_once_per_connection() {
+        let keys = Keys::generate();
+        let mut c = open_client(Some(keys.clone()));
+        challenge(&mut c, T0);
+        challenge(&mut c, T0);
+        let sent = texts(&mut c, T0);
+        let auth: serde_json::Value = json(&sent[0]).remove(1);
+        assert_eq!(auth_id(&sent), auth["id"].as_str().unwrap());
+        assert_eq!(auth["pubkey"], keys.public_key().to_hex());
+        assert!(auth["tags"].to_string().contains(URL), "signed for our URL");
+        // Rejected: the same connection does not try again.
+        c.handle_message(
+            T0,
+            &ok(auth["id"].as_str().unwrap(), false, "restricted: no"),
+        );
+        challenge(&mut c, T0);
+        assert!(texts(&mut c, T0).is_empty());
+        // A new connection answers again.
+        c.handle_disconnected(T0);
+        assert!(c.poll_connect(T0 + Duration::from_secs(1)));
+        c.handle_connected();
+        challenge(&mut c, T0);
+        auth_id(&texts(&mut c, T0));
+    }
+
+    #[test]
+    fn without_a_key_a_challenge_is_not_answered() {
+        let mut c = open_client(None);
+        challenge(&mut c, T0);
+        assert!(texts(&mut c, T0).is_empty());
+    }
+
+    #[test]
+    fn accepted_auth_resends_what_wanted_it_at_once() {
+        let keys = Keys::generate();
+        let mut c = open_client(Some(keys.clone()));
+        c.push(event(&keys, 1, 1));
+        c.handle_list(7, Filter::new().kind(Kind::from_u16(1621)));
+        let sent = texts(&mut c, T0);
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        let event_id = json(&sent[1])[1]["id"].as_str().unwrap().to_owned();
+        c.handle_message(T0, &ok(&event_id, false, "auth-required: who?"));
+        c.handle_message(T0, r#"["CLOSED","list0","auth-required: who?"]"#);
+        assert_eq!(
+            c.poll_timeout(),
+            Some(T0 + Duration::from_secs(2)),
+            "paused"
+        );
+        challenge(&mut c, T0);
+        let auth = auth_id(&texts(&mut c, T0));
+        c.handle_message(T0, &ok(&auth, true, ""));
+        let again = texts(&mut c, T0);
+        assert_eq!(
+            again.len(),
+            2,
+            "the listing and the event, unpaused: {again:?}"
+        );
+        assert!(again[0].starts_with(r#"["REQ","list1""#), "{}", again[0]);
+        assert_eq!(json(&again[1])[1]["id"], event_id.as_str());
+    }
+
+    #[test]
+    fn ok_feeds_back_index_kinds_the_own_relay_now_holds() {
+        let keys = Keys::generate();
+        let mut c = open_client(None);
+        let announcement = event(&keys, 30617, 1);
+        let root = event(&keys, 1621, 2);
+        let note = event(&keys, 1, 3);
+        let refused = event(&keys, 1617, 4);
+        for e in [&announcement, &root, &note, &refused] {
+            c.push(e.clone());
+        }
+        let sent = drain(&mut c, T0);
+        assert!(sent.iter().all(|t| matches!(t, Transmit::Publish(_))));
+        c.handle_message(T0, &ok(&announcement.id.to_hex(), true, ""));
+        c.handle_message(T0, &ok(&root.id.to_hex(), false, "duplicate: have it"));
+        c.handle_message(T0, &ok(&note.id.to_hex(), true, ""));
+        c.handle_message(T0, &ok(&refused.id.to_hex(), false, "blocked: not ours"));
+        let out: Vec<_> = std::iter::from_fn(|| c.poll_output()).collect();
+        assert_eq!(
+            out,
+            [
+                ClientOutput::Stored(announcement),
+                ClientOutput::Stored(root)
+            ]
+        );
+        let stats = c.outbox_stats();
+        assert_eq!((stats.stored, stats.duplicate, stats.rejected), (3, 1, 1));
+        assert!(c.is_drained());
+    }
+
+    #[test]
+    fn reconnect_backoff_doubles_to_thirty_seconds_and_an_open_resets_it() {
+        let mut c = OwnRelayClient::new(URL, None, 10, T0);
+        let mut now = T0;
+        let mut waits = Vec::new();
+        for _ in 0..9 {
+            assert!(c.poll_connect(now));
+            assert!(!c.poll_connect(now), "one connection at a time");
+            assert_eq!(c.poll_timeout(), None, "connecting");
+            c.handle_disconnected(now);
+            let retry = c.poll_timeout().unwrap();
+            assert!(!c.poll_connect(retry - Duration::from_millis(1)));
+            waits.push(retry.since(now).as_millis());
+            now = retry;
+        }
+        assert_eq!(
+            waits,
+            [
+                500, 1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000
+            ]
+        );
+        assert!(c.poll_connect(now));
+        c.handle_connected();
+        c.handle_disconnected(now);
+        assert_eq!(c.poll_timeout(), Some(now + Duration::from_millis(500)));
+        // No connection could even be started: the longest wait, no step.
+        assert!(c.poll_connect(now + Duration::from_millis(500)));
+        c.handle_connect_error(now);
+        assert_eq!(c.poll_timeout(), Some(now + Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn events_in_flight_are_sent_again_after_a_reconnect() {
+        let keys = Keys::generate();
+        let mut c = open_client(None);
+        let events: Vec<_> = (0..3).map(|n| event(&keys, 1, n)).collect();
+        for e in &events {
+            c.push(e.clone());
+        }
+        assert_eq!(drain(&mut c, T0).len(), 3);
+        c.handle_message(T0, &ok(&events[0].id.to_hex(), true, ""));
+        c.handle_disconnected(T0);
+        assert!(drain(&mut c, T0).is_empty(), "nothing goes while down");
+        assert_eq!(c.outbox_depth(), 2, "nothing lost");
+        let retry = c.poll_timeout().unwrap();
+        assert!(c.poll_connect(retry));
+        assert!(
+            drain(&mut c, retry).is_empty(),
+            "nothing goes while connecting"
+        );
+        c.handle_connected();
+        let again: Vec<_> = texts(&mut c, retry)
+            .iter()
+            .map(|t| json(t)[1]["id"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(again, [events[1].id.to_hex(), events[2].id.to_hex()]);
+    }
+
+    #[test]
+    fn listings_are_answered_on_an_open_connection_and_lost_with_it() {
+        let keys = Keys::generate();
+        let mut c = OwnRelayClient::new(URL, None, 10, T0);
+        let filter = Filter::new().kind(Kind::from_u16(1621));
+        c.handle_list(1, filter.clone());
+        assert!(c.poll_connect(T0));
+        c.handle_connected();
+        assert!(texts(&mut c, T0).is_empty(), "not asked while down");
+        c.handle_list(2, filter.clone());
+        let req = texts(&mut c, T0);
+        assert!(req[0].starts_with(r#"["REQ","list0""#), "{req:?}");
+        let held = event(&keys, 1621, 5);
+        let page = RelayMessage::event(SubscriptionId::new("list0"), held.clone());
+        c.handle_message(T0, &page.as_json());
+        c.handle_message(T0, r#"["EOSE","list0"]"#);
+        let next_page = texts(&mut c, T0);
+        assert!(next_page[1].contains(r#""until":5"#), "{next_page:?}");
+        c.handle_message(T0, r#"["EOSE","list0"]"#);
+        assert_eq!(
+            c.poll_output(),
+            Some(ClientOutput::Listed {
+                request: 2,
+                held: vec![(held.id, held.created_at)],
+            })
+        );
+        assert_eq!(texts(&mut c, T0), [r#"["CLOSE","list0"]"#]);
+        // A listing in flight when the connection drops is never answered
+        // and its texts do not go on the next connection.
+        c.handle_list(3, filter);
+        c.handle_disconnected(T0);
+        assert!(c.poll_connect(c.poll_timeout().unwrap()));
+        c.handle_connected();
+        c.handle_message(T0, r#"["EOSE","list1"]"#);
+        assert_eq!(c.poll_output(), None);
+        assert!(texts(&mut c, T0).is_empty());
+    }
+
+    #[test]
+    fn shutting_down_connects_only_while_events_wait() {
+        let keys = Keys::generate();
+        let mut c = OwnRelayClient::new(URL, None, 10, T0);
+        c.handle_shutdown();
+        assert!(!c.poll_connect(T0));
+        assert_eq!(c.poll_timeout(), None, "nothing to wake up for");
+        c.push(event(&keys, 1, 1));
+        assert_eq!(c.poll_timeout(), Some(T0));
+        assert!(c.poll_connect(T0));
+    }
+
+    #[test]
+    fn a_full_outbox_has_no_room_until_the_own_relay_answers() {
+        let keys = Keys::generate();
+        let mut c = OwnRelayClient::new(URL, None, 2, T0);
+        let events: Vec<_> = (0..2).map(|n| event(&keys, 1, n)).collect();
+        for e in &events {
+            c.push(e.clone());
+        }
+        assert!(!c.has_room());
+        assert!(c.poll_connect(T0));
+        c.handle_connected();
+        drain(&mut c, T0);
+        assert!(!c.has_room(), "in flight still counts");
+        c.handle_message(T0, &ok(&events[0].id.to_hex(), true, ""));
+        assert!(c.has_room());
+    }
+}
