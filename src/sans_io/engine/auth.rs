@@ -14,14 +14,13 @@
 use log::{info, warn};
 use nostr::prelude::*;
 
-use crate::sans_io::engine::relay::Status;
-use crate::sans_io::engine::{Action, Engine};
+use super::{Action, Engine, Status};
 use crate::sans_io::index::RelayId;
 use crate::sans_io::time::Time;
 
 /// Where a relay connection stands with NIP-42.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) enum AuthState {
+pub(super) enum AuthState {
     /// No challenge seen on this connection.
     #[default]
     Unchallenged,
@@ -37,7 +36,7 @@ pub(crate) enum AuthState {
 
 impl Engine {
     /// `["AUTH", challenge]`: answer it when a key is configured.
-    pub(crate) fn on_auth_challenge(&mut self, relay: RelayId, challenge: &str, now: Time) {
+    pub(super) fn on_auth_challenge(&mut self, relay: RelayId, challenge: &str, now: Time) {
         let state = self.relay(relay);
         if matches!(
             state.auth,
@@ -54,7 +53,7 @@ impl Engine {
     }
 
     /// A REQ was refused with `auth-required:`; the caller pauses the work.
-    pub(crate) fn on_auth_required(&mut self, relay: RelayId, now: Time) {
+    pub(super) fn on_auth_required(&mut self, relay: RelayId, now: Time) {
         self.stats.auth_required += 1;
         if self.config.auth_keys.is_none() {
             let state = self.relay(relay);
@@ -73,7 +72,7 @@ impl Engine {
     }
 
     /// `["OK", id, accepted, message]`: the answer to our AUTH, if it is ours.
-    pub(crate) fn on_ok(
+    pub(super) fn on_ok(
         &mut self,
         relay: RelayId,
         id: &EventId,
