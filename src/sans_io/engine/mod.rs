@@ -286,18 +286,21 @@ enum Timer {
 /// What the shell reports back for each [`Action`]:
 ///
 /// - `Connect`: exactly one of `handle_connected`, `handle_connect_failed`
-///   or `handle_connect_refused`; then `handle_message` per text frame,
+///   or `handle_connect_refused`, unless a `Disconnect` for the relay comes
+///   first (a connect timeout); then `handle_message` per text frame,
 ///   `handle_pong` per pong, `handle_offence` for protocol violations and
 ///   `handle_disconnected` when the connection is lost.
 /// - `Send`: nothing.
 /// - `Ping`: `handle_pong` when the pong comes (any frame also counts).
-/// - `Disconnect`: nothing, ever, for that connection or attempt. The
+/// - `Disconnect`: nothing more for that connection or attempt. The
 ///   engine has already dropped it when it asks (the relay is
 ///   [`Status::Disconnected`], its subscriptions and batches are gone, a
-///   retry is scheduled if it failed). Reports for it are ignored while
-///   the relay stays disconnected, but would be taken for the next attempt
-///   once the engine asks `Connect` again, so the shell must close the
-///   socket or abandon the attempt at once.
+///   retry is scheduled if it failed). Connection reports for it
+///   (`handle_connected`, `handle_message`, `handle_pong`, the failures,
+///   `handle_disconnected`) are ignored while the relay stays
+///   disconnected, but would be taken for the next attempt once the engine
+///   asks `Connect` again, so the shell must close the socket or abandon
+///   the attempt at once.
 /// - `FetchInfo`: `handle_relay_info` when the fetch ends, `None` if it
 ///   failed; the relay need not be connected.
 /// - `ListLocal`: `handle_local_list` with the same `request`, `None` if
@@ -312,7 +315,9 @@ enum Timer {
 /// own inputs either (the aspects call each other's `pub(super)` functions).
 /// A shell may make inputs in any order between drains; each `relay` must
 /// be an id the engine handed out, and stale or unexpected reports (a
-/// frame from a relay not connected, a second connect report) are ignored.
+/// frame from a relay not connected, a second connect report, an answer to
+/// a forgotten `ListLocal`) are ignored. Offences are the exception: they
+/// count whenever reported, for a relay's conduct outlives its connections.
 pub struct Engine {
     config: Config,
     policy: BackoffPolicy,
@@ -331,7 +336,7 @@ pub struct Engine {
     /// The id of the next subscription or negentropy session.
     next_sub: u64,
     /// Relays with queued items to diff: every aspect marks them, `flush`
-    /// diffs them once at the end of an input.
+    /// (in `diff`) diffs and schedules them.
     dirty: Vec<RelayId>,
     stats: Stats,
     /// The sink's listings for negentropy.
