@@ -88,7 +88,7 @@ struct Entry<T> {
 
 /// Hierarchical timer wheel with 1 ms resolution, O(1) insert and cancel.
 ///
-/// See the [module documentation](self) for the design.
+/// See the `timer` module documentation for the design.
 pub struct TimerWheel<T> {
     entries: Vec<Entry<T>>,
     free_head: u32,
