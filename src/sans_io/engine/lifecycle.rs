@@ -12,7 +12,6 @@ use log::{debug, info, warn};
 use nostr::prelude::Timestamp;
 use rand::rngs::SmallRng;
 
-use super::auth::AuthState;
 use super::relay::{ItemState, MIN_MESSAGE_BYTES, Role};
 use super::{Action, Engine, Status, Timer};
 use crate::sans_io::health::{BackoffPolicy, HealthTracker};
@@ -54,8 +53,7 @@ impl Engine {
         }
         state.status = Status::Connected;
         state.conduct.on_connect();
-        state.auth = AuthState::default();
-        state.auth_required_logged = false;
+        state.auth.on_connect();
         state.epoch = state.epoch.wrapping_add(1);
         state.last_connected = Some(now);
         state.last_heard = now;

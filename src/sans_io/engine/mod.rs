@@ -21,7 +21,7 @@
 //! - `requests`: REQs within a relay's limits, live sets, consolidation.
 //! - `negentropy`: NIP-77 jobs and the sink's listings
 //!   (`Listings`, `NegJob`, `NegSupport`).
-//! - `auth`: NIP-42 (`AuthState`).
+//! - `auth`: NIP-42 (`Auth`).
 //! - `conduct`: offences and penalties (`Conduct`, [`Offence`]).
 //! - `relay`: the relay table, aggregating the per-relay state of the
 //!   aspects above into one `RelayState`.
@@ -30,18 +30,19 @@
 //! `negentropy` use only this file (`super::`) and the leaf modules of
 //! `sans_io`; `relay` uses those three for their state types; `inbound`,
 //! `lifecycle`, `diff` and `requests` work on the relay table and use
-//! `relay` (`lifecycle` also resets `auth`'s state at connect). This file
-//! names only the children's types: their state (`RelayState`, `Limits`,
-//! `Role`, `Batching`, `Listings`) and the public `ItemState` and
-//! `Offence` it re-exports.
-//! The aspects still call each other's functions through `self`: they are
-//! parts of one state machine, and a call never needs an import. Fields are
-//! private: only this folder sees them.
+//! `relay`. This file names only the children's types: their state
+//! (`RelayState`, `Limits`, `Role`, `Batching`, `Listings`) and the public
+//! `ItemState` and `Offence` it re-exports. The aspects still call each
+//! other's functions through `self`: they are parts of one state machine,
+//! and a call needs no import. Fields are private: only this folder sees
+//! them.
 //!
-//! The `Engine`'s own fields are the state no single aspect owns: the
-//! config, the index, the relay table, timers, the queues of actions and
-//! outputs, the dirty list every aspect feeds the diff through, and ids
-//! shared by REQs and negentropy sessions.
+//! The `Engine`'s own fields are what the aspects share (config, index,
+//! relay table, timers, RNG, the queues of actions and outputs, stats, the
+//! dirty list every aspect feeds the diff through, the ids REQs and
+//! negentropy sessions share), the two aspect states above, and two fields
+//! of leaf types: `seen` (inbound's duplicate filter) and `self_since` (the
+//! self-subscription's resume point, kept by `inbound` and `requests`).
 
 mod auth;
 mod conduct;

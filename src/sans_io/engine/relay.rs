@@ -8,14 +8,14 @@
 //! "confirmed but not targeted" cannot be represented either.
 //!
 //! [`RelayState`] is also where the aspects' per-relay state meets: it holds
-//! `auth`'s [`AuthState`], `conduct`'s [`Conduct`] and `negentropy`'s jobs,
+//! `auth`'s [`Auth`], `conduct`'s [`Conduct`] and `negentropy`'s jobs,
 //! so those modules own their types and this one only aggregates them
 //! (they never import it back).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::Status;
-use super::auth::AuthState;
+use super::auth::Auth;
 use super::conduct::Conduct;
 use super::negentropy::{NegJob, NegSupport};
 use crate::sans_io::health::HealthTracker;
@@ -128,9 +128,7 @@ pub(super) struct RelayState {
     /// Offences and penalties (hostile-relay defence).
     pub conduct: Conduct,
     /// NIP-42 on the current connection.
-    pub auth: AuthState,
-    /// `auth-required:` without a key was logged on this connection.
-    pub auth_required_logged: bool,
+    pub auth: Auth,
     /// NIP-77 support, remembered for the process's life.
     pub neg: NegSupport,
     /// Negentropy jobs in flight, by subscription id (each holds a
@@ -190,8 +188,7 @@ impl RelayState {
             daily_due: None,
             health: HealthTracker::default(),
             conduct: Conduct::default(),
-            auth: AuthState::default(),
-            auth_required_logged: false,
+            auth: Auth::default(),
             neg: NegSupport::default(),
             neg_jobs: HashMap::new(),
             neg_bypass: HashSet::new(),
