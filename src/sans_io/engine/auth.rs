@@ -14,14 +14,29 @@
 use log::{info, warn};
 use nostr::prelude::*;
 
-use crate::sans_io::engine::relay::Status;
-use crate::sans_io::engine::{Action, Engine};
+use super::{Action, Engine, Status};
 use crate::sans_io::index::RelayId;
 use crate::sans_io::time::Time;
 
+/// NIP-42 on one relay connection; a new connection starts afresh.
+#[derive(Debug, Default)]
+pub(super) struct Auth {
+    /// Where the connection stands.
+    state: AuthState,
+    /// `auth-required:` without a key was logged on this connection.
+    required_logged: bool,
+}
+
+impl Auth {
+    /// A new connection has not been challenged nor warned about.
+    pub(super) fn on_connect(&mut self) {
+        *self = Auth::default();
+    }
+}
+
 /// Where a relay connection stands with NIP-42.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) enum AuthState {
+enum AuthState {
     /// No challenge seen on this connection.
     #[default]
     Unchallenged,
@@ -37,29 +52,29 @@ pub(crate) enum AuthState {
 
 impl Engine {
     /// `["AUTH", challenge]`: answer it when a key is configured.
-    pub(crate) fn on_auth_challenge(&mut self, relay: RelayId, challenge: &str, now: Time) {
+    pub(super) fn on_auth_challenge(&mut self, relay: RelayId, challenge: &str, now: Time) {
         let state = self.relay(relay);
         if matches!(
-            state.auth,
+            state.auth.state,
             AuthState::Sent(_) | AuthState::Accepted | AuthState::Rejected
         ) {
             // One answer per connection: a relay re-challenging in a loop
             // gets no loop from us.
             return;
         }
-        state.auth = AuthState::Challenged(challenge.to_owned());
+        state.auth.state = AuthState::Challenged(challenge.to_owned());
         if self.config.auth_keys.is_some() {
             self.send_auth(relay, now);
         }
     }
 
     /// A REQ was refused with `auth-required:`; the caller pauses the work.
-    pub(crate) fn on_auth_required(&mut self, relay: RelayId, now: Time) {
+    pub(super) fn on_auth_required(&mut self, relay: RelayId, now: Time) {
         self.stats.auth_required += 1;
         if self.config.auth_keys.is_none() {
             let state = self.relay(relay);
-            if !state.auth_required_logged {
-                state.auth_required_logged = true;
+            if !state.auth.required_logged {
+                state.auth.required_logged = true;
                 warn!(
                     "{} requires NIP-42 AUTH and no --auth-key-file is set; backing off",
                     self.relay_url(relay)
@@ -67,13 +82,16 @@ impl Engine {
             }
             return;
         }
-        if matches!(self.relays[relay.index()].auth, AuthState::Challenged(_)) {
+        if matches!(
+            self.relays[relay.index()].auth.state,
+            AuthState::Challenged(_)
+        ) {
             self.send_auth(relay, now);
         }
     }
 
     /// `["OK", id, accepted, message]`: the answer to our AUTH, if it is ours.
-    pub(crate) fn on_ok(
+    pub(super) fn on_ok(
         &mut self,
         relay: RelayId,
         id: &EventId,
@@ -81,18 +99,18 @@ impl Engine {
         message: &str,
         now: Time,
     ) {
-        if self.relays[relay.index()].auth != AuthState::Sent(*id) {
+        if self.relays[relay.index()].auth.state != AuthState::Sent(*id) {
             return;
         }
         if !accepted {
             self.stats.auth_failures += 1;
-            self.relay(relay).auth = AuthState::Rejected;
+            self.relay(relay).auth.state = AuthState::Rejected;
             warn!("{}: AUTH rejected: {message}", self.relay_url(relay));
             return;
         }
         info!("{}: authenticated", self.relay_url(relay));
         let state = self.relay(relay);
-        state.auth = AuthState::Accepted;
+        state.auth.state = AuthState::Accepted;
         if state.paused_until.is_none() {
             return;
         }
@@ -103,7 +121,7 @@ impl Engine {
     }
 
     fn send_auth(&mut self, relay: RelayId, now: Time) {
-        let AuthState::Challenged(challenge) = &self.relays[relay.index()].auth else {
+        let AuthState::Challenged(challenge) = &self.relays[relay.index()].auth.state else {
             return;
         };
         let Some(keys) = &self.config.auth_keys else {
@@ -122,7 +140,7 @@ impl Engine {
         if state.status != Status::Connected {
             return;
         }
-        state.auth = AuthState::Sent(event.id);
+        state.auth.state = AuthState::Sent(event.id);
         let message = ClientMessage::auth(event).as_json();
         self.actions.push_back(Action::Send { relay, message });
     }

@@ -14,8 +14,7 @@
 
 use log::warn;
 
-use crate::sans_io::engine::relay::Status;
-use crate::sans_io::engine::{Action, Engine};
+use super::{Action, Engine, Status};
 use crate::sans_io::index::RelayId;
 use crate::sans_io::time::Time;
 
@@ -71,7 +70,7 @@ pub(super) const BACKOFF_STEPS_PER_PENALTY: u32 = 2;
 
 /// One relay's record.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Conduct {
+pub(super) struct Conduct {
     /// Strikes in the current connection.
     strikes: u32,
     /// Penalties since the process started.
@@ -81,7 +80,7 @@ pub(crate) struct Conduct {
 impl Conduct {
     /// Records `offence`; true when it earns a penalty (the caller cuts the
     /// relay). Strikes start again from zero after a penalty.
-    pub(crate) fn offend(&mut self, offence: Offence) -> bool {
+    pub(super) fn offend(&mut self, offence: Offence) -> bool {
         self.strikes = self.strikes.saturating_add(offence.weight());
         if self.strikes < STRIKES_PER_PENALTY {
             return false;
@@ -92,26 +91,25 @@ impl Conduct {
     }
 
     /// A new connection starts with a clean slate of strikes, not of penalties.
-    pub(crate) fn on_connect(&mut self) {
+    pub(super) fn on_connect(&mut self) {
         self.strikes = 0;
     }
 
     /// Extra backoff doublings the relay has earned.
-    pub(crate) fn backoff_steps(&self) -> u32 {
+    pub(super) fn backoff_steps(&self) -> u32 {
         self.penalties.saturating_mul(BACKOFF_STEPS_PER_PENALTY)
     }
 
     /// Penalties so far.
-    pub(crate) fn penalties(&self) -> u32 {
+    pub(super) fn penalties(&self) -> u32 {
         self.penalties
     }
 }
 
 impl Engine {
-    /// `relay` committed `offence` (the shell reports protocol violations;
-    /// the engine finds the rest itself). Enough of them in one connection
-    /// cut the relay and lengthen its backoff; the own relay is trusted.
-    pub fn handle_offence(&mut self, now: Time, relay: RelayId, offence: Offence) {
+    /// Counts `offence` against `relay`; enough of them in one connection
+    /// cut the relay and lengthen its backoff. The own relay is trusted.
+    pub(super) fn offended(&mut self, now: Time, relay: RelayId, offence: Offence) {
         if relay == self.own || relay.index() >= self.relays.len() {
             return;
         }
@@ -130,13 +128,6 @@ impl Engine {
             self.actions.push_back(Action::Disconnect { relay });
             self.fail_connection(relay, now);
         }
-    }
-
-    /// Penalties `relay` has earned so far.
-    pub fn relay_penalties(&self, relay: RelayId) -> u32 {
-        self.relays
-            .get(relay.index())
-            .map_or(0, |s| s.conduct.penalties())
     }
 }
 

@@ -11,41 +11,57 @@
 use log::{debug, info};
 use nostr::prelude::Event;
 
-use crate::sans_io::engine::relay::{Batch, ItemState, Slot, Status};
-use crate::sans_io::engine::{Engine, Timer};
-use crate::sans_io::index::{Item, RelayId, RepoId};
+use super::relay::{Batch, ItemState, Slot};
+use super::{Engine, Status, Timer};
+use crate::sans_io::index::{Item, RelayId, RepoId, TargetChange};
 use crate::sans_io::subscription::WorkRef;
 use crate::sans_io::time::Time;
+
+/// The engine's batching state: the open window and the batch ids.
+#[derive(Debug, Default)]
+pub(super) struct Batching {
+    /// Own-relay events collected in the open batch window.
+    events: Vec<Event>,
+    /// Verified announcements from other relays that drop the service,
+    /// newer than the one indexed: they remove the repo's targets.
+    withdrawals: Vec<Event>,
+    /// A window is open (its timer armed).
+    open: bool,
+    /// The id of the next pending batch.
+    next_batch: u64,
+    /// Scratch list of target changes, kept for its allocation.
+    changes: Vec<TargetChange>,
+}
 
 impl Engine {
     /// Adds an own-relay (or locally accepted) event to the batch window,
     /// opening the window on the first event. The window is not extended by
     /// later events, so a steady stream still produces a batch per window.
-    pub(crate) fn push_to_batch(&mut self, now: Time, event: Event) {
-        self.batch.push(event);
+    pub(super) fn push_to_batch(&mut self, now: Time, event: Event) {
+        self.batching.events.push(event);
         self.open_batch_window(now);
     }
 
     /// A verified announcement from another relay that drops the service
     /// joins the window too, to withdraw its repo.
-    pub(crate) fn push_withdrawal(&mut self, now: Time, event: Event) {
-        self.withdrawals.push(event);
+    pub(super) fn push_withdrawal(&mut self, now: Time, event: Event) {
+        self.batching.withdrawals.push(event);
         self.open_batch_window(now);
     }
 
     fn open_batch_window(&mut self, now: Time) {
-        if !self.batch_open {
-            self.batch_open = true;
+        if !self.batching.open {
+            self.batching.open = true;
             self.arm(now + self.config.batch_window, Timer::BatchWindow);
         }
     }
 
     /// The window closed: update the index and diff the touched relays.
-    pub(crate) fn close_batch_window(&mut self, now: Time) {
-        self.batch_open = false;
-        let events = std::mem::take(&mut self.batch);
-        let withdrawals = std::mem::take(&mut self.withdrawals);
-        let mut changes = std::mem::take(&mut self.changes);
+    pub(super) fn close_batch_window(&mut self, now: Time) {
+        self.batching.open = false;
+        let events = std::mem::take(&mut self.batching.events);
+        let withdrawals = std::mem::take(&mut self.batching.withdrawals);
+        let mut changes = std::mem::take(&mut self.batching.changes);
         for event in &events {
             self.index.apply(event, now, &mut changes);
         }
@@ -62,25 +78,21 @@ impl Engine {
         );
         self.apply_changes(&changes, now);
         changes.clear();
-        self.changes = changes;
+        self.batching.changes = changes;
     }
 
     /// A repo's held relay change is due: apply it.
-    pub(crate) fn release_held(&mut self, repo: RepoId, now: Time) {
-        let mut changes = std::mem::take(&mut self.changes);
+    pub(super) fn release_held(&mut self, repo: RepoId, now: Time) {
+        let mut changes = std::mem::take(&mut self.batching.changes);
         self.index.release_held(repo, now, &mut changes);
         self.apply_changes(&changes, now);
         changes.clear();
-        self.changes = changes;
+        self.batching.changes = changes;
     }
 
     /// Applies target changes to the relay table; touched relays that are
     /// connected get their new items diffed, disconnected ones are connected.
-    pub(crate) fn apply_changes(
-        &mut self,
-        changes: &[crate::sans_io::index::TargetChange],
-        now: Time,
-    ) {
+    pub(super) fn apply_changes(&mut self, changes: &[TargetChange], now: Time) {
         self.ensure_relay_slots();
         let mut touched = Vec::new();
         for change in changes {
@@ -116,7 +128,7 @@ impl Engine {
     }
 
     /// Runs the diff and the scheduler for every relay marked dirty.
-    pub(crate) fn flush(&mut self, now: Time) {
+    pub(super) fn flush(&mut self, now: Time) {
         while let Some(relay) = self.dirty.pop() {
             self.diff_relay(relay);
             self.schedule(relay, now);
@@ -126,7 +138,7 @@ impl Engine {
     /// Turns a connected relay's queued items into one pending batch.
     fn diff_relay(&mut self, relay: RelayId) {
         let chunk_size = self.chunk_size(relay);
-        let batch_id = self.next_batch;
+        let batch_id = self.batching.next_batch;
         let state = &mut self.relays[relay.index()];
         if state.status != Status::Connected || state.paused_until.is_some() {
             return;
@@ -149,7 +161,7 @@ impl Engine {
         if repos.is_empty() && roots.is_empty() {
             return;
         }
-        self.next_batch += 1;
+        self.batching.next_batch += 1;
         let mut chunks = 0;
         for part in [repos.as_slice(), roots.as_slice()] {
             for chunk in part.chunks(chunk_size) {
@@ -176,7 +188,7 @@ impl Engine {
     }
 
     /// One chunk of `batch` reached its last EOSE.
-    pub(crate) fn complete_chunk(&mut self, relay: RelayId, batch: u64) {
+    pub(super) fn complete_chunk(&mut self, relay: RelayId, batch: u64) {
         let state = &mut self.relays[relay.index()];
         let Some(b) = state.batches.get_mut(&batch) else {
             return;
@@ -205,7 +217,7 @@ impl Engine {
     }
 
     /// A chunk of `batch` failed: the whole batch goes back to the diff.
-    pub(crate) fn fail_batch(&mut self, relay: RelayId, batch: u64) {
+    pub(super) fn fail_batch(&mut self, relay: RelayId, batch: u64) {
         let state = &mut self.relays[relay.index()];
         let Some(failed) = state.batches.remove(&batch) else {
             return;

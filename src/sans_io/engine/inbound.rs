@@ -9,17 +9,16 @@
 use log::{debug, info, warn};
 use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
-use crate::sans_io::engine::conduct::Offence;
-use crate::sans_io::engine::relay::{LiveMode, MIN_MESSAGE_BYTES, Status};
-use crate::sans_io::engine::{Engine, Output, Timer};
+use super::relay::{LiveMode, MIN_MESSAGE_BYTES};
+use super::{Engine, Offence, Output, Status, Timer};
 use crate::sans_io::index::{Item, KIND_ANNOUNCEMENT, KIND_STATE, RelayId, is_index_kind};
 use crate::sans_io::refusal::Refusal;
 use crate::sans_io::subscription::{NextPage, Purpose, Scope, Subscription};
 use crate::sans_io::time::Time;
 
 impl Engine {
-    /// A text frame from `relay`.
-    pub fn handle_message(&mut self, now: Time, relay: RelayId, text: &str) {
+    /// A text frame from `relay`: parsed, checked and dispatched by kind.
+    pub(super) fn receive_message(&mut self, now: Time, relay: RelayId, text: &str) {
         if relay.index() >= self.relays.len()
             || self.relays[relay.index()].status != Status::Connected
         {
@@ -34,7 +33,7 @@ impl Engine {
             Err(e) => {
                 self.stats.messages_malformed += 1;
                 debug!("{}: malformed message ({e})", self.relay_url(relay));
-                self.handle_offence(now, relay, Offence::Malformed);
+                self.offended(now, relay, Offence::Malformed);
                 return;
             }
         };
@@ -134,7 +133,7 @@ impl Engine {
             // repo names no repo at all.
             let still_asked = event.kind.as_u16() == KIND_STATE || self.tags_known(&event);
             if !(scope == Scope::Targets && still_asked) {
-                self.handle_offence(now, relay, Offence::OutsideFilter);
+                self.offended(now, relay, Offence::OutsideFilter);
             }
             return;
         }
@@ -212,7 +211,7 @@ impl Engine {
             self.relay_url(relay),
             event.id
         );
-        self.handle_offence(now, relay, Offence::InvalidEvent);
+        self.offended(now, relay, Offence::InvalidEvent);
         false
     }
 
@@ -423,7 +422,7 @@ impl Engine {
 
     /// A subscription ended without finishing: fail its batches, learn from
     /// the reason, and retry later (never drop the work).
-    pub(crate) fn refused(
+    pub(super) fn refused(
         &mut self,
         relay: RelayId,
         sub: Subscription,

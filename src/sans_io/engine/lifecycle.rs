@@ -12,18 +12,17 @@ use log::{debug, info, warn};
 use nostr::prelude::Timestamp;
 use rand::rngs::SmallRng;
 
-use crate::sans_io::engine::auth::AuthState;
-
-use crate::sans_io::engine::relay::{ItemState, MIN_MESSAGE_BYTES, Role, Status};
-use crate::sans_io::engine::{Action, Engine, Timer};
+use super::relay::{ItemState, MIN_MESSAGE_BYTES, Role};
+use super::{Action, Engine, Status, Timer};
 use crate::sans_io::health::{BackoffPolicy, HealthTracker};
 use crate::sans_io::index::RelayId;
 use crate::sans_io::relay_info::RelayInfo;
 use crate::sans_io::time::Time;
 
 impl Engine {
-    /// The shell finished connecting `relay`.
-    pub fn handle_connected(&mut self, now: Time, relay: RelayId) {
+    /// One entry point for every successful connect: fresh or quick, then
+    /// the live set, the queued history and the daily schedule.
+    pub(super) fn connected(&mut self, now: Time, relay: RelayId) {
         let quick_window = self.config.quick_reconnect;
         let state = self.relay(relay);
         if state.status != Status::Connecting {
@@ -54,8 +53,7 @@ impl Engine {
         }
         state.status = Status::Connected;
         state.conduct.on_connect();
-        state.auth = AuthState::default();
-        state.auth_required_logged = false;
+        state.auth.on_connect();
         state.epoch = state.epoch.wrapping_add(1);
         state.last_connected = Some(now);
         state.last_heard = now;
@@ -88,11 +86,9 @@ impl Engine {
         self.flush(now);
     }
 
-    /// The relay's NIP-11 document, fetched for `Action::FetchInfo`
-    /// (`None`: none could be had). Its limits only ever lower ours; they
-    /// apply to the next REQs.
-    pub fn handle_relay_info(&mut self, _now: Time, relay: RelayId, info: Option<RelayInfo>) {
-        let Some(info) = info else { return };
+    /// Lowers `relay`'s limits to its NIP-11 document's (never raises them:
+    /// ours are what we can afford).
+    pub(super) fn apply_relay_info(&mut self, relay: RelayId, info: RelayInfo) {
         let Some(state) = self.relays.get_mut(relay.index()) else {
             return;
         };
@@ -117,8 +113,8 @@ impl Engine {
         );
     }
 
-    /// The relay answered a ping.
-    pub fn handle_pong(&mut self, now: Time, relay: RelayId) {
+    /// A pong is a sign of life for the keepalive.
+    pub(super) fn heard_pong(&mut self, now: Time, relay: RelayId) {
         if let Some(state) = self.relays.get_mut(relay.index())
             && state.status == Status::Connected
         {
@@ -129,7 +125,7 @@ impl Engine {
     /// A connected relay silent for `keepalive` is pinged; one silent for
     /// `pong_timeout` more is dead and dropped (a half-open TCP connection
     /// would otherwise look connected forever).
-    pub(crate) fn on_keepalive(&mut self, relay: RelayId, epoch: u32, now: Time) {
+    pub(super) fn on_keepalive(&mut self, relay: RelayId, epoch: u32, now: Time) {
         let state = &self.relays[relay.index()];
         if state.epoch != epoch || state.status != Status::Connected {
             return;
@@ -150,18 +146,18 @@ impl Engine {
         self.arm(whole_second(next), Timer::Keepalive(relay, epoch));
     }
 
-    /// A connect attempt for `relay` failed.
-    pub fn handle_connect_failed(&mut self, now: Time, relay: RelayId) {
+    /// A connect attempt failed: backoff, unless the attempt was abandoned.
+    pub(super) fn connect_failed(&mut self, now: Time, relay: RelayId) {
         if self.relays[relay.index()].status == Status::Connecting {
             self.fail_connection(relay, now);
         }
     }
 
-    /// The relay answered the websocket upgrade with HTTP `status`. 429 and
-    /// 503 mean "come back later": the relay gets the rate-limit cooldown
-    /// rather than a quick retry that would hammer it. Anything else is an
-    /// ordinary failure with backoff.
-    pub fn handle_connect_refused(&mut self, now: Time, relay: RelayId, status: u16) {
+    /// An upgrade refused with HTTP `status`. 429 and 503 mean "come back
+    /// later": the relay gets the rate-limit cooldown rather than a quick
+    /// retry that would hammer it. Anything else is an ordinary failure
+    /// with backoff.
+    pub(super) fn connect_refused(&mut self, now: Time, relay: RelayId, status: u16) {
         if self.relays[relay.index()].status != Status::Connecting {
             return;
         }
@@ -179,8 +175,9 @@ impl Engine {
         });
     }
 
-    /// The connection to `relay` was lost.
-    pub fn handle_disconnected(&mut self, now: Time, relay: RelayId) {
+    /// A lost connection fails like a connect: backoff and retry. A report
+    /// for a connection the engine already dropped is ignored.
+    pub(super) fn disconnected(&mut self, now: Time, relay: RelayId) {
         if self.relays[relay.index()].status != Status::Disconnected {
             self.fail_connection(relay, now);
         }
@@ -188,7 +185,7 @@ impl Engine {
 
     /// Asks the shell to connect `relay` unless it is connected, connecting,
     /// or backing off.
-    pub(crate) fn connect(&mut self, relay: RelayId, now: Time) {
+    pub(super) fn connect(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
         if state.status != Status::Disconnected || state.retry_at.is_some_and(|t| now < t) {
             return;
@@ -216,7 +213,7 @@ impl Engine {
     }
 
     /// Marks `relay` disconnected after a failure and schedules the retry.
-    pub(crate) fn fail_connection(&mut self, relay: RelayId, now: Time) {
+    pub(super) fn fail_connection(&mut self, relay: RelayId, now: Time) {
         let penalty = self.relays[relay.index()].conduct.backoff_steps();
         self.fail_connection_with(relay, now, |health, policy, rng| {
             health.record_failure(now, policy, penalty, rng)
@@ -276,7 +273,7 @@ impl Engine {
         self.forget_lists(relay, None);
     }
 
-    pub(crate) fn on_reconnect_timer(&mut self, relay: RelayId, now: Time) {
+    pub(super) fn on_reconnect_timer(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
         if state.retry_at.is_some_and(|t| now < t) {
             return;
@@ -287,7 +284,7 @@ impl Engine {
         }
     }
 
-    pub(crate) fn on_connect_timeout(&mut self, relay: RelayId, epoch: u32, now: Time) {
+    pub(super) fn on_connect_timeout(&mut self, relay: RelayId, epoch: u32, now: Time) {
         let state = &self.relays[relay.index()];
         if state.epoch == epoch && state.status == Status::Connecting {
             warn!("{} connect timed out", self.relay_url(relay));
@@ -297,7 +294,7 @@ impl Engine {
     }
 
     /// True when `relay` should be connected: own (self-subscribing), bootstrap, or targeted.
-    pub(crate) fn wants_connection(&self, relay: RelayId) -> bool {
+    pub(super) fn wants_connection(&self, relay: RelayId) -> bool {
         let state = &self.relays[relay.index()];
         match state.role {
             Role::Own => self.config.self_subscribe,
@@ -311,7 +308,7 @@ impl Engine {
     /// filter's `since`. The own relay's self-subscription is read again
     /// from the beginning too, for the announcements and roots it
     /// accepted that way.
-    pub(crate) fn on_daily(&mut self, relay: RelayId, epoch: u32, now: Time) {
+    pub(super) fn on_daily(&mut self, relay: RelayId, epoch: u32, now: Time) {
         let state = &self.relays[relay.index()];
         if state.epoch != epoch || state.status != Status::Connected {
             return;
@@ -353,7 +350,7 @@ impl Engine {
 
     /// Every `disconnect_check`: drop remote relays that are not bootstrap
     /// and that nothing targets any more.
-    pub(crate) fn check_disconnects(&mut self, now: Time) {
+    pub(super) fn check_disconnects(&mut self, now: Time) {
         for i in 0..self.relays.len() {
             let relay = RelayId(i as u32);
             let state = &self.relays[i];
@@ -369,7 +366,7 @@ impl Engine {
     }
 
     /// Puts every queued item of a connected relay up for the next diff.
-    pub(crate) fn requeue_all(&mut self, relay: RelayId) {
+    pub(super) fn requeue_all(&mut self, relay: RelayId) {
         let state = self.relay(relay);
         state.queued = state
             .items

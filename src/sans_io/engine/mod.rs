@@ -5,7 +5,44 @@
 //! to the sink) and `poll_timeout` (when to call `handle_timeout` next). The
 //! engine never reads a clock, a socket or a global RNG, so a test can run
 //! days of relay life in milliseconds by jumping the clock to the next
-//! deadline, and every run with the same seed is the same run.
+//! deadline, and every run with the same seed is the same run. The driving
+//! contract is on [`Engine`].
+//!
+//! One type, one folder. This file holds the engine's vocabulary (actions,
+//! outputs, statuses, timers), its state, and the one `impl` block of its
+//! public interface: each input is a thin entry point into the aspect that
+//! does the work, so the whole surface reads in one place. The aspects are
+//! child modules, each an `impl Engine` block of `pub(super)` functions
+//! plus the state types it owns:
+//!
+//! - `inbound`: messages from relays (events, EOSE, CLOSED, NOTICE, OK).
+//! - `lifecycle`: connect, reconnect, disconnect, keepalive, daily sync.
+//! - `diff`: the batch window and the three-way diff (`Batching`).
+//! - `requests`: REQs within a relay's limits, live sets, consolidation.
+//! - `negentropy`: NIP-77 jobs and the sink's listings
+//!   (`Listings`, `NegJob`, `NegSupport`).
+//! - `auth`: NIP-42 (`Auth`).
+//! - `conduct`: offences and penalties (`Conduct`, [`Offence`]).
+//! - `relay`: the relay table, aggregating the per-relay state of the
+//!   aspects above into one `RelayState`.
+//!
+//! Imports go one way, so there is no cycle: `auth`, `conduct` and
+//! `negentropy` use only this file (`super::`) and the leaf modules of
+//! `sans_io`; `relay` uses those three for their state types; `inbound`,
+//! `lifecycle`, `diff` and `requests` work on the relay table and use
+//! `relay`. This file names only the children's types: their state
+//! (`RelayState`, `Limits`, `Role`, `Batching`, `Listings`) and the public
+//! `ItemState` and `Offence` it re-exports. The aspects still call each
+//! other's functions through `self`: they are parts of one state machine,
+//! and a call needs no import. Fields are private: only this folder sees
+//! them.
+//!
+//! The `Engine`'s own fields are what the aspects share (config, index,
+//! relay table, timers, RNG, the queues of actions and outputs, stats, the
+//! dirty list every aspect feeds the diff through, the ids REQs and
+//! negentropy sessions share), the two aspect states above, and two fields
+//! of leaf types: `seen` (inbound's duplicate filter) and `self_since` (the
+//! self-subscription's resume point, kept by `inbound` and `requests`).
 
 mod auth;
 mod conduct;
@@ -14,12 +51,12 @@ mod inbound;
 mod lifecycle;
 mod negentropy;
 mod relay;
-
-pub use conduct::Offence;
-pub use relay::{ItemState, Status};
 mod requests;
 
-use std::collections::{HashMap, VecDeque};
+pub use conduct::Offence;
+pub use relay::ItemState;
+
+use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
@@ -28,14 +65,17 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use crate::sans_io::config::Config;
-use crate::sans_io::engine::relay::{Limits, RelayState, Role};
 use crate::sans_io::health::{BackoffPolicy, Health};
-use crate::sans_io::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex, TargetChange};
+use crate::sans_io::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex};
+use crate::sans_io::relay_info::RelayInfo;
 use crate::sans_io::relay_url::{UrlError, normalize};
 use crate::sans_io::seen::Seen;
 use crate::sans_io::service::Service;
 use crate::sans_io::time::Time;
 use crate::sans_io::timer::TimerWheel;
+use diff::Batching;
+use negentropy::Listings;
+use relay::{Limits, RelayState, Role};
 
 /// Something the shell must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +99,8 @@ pub enum Action {
         /// The relay.
         relay: RelayId,
     },
-    /// Close the relay's websocket; no `handle_disconnected` is expected.
+    /// Close the relay's websocket, or abandon the connect in progress. The
+    /// engine has already dropped the connection: report nothing more for it.
     Disconnect {
         /// The relay.
         relay: RelayId,
@@ -96,6 +137,17 @@ pub enum Output {
         /// The event.
         event: Box<Event>,
     },
+}
+
+/// Connection status of a relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// No connection; maybe waiting for a backoff to end.
+    Disconnected,
+    /// Connect asked of the shell, not yet reported.
+    Connecting,
+    /// Connected and subscribed.
+    Connected,
 }
 
 /// A repo or root named the way users name them, for queries.
@@ -149,7 +201,7 @@ pub struct Stats {
     pub connects: u64,
     /// Connect attempts or connections that failed.
     pub connect_failures: u64,
-    /// Offences by kind, indexed like [`Offence::ALL`](crate::sans_io::engine::conduct::Offence::ALL).
+    /// Offences by kind, indexed like [`Offence::ALL`].
     pub offences: [u64; 4],
     /// Relays cut and backed off longer for misbehaving.
     pub penalties: u64,
@@ -196,7 +248,7 @@ impl std::error::Error for ConfigError {}
 /// Timers of the engine. Per-relay timers carry the relay's epoch at arming;
 /// one firing after a connect or disconnect bumped the epoch is stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Timer {
+enum Timer {
     BatchWindow,
     DisconnectCheck,
     Reconnect(RelayId),
@@ -213,38 +265,85 @@ pub(crate) enum Timer {
 }
 
 /// The GRASP-02 sync engine.
+///
+/// # Driving it
+///
+/// Three kinds of methods, all in this one `impl` block:
+///
+/// - **Inputs**, `handle_*(now, ..)`: something happened — a frame, a
+///   connect, a due timer, an answer to an [`Action`]. `now` is the
+///   caller's clock and must never go backwards: every deadline and backoff
+///   is computed from it, and the engine does not check.
+/// - **Outputs**, drained after every input (and after [`Engine::new`]):
+///   first [`poll_action`](Engine::poll_action) until `None`, applied in
+///   the order given (a relay's `Send`s follow its `Connect`); then
+///   [`poll_output`](Engine::poll_output), whose events the shell may hand
+///   to the sink at the sink's pace (the engine keeps no state about
+///   them); then [`poll_timeout`](Engine::poll_timeout) again, for inputs
+///   arm timers: call [`handle_timeout`](Engine::handle_timeout) once the
+///   clock reaches it.
+/// - **Queries** (`&self`): status, counts and stats for metrics and tests.
+///
+/// What the shell reports back for each [`Action`]:
+///
+/// - `Connect`: exactly one of `handle_connected`, `handle_connect_failed`
+///   or `handle_connect_refused`, unless a `Disconnect` for the relay comes
+///   first (a connect timeout); then `handle_message` per text frame,
+///   `handle_pong` per pong, `handle_offence` for protocol violations and
+///   `handle_disconnected` when the connection is lost.
+/// - `Send`: nothing.
+/// - `Ping`: `handle_pong` when the pong comes (any frame also counts).
+/// - `Disconnect`: nothing more for that connection or attempt. The
+///   engine has already dropped it when it asks (the relay is
+///   [`Status::Disconnected`], its subscriptions and batches are gone, a
+///   retry is scheduled if it failed). Connection reports for it
+///   (`handle_connected`, `handle_message`, `handle_pong`, the failures,
+///   `handle_disconnected`) are ignored while the relay stays
+///   disconnected, but would be taken for the next attempt once the engine
+///   asks `Connect` again, so the shell must close the socket or abandon
+///   the attempt at once.
+/// - `FetchInfo`: `handle_relay_info` when the fetch ends, `None` if it
+///   failed; the relay need not be connected.
+/// - `ListLocal`: `handle_local_list` with the same `request`, `None` if
+///   the sink cannot list. Answers the engine no longer waits for (the
+///   relay disconnected meanwhile) are ignored.
+///
+/// Besides these, `handle_local_event` feeds events the embedding relay
+/// accepted, at any time.
+///
+/// The engine never calls out: no callbacks, no sink, no clock, no I/O. So
+/// nothing runs inside it that could call back in, and it never calls its
+/// own inputs either (the aspects call each other's `pub(super)` functions).
+/// A shell may make inputs in any order between drains; each `relay` must
+/// be an id the engine handed out, and stale or unexpected reports (a
+/// frame from a relay not connected, a second connect report, an answer to
+/// a forgotten `ListLocal`) are ignored. Offences are the exception: they
+/// count whenever reported, for a relay's conduct outlives its connections.
 pub struct Engine {
-    pub(crate) config: Config,
-    pub(crate) policy: BackoffPolicy,
+    config: Config,
+    policy: BackoffPolicy,
     /// The own relay's names and its acceptance rule.
-    pub(crate) service: Service,
-    pub(crate) index: RepoIndex,
-    pub(crate) relays: Vec<RelayState>,
-    pub(crate) own: RelayId,
-    pub(crate) timers: TimerWheel<Timer>,
-    pub(crate) rng: SmallRng,
-    pub(crate) actions: VecDeque<Action>,
-    pub(crate) outputs: VecDeque<Output>,
-    pub(crate) seen: Seen,
-    /// Own-relay events collected in the open batch window.
-    pub(crate) batch: Vec<Event>,
-    /// Verified announcements from other relays that drop the service,
-    /// newer than the one indexed: they remove the repo's targets.
-    pub(crate) withdrawals: Vec<Event>,
-    pub(crate) batch_open: bool,
-    pub(crate) next_sub: u64,
-    pub(crate) next_batch: u64,
-    /// Relays with queued items to diff.
-    pub(crate) dirty: Vec<RelayId>,
-    pub(crate) changes: Vec<TargetChange>,
-    pub(crate) stats: Stats,
-    /// The sink can list what it holds (until it says it cannot).
-    pub(crate) sink_lists: bool,
-    /// Open `ListLocal` requests: relay, negentropy job, filter index.
-    pub(crate) lists: HashMap<u64, (RelayId, u64, usize)>,
-    pub(crate) next_list: u64,
+    service: Service,
+    index: RepoIndex,
+    relays: Vec<RelayState>,
+    own: RelayId,
+    timers: TimerWheel<Timer>,
+    rng: SmallRng,
+    actions: VecDeque<Action>,
+    outputs: VecDeque<Output>,
+    seen: Seen,
+    /// The batch window and the batches it makes (`diff`).
+    batching: Batching,
+    /// The id of the next subscription or negentropy session.
+    next_sub: u64,
+    /// Relays with queued items to diff: every aspect marks them, `flush`
+    /// (in `diff`) diffs and schedules them.
+    dirty: Vec<RelayId>,
+    stats: Stats,
+    /// The sink's listings for negentropy.
+    listings: Listings,
     /// `since` for re-opening the self-subscription after a refusal.
-    pub(crate) self_since: Option<Timestamp>,
+    self_since: Option<Timestamp>,
 }
 
 impl Engine {
@@ -287,17 +386,11 @@ impl Engine {
             timers: TimerWheel::new(now.as_millis()),
             actions: VecDeque::new(),
             outputs: VecDeque::new(),
-            batch: Vec::new(),
-            withdrawals: Vec::new(),
-            batch_open: false,
+            batching: Batching::default(),
             next_sub: 0,
-            next_batch: 0,
             dirty: Vec::new(),
-            changes: Vec::new(),
             stats: Stats::default(),
-            sink_lists: true,
-            lists: HashMap::new(),
-            next_list: 0,
+            listings: Listings::default(),
             self_since: None,
             config,
         };
@@ -316,6 +409,85 @@ impl Engine {
         Ok(engine)
     }
 
+    // Inputs.
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        while let Some((_, timer)) = self.timers.poll_expired(now.as_millis()) {
+            self.on_timer(timer, now);
+        }
+        self.flush(now);
+    }
+
+    /// A text frame from `relay`. Everything in it is hostile input
+    /// (`inbound`).
+    pub fn handle_message(&mut self, now: Time, relay: RelayId, text: &str) {
+        self.receive_message(now, relay, text);
+    }
+
+    /// The shell finished connecting `relay` (`lifecycle`).
+    pub fn handle_connected(&mut self, now: Time, relay: RelayId) {
+        self.connected(now, relay);
+    }
+
+    /// A connect attempt for `relay` failed.
+    pub fn handle_connect_failed(&mut self, now: Time, relay: RelayId) {
+        self.connect_failed(now, relay);
+    }
+
+    /// The relay answered the websocket upgrade with HTTP `status`; 429 and
+    /// 503 get the rate-limit cooldown, anything else the usual backoff.
+    pub fn handle_connect_refused(&mut self, now: Time, relay: RelayId, status: u16) {
+        self.connect_refused(now, relay, status);
+    }
+
+    /// The connection to `relay` was lost.
+    pub fn handle_disconnected(&mut self, now: Time, relay: RelayId) {
+        self.disconnected(now, relay);
+    }
+
+    /// The relay answered a ping.
+    pub fn handle_pong(&mut self, now: Time, relay: RelayId) {
+        self.heard_pong(now, relay);
+    }
+
+    /// The relay's NIP-11 document, fetched for [`Action::FetchInfo`]
+    /// (`None`: none could be had). Its limits only ever lower ours; they
+    /// apply to the next REQs.
+    pub fn handle_relay_info(&mut self, _now: Time, relay: RelayId, info: Option<RelayInfo>) {
+        if let Some(info) = info {
+            self.apply_relay_info(relay, info);
+        }
+    }
+
+    /// `relay` committed `offence` (the shell reports protocol violations;
+    /// the engine finds the rest itself). Enough of them in one connection
+    /// cut the relay and lengthen its backoff; the own relay is trusted
+    /// (`conduct`).
+    pub fn handle_offence(&mut self, now: Time, relay: RelayId, offence: Offence) {
+        self.offended(now, relay, offence);
+    }
+
+    /// The sink's answer to [`Action::ListLocal`]: what it holds, or `None`
+    /// when it cannot tell (negentropy is then off for this process;
+    /// `negentropy`).
+    pub fn handle_local_list(
+        &mut self,
+        now: Time,
+        request: u64,
+        held: Option<Vec<(EventId, Timestamp)>>,
+    ) {
+        self.local_listed(now, request, held);
+    }
+
+    /// An event the embedding relay accepted, fed in instead of (or besides)
+    /// the self-subscription. It joins the current batch window (`diff`).
+    pub fn handle_local_event(&mut self, now: Time, event: Event) {
+        self.push_to_batch(now, event);
+    }
+
+    // Outputs.
+
     /// The next thing the shell must do.
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
@@ -331,19 +503,7 @@ impl Engine {
         self.timers.next_deadline().map(Time::from_millis)
     }
 
-    /// Fires every timer due at `now`.
-    pub fn handle_timeout(&mut self, now: Time) {
-        while let Some((_, timer)) = self.timers.poll_expired(now.as_millis()) {
-            self.on_timer(timer, now);
-        }
-        self.flush(now);
-    }
-
-    /// An event the embedding relay accepted, fed in instead of (or besides)
-    /// the self-subscription. It joins the current batch window.
-    pub fn handle_local_event(&mut self, now: Time, event: Event) {
-        self.push_to_batch(now, event);
-    }
+    // Queries.
 
     /// The id of a relay URL, if the engine knows it.
     pub fn relay_id(&self, url: &str) -> Option<RelayId> {
@@ -373,6 +533,13 @@ impl Engine {
     /// Health of a relay at `now`.
     pub fn relay_health(&self, relay: RelayId, now: Time) -> Health {
         self.relays[relay.index()].health.health(now, &self.policy)
+    }
+
+    /// Penalties `relay` has earned so far.
+    pub fn relay_penalties(&self, relay: RelayId) -> u32 {
+        self.relays
+            .get(relay.index())
+            .map_or(0, |s| s.conduct.penalties())
     }
 
     /// Items of a relay per state.
@@ -424,75 +591,10 @@ impl Engine {
         &self.index
     }
 
-    /// The `limit` to ask `relay` per filter.
-    pub(crate) fn page_limit(&self, relay: RelayId) -> usize {
-        self.relays[relay.index()].limits.page_limit
-    }
-
-    /// Items per historic chunk and per live per-id filter on `relay`:
-    /// ours, or fewer if the relay refuses that many tag values.
-    pub(crate) fn chunk_size(&self, relay: RelayId) -> usize {
-        let limits = &self.relays[relay.index()].limits;
-        self.config.chunk_size.min(limits.tag_values).max(1)
-    }
-
-    pub(crate) fn arm(&mut self, at: Time, timer: Timer) -> crate::sans_io::timer::TimerId {
-        self.timers.insert(at.as_millis(), timer)
-    }
-
-    pub(crate) fn relay(&mut self, relay: RelayId) -> &mut RelayState {
-        &mut self.relays[relay.index()]
-    }
-
-    /// Grows the relay table to cover every interned relay.
-    pub(crate) fn ensure_relay_slots(&mut self) {
-        let limits = Limits {
-            subscriptions: self.config.max_subscriptions.max(1),
-            filters_per_req: self.config.max_filters_per_req.max(1),
-            message_bytes: self.config.max_message_bytes.max(1024),
-            page_limit: self.config.page_limit.max(1),
-            tag_values: self.config.chunk_size.max(1),
-            kinds: usize::MAX,
-        };
-        while self.relays.len() < self.index.relay_count() {
-            self.relays
-                .push(RelayState::new(Role::Remote { bootstrap: false }, limits));
-        }
-    }
-
-    /// A uniformly random duration in `[min, max]`.
-    pub(crate) fn jitter_between(&mut self, min: Duration, max: Duration) -> Duration {
-        use rand::Rng;
-        let (lo, hi) = (
-            min.as_millis() as u64,
-            max.as_millis().max(min.as_millis()) as u64,
-        );
-        Duration::from_millis(self.rng.gen_range(lo..=hi))
-    }
-
-    fn on_timer(&mut self, timer: Timer, now: Time) {
-        match timer {
-            Timer::BatchWindow => self.close_batch_window(now),
-            Timer::DisconnectCheck => self.check_disconnects(now),
-            Timer::Reconnect(relay) => self.on_reconnect_timer(relay, now),
-            Timer::ConnectTimeout(relay, epoch) => self.on_connect_timeout(relay, epoch, now),
-            Timer::Daily(relay, epoch) => self.on_daily(relay, epoch, now),
-            Timer::Consolidate(relay, epoch) => {
-                if self.relays[relay.index()].epoch == epoch {
-                    self.consolidate(relay, now);
-                }
-            }
-            Timer::EoseTimeout(relay, epoch, sub) => self.on_eose_timeout(relay, epoch, sub, now),
-            Timer::Resume(relay, epoch) => self.on_resume(relay, epoch, now),
-            Timer::Keepalive(relay, epoch) => self.on_keepalive(relay, epoch, now),
-            Timer::ReleaseHeld(repo) => self.release_held(repo, now),
-            Timer::NegTimeout(relay, epoch, id) => self.on_neg_timeout(relay, epoch, id, now),
-        }
-    }
-
     /// Every relay's state against a full recompute of targets from the
     /// index (the seed's `derive_relay_targets`), and every batch's
     /// bookkeeping. For tests and fuzzing; O(everything).
+    #[cfg(any(test, feature = "testing"))]
     pub fn check_invariants(&self) -> Result<(), String> {
         let targets = self.index.derive_relay_targets();
         for (i, relay) in self.relays.iter().enumerate() {
@@ -538,5 +640,74 @@ impl Engine {
             }
         }
         Ok(())
+    }
+}
+
+/// Helpers every aspect uses.
+impl Engine {
+    /// The `limit` to ask `relay` per filter.
+    fn page_limit(&self, relay: RelayId) -> usize {
+        self.relays[relay.index()].limits.page_limit
+    }
+
+    /// Items per historic chunk and per live per-id filter on `relay`:
+    /// ours, or fewer if the relay refuses that many tag values.
+    fn chunk_size(&self, relay: RelayId) -> usize {
+        let limits = &self.relays[relay.index()].limits;
+        self.config.chunk_size.min(limits.tag_values).max(1)
+    }
+
+    fn arm(&mut self, at: Time, timer: Timer) -> crate::sans_io::timer::TimerId {
+        self.timers.insert(at.as_millis(), timer)
+    }
+
+    fn relay(&mut self, relay: RelayId) -> &mut RelayState {
+        &mut self.relays[relay.index()]
+    }
+
+    /// Grows the relay table to cover every interned relay.
+    fn ensure_relay_slots(&mut self) {
+        let limits = Limits {
+            subscriptions: self.config.max_subscriptions.max(1),
+            filters_per_req: self.config.max_filters_per_req.max(1),
+            message_bytes: self.config.max_message_bytes.max(1024),
+            page_limit: self.config.page_limit.max(1),
+            tag_values: self.config.chunk_size.max(1),
+            kinds: usize::MAX,
+        };
+        while self.relays.len() < self.index.relay_count() {
+            self.relays
+                .push(RelayState::new(Role::Remote { bootstrap: false }, limits));
+        }
+    }
+
+    /// A uniformly random duration in `[min, max]`.
+    fn jitter_between(&mut self, min: Duration, max: Duration) -> Duration {
+        use rand::Rng;
+        let (lo, hi) = (
+            min.as_millis() as u64,
+            max.as_millis().max(min.as_millis()) as u64,
+        );
+        Duration::from_millis(self.rng.gen_range(lo..=hi))
+    }
+
+    fn on_timer(&mut self, timer: Timer, now: Time) {
+        match timer {
+            Timer::BatchWindow => self.close_batch_window(now),
+            Timer::DisconnectCheck => self.check_disconnects(now),
+            Timer::Reconnect(relay) => self.on_reconnect_timer(relay, now),
+            Timer::ConnectTimeout(relay, epoch) => self.on_connect_timeout(relay, epoch, now),
+            Timer::Daily(relay, epoch) => self.on_daily(relay, epoch, now),
+            Timer::Consolidate(relay, epoch) => {
+                if self.relays[relay.index()].epoch == epoch {
+                    self.consolidate(relay, now);
+                }
+            }
+            Timer::EoseTimeout(relay, epoch, sub) => self.on_eose_timeout(relay, epoch, sub, now),
+            Timer::Resume(relay, epoch) => self.on_resume(relay, epoch, now),
+            Timer::Keepalive(relay, epoch) => self.on_keepalive(relay, epoch, now),
+            Timer::ReleaseHeld(repo) => self.release_held(repo, now),
+            Timer::NegTimeout(relay, epoch, id) => self.on_neg_timeout(relay, epoch, id, now),
+        }
     }
 }

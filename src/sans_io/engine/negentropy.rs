@@ -19,12 +19,12 @@
 //! or no answer within `neg_timeout`) is remembered and never asked again.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use log::{debug, info};
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
-use crate::sans_io::engine::relay::{LiveMode, Status};
-use crate::sans_io::engine::{Action, Engine, Timer};
+use super::{Action, Engine, Status, Timer};
 use crate::sans_io::filters::Encoded;
 use crate::sans_io::index::RelayId;
 use crate::sans_io::reconcile::{
@@ -38,7 +38,7 @@ const LISTING_TIMEOUT_FACTOR: u32 = 4;
 
 /// Whether a relay speaks NIP-77, as far as we know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum NegSupport {
+pub(super) enum NegSupport {
     /// Not tried yet.
     #[default]
     Unknown,
@@ -46,6 +46,27 @@ pub(crate) enum NegSupport {
     Supported,
     /// It said or showed it does not; REQ only from now on.
     Unsupported,
+}
+
+/// The engine's side of the sink's listings.
+#[derive(Debug)]
+pub(super) struct Listings {
+    /// The sink can list what it holds (until it says it cannot).
+    sink_lists: bool,
+    /// Open `ListLocal` requests: relay, negentropy job, filter index.
+    open: HashMap<u64, (RelayId, u64, usize)>,
+    /// The id of the next `ListLocal` request.
+    next: u64,
+}
+
+impl Default for Listings {
+    fn default() -> Self {
+        Listings {
+            sink_lists: true,
+            open: HashMap::new(),
+            next: 0,
+        }
+    }
 }
 
 /// Why a negentropy job goes to the REQ path.
@@ -60,7 +81,7 @@ enum ToReq {
 }
 
 /// One packed chunk of historic work done by negentropy.
-pub(crate) struct NegJob {
+pub(super) struct NegJob {
     /// Chunks of pending batches this job completes.
     work: Vec<WorkRef>,
     /// The chunk's filters (without `limit`), reconciled one at a time.
@@ -94,16 +115,16 @@ impl std::fmt::Debug for NegJob {
 
 impl Engine {
     /// True when `relay`'s next historic chunk should go by negentropy.
-    pub(crate) fn negentropy_usable(&self, relay: RelayId) -> bool {
+    pub(super) fn negentropy_usable(&self, relay: RelayId) -> bool {
         self.config.negentropy
-            && self.sink_lists
+            && self.listings.sink_lists
             && relay != self.own
             && self.relays[relay.index()].neg != NegSupport::Unsupported
     }
 
     /// Starts a job for packed chunks `work` with their REQ `filters`:
     /// asks the sink for what it holds of each filter.
-    pub(crate) fn start_neg_job(
+    pub(super) fn start_neg_job(
         &mut self,
         relay: RelayId,
         work: Vec<WorkRef>,
@@ -121,9 +142,9 @@ impl Engine {
             })
             .collect();
         for (i, filter) in filters.iter().enumerate() {
-            let request = self.next_list;
-            self.next_list += 1;
-            self.lists.insert(request, (relay, id, i));
+            let request = self.listings.next;
+            self.listings.next += 1;
+            self.listings.open.insert(request, (relay, id, i));
             let filter = filter.clone();
             self.actions
                 .push_back(Action::ListLocal { request, filter });
@@ -147,20 +168,20 @@ impl Engine {
         );
     }
 
-    /// The sink's answer to `Action::ListLocal`: what it holds, or `None`
-    /// when it cannot tell (negentropy is then off for this process).
-    pub fn handle_local_list(
+    /// The sink's answer to listing request `request`: the job waiting for
+    /// it reconciles once every filter of it is listed.
+    pub(super) fn local_listed(
         &mut self,
         now: Time,
         request: u64,
         held: Option<Vec<(EventId, Timestamp)>>,
     ) {
-        let Some((relay, id, i)) = self.lists.remove(&request) else {
+        let Some((relay, id, i)) = self.listings.open.remove(&request) else {
             return;
         };
         let Some(held) = held else {
             info!("the sink cannot list what it holds; negentropy off");
-            self.sink_lists = false;
+            self.listings.sink_lists = false;
             return self.job_to_req(relay, id, ToReq::Failed, now);
         };
         let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
@@ -208,7 +229,7 @@ impl Engine {
     }
 
     /// A `NEG-MSG` or `NEG-ERR` from `relay`.
-    pub(crate) fn on_neg_message(
+    pub(super) fn on_neg_message(
         &mut self,
         relay: RelayId,
         sub: Option<u64>,
@@ -262,7 +283,7 @@ impl Engine {
     }
 
     /// A NOTICE; true when it told a job's relay that NEG is unknown there.
-    pub(crate) fn neg_notice(&mut self, relay: RelayId, text: &str, now: Time) -> bool {
+    pub(super) fn neg_notice(&mut self, relay: RelayId, text: &str, now: Time) -> bool {
         if !means_unsupported(text) {
             return false;
         }
@@ -308,7 +329,7 @@ impl Engine {
             self.relay_url(relay),
             job.need.len()
         );
-        self.mark_uncovered(relay, job.started);
+        self.relay(relay).mark_uncovered(job.started);
         let state = &self.relays[relay.index()];
         let max_ids = IDS_PER_FILTER.min(self.page_limit(relay)).max(1);
         let groups = fetch_filters(&job.need, max_ids, state.limits.message_bytes);
@@ -342,15 +363,6 @@ impl Engine {
         }
     }
 
-    /// Items synced without a live subscription of their own need one from
-    /// the next consolidation, reaching back to when the job started.
-    fn mark_uncovered(&mut self, relay: RelayId, since: Time) {
-        let state = self.relay(relay);
-        if state.live_mode == LiveMode::PerId {
-            state.uncovered_since = Some(state.uncovered_since.map_or(since, |t| t.min(since)));
-        }
-    }
-
     /// Moves a job's chunks to the REQ path, for reason `why`.
     fn job_to_req(&mut self, relay: RelayId, id: u64, why: ToReq, now: Time) {
         let Some(job) = self.relay(relay).neg_jobs.remove(&id) else {
@@ -378,15 +390,16 @@ impl Engine {
     }
 
     /// Drops unanswered `ListLocal` requests of `relay` (of job `id`, or all).
-    pub(crate) fn forget_lists(&mut self, relay: RelayId, id: Option<u64>) {
-        self.lists
+    pub(super) fn forget_lists(&mut self, relay: RelayId, id: Option<u64>) {
+        self.listings
+            .open
             .retain(|_, (r, j, _)| *r != relay || id.is_some_and(|id| id != *j));
     }
 
     /// No progress on a job within `neg_timeout`: a relay that never
     /// answered `NEG-OPEN` does not speak negentropy; a job that stalled
     /// later goes back to REQ.
-    pub(crate) fn on_neg_timeout(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
+    pub(super) fn on_neg_timeout(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
         let state = &self.relays[relay.index()];
         if state.epoch != epoch || state.status != Status::Connected {
             return;

@@ -6,12 +6,18 @@
 //! represented. An item exists in a relay's map only while the index
 //! targets it there (`refs` counts the repos that make it a target), so
 //! "confirmed but not targeted" cannot be represented either.
+//!
+//! [`RelayState`] is also where the aspects' per-relay state meets: it holds
+//! `auth`'s [`Auth`], `conduct`'s [`Conduct`] and `negentropy`'s jobs,
+//! so those modules own their types and this one only aggregates them
+//! (they never import it back).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use crate::sans_io::engine::auth::AuthState;
-use crate::sans_io::engine::conduct::Conduct;
-use crate::sans_io::engine::negentropy::{NegJob, NegSupport};
+use super::Status;
+use super::auth::Auth;
+use super::conduct::Conduct;
+use super::negentropy::{NegJob, NegSupport};
 use crate::sans_io::health::HealthTracker;
 use crate::sans_io::index::Item;
 use crate::sans_io::refusal::Refusal;
@@ -19,17 +25,6 @@ use crate::sans_io::result_cap::ResultCap;
 use crate::sans_io::subscription::{NextPage, Purpose, Subscription, WorkRef};
 use crate::sans_io::time::Time;
 use crate::sans_io::timer::TimerId;
-
-/// Connection status of a relay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Status {
-    /// No connection; maybe waiting for a backoff to end.
-    Disconnected,
-    /// Connect asked of the shell, not yet reported.
-    Connecting,
-    /// Connected and subscribed.
-    Connected,
-}
 
 /// Where a targeted item stands on one relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +39,7 @@ pub enum ItemState {
 
 /// What a relay is to us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
+pub(super) enum Role {
     /// The relay we sync into (self-subscription).
     Own,
     /// A relay we sync from; bootstrap relays are never dropped.
@@ -56,7 +51,7 @@ pub(crate) enum Role {
 
 /// How a relay's live traffic is covered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LiveMode {
+pub(super) enum LiveMode {
     /// Per-id filters for every confirmed item.
     PerId,
     /// One kind-based filter matched locally (per-id filters would not fit).
@@ -64,21 +59,21 @@ pub(crate) enum LiveMode {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Slot {
+pub(super) struct Slot {
     pub refs: u32,
     pub state: ItemState,
 }
 
 /// Items of one pending batch and how many of its chunks are still fetching.
 #[derive(Debug)]
-pub(crate) struct Batch {
+pub(super) struct Batch {
     pub items: Vec<Item>,
     pub chunks_left: u32,
 }
 
 /// Limits of one relay, lowered when it refuses.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
+pub(super) struct Limits {
     pub subscriptions: usize,
     pub filters_per_req: usize,
     pub message_bytes: usize,
@@ -91,12 +86,12 @@ pub(crate) struct Limits {
 }
 
 /// The smallest message limit a refusal may lower us to.
-pub(crate) const MIN_MESSAGE_BYTES: usize = 4096;
+pub(super) const MIN_MESSAGE_BYTES: usize = 4096;
 
 impl Limits {
     /// The per-filter cap a value or kind refusal is about (`usize::MAX`
     /// for other refusals).
-    pub(crate) fn value_cap(&self, refusal: Refusal) -> usize {
+    pub(super) fn value_cap(&self, refusal: Refusal) -> usize {
         match refusal {
             Refusal::TooManyValues => self.tag_values,
             Refusal::TooManyKinds => self.kinds,
@@ -105,7 +100,7 @@ impl Limits {
     }
 
     /// True when the limit `refusal` names cannot be lowered any further.
-    pub(crate) fn at_floor(&self, refusal: Refusal) -> bool {
+    pub(super) fn at_floor(&self, refusal: Refusal) -> bool {
         match refusal {
             Refusal::TooManySubscriptions => self.subscriptions <= 1,
             Refusal::TooManyFilters => self.filters_per_req <= 1,
@@ -119,7 +114,7 @@ impl Limits {
 
 /// Everything the engine knows about one relay.
 #[derive(Debug)]
-pub(crate) struct RelayState {
+pub(super) struct RelayState {
     pub role: Role,
     pub status: Status,
     pub last_connected: Option<Time>,
@@ -133,9 +128,7 @@ pub(crate) struct RelayState {
     /// Offences and penalties (hostile-relay defence).
     pub conduct: Conduct,
     /// NIP-42 on the current connection.
-    pub auth: AuthState,
-    /// `auth-required:` without a key was logged on this connection.
-    pub auth_required_logged: bool,
+    pub auth: Auth,
     /// NIP-77 support, remembered for the process's life.
     pub neg: NegSupport,
     /// Negentropy jobs in flight, by subscription id (each holds a
@@ -185,7 +178,7 @@ pub(crate) struct RelayState {
 }
 
 impl RelayState {
-    pub(crate) fn new(role: Role, limits: Limits) -> Self {
+    pub(super) fn new(role: Role, limits: Limits) -> Self {
         RelayState {
             role,
             status: Status::Disconnected,
@@ -195,8 +188,7 @@ impl RelayState {
             daily_due: None,
             health: HealthTracker::default(),
             conduct: Conduct::default(),
-            auth: AuthState::default(),
-            auth_required_logged: false,
+            auth: Auth::default(),
             neg: NegSupport::default(),
             neg_jobs: HashMap::new(),
             neg_bypass: HashSet::new(),
@@ -224,21 +216,21 @@ impl RelayState {
     }
 
     /// Subscription slots in use: REQs and negentropy jobs.
-    pub(crate) fn open_count(&self) -> usize {
+    pub(super) fn open_count(&self) -> usize {
         self.subs.len() + self.neg_jobs.len()
     }
 
     /// Filters of subscriptions kept open for live events.
-    pub(crate) fn live_filter_count(&self) -> usize {
+    pub(super) fn live_filter_count(&self) -> usize {
         self.live_subs().map(|s| s.filter_count).sum()
     }
 
-    pub(crate) fn live_subs(&self) -> impl Iterator<Item = &Subscription> {
+    pub(super) fn live_subs(&self) -> impl Iterator<Item = &Subscription> {
         self.subs.values().filter(|s| s.purpose == Purpose::Live)
     }
 
     /// Counts items per state: (queued, pending, confirmed).
-    pub(crate) fn item_counts(&self) -> (usize, usize, usize) {
+    pub(super) fn item_counts(&self) -> (usize, usize, usize) {
         self.items
             .values()
             .fold((0, 0, 0), |(q, p, c), slot| match slot.state {
@@ -249,7 +241,7 @@ impl RelayState {
     }
 
     /// Moves every item in `state`-matching slots back to `Queued`.
-    pub(crate) fn requeue_where(&mut self, pred: impl Fn(ItemState) -> bool) {
+    pub(super) fn requeue_where(&mut self, pred: impl Fn(ItemState) -> bool) {
         for (item, slot) in self.items.iter_mut() {
             if pred(slot.state) {
                 slot.state = ItemState::Queued;
@@ -258,9 +250,18 @@ impl RelayState {
         }
     }
 
+    /// Items synced without a live subscription of their own (negentropy
+    /// fetches by id) need one from the next consolidation, reaching back
+    /// to `since`. A wide live filter already covers them.
+    pub(super) fn mark_uncovered(&mut self, since: Time) {
+        if self.live_mode == LiveMode::PerId {
+            self.uncovered_since = Some(self.uncovered_since.map_or(since, |t| t.min(since)));
+        }
+    }
+
     /// Forgets everything in flight: batches, queued chunks, subscriptions.
     /// Pending items go back to `Queued`.
-    pub(crate) fn clear_in_flight(&mut self) {
+    pub(super) fn clear_in_flight(&mut self) {
         self.requeue_where(|s| matches!(s, ItemState::Pending(_)));
         self.batches.clear();
         self.work.clear();

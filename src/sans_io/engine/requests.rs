@@ -12,8 +12,8 @@
 use log::{debug, info};
 use nostr::prelude::{Filter, Timestamp};
 
-use crate::sans_io::engine::relay::{ItemState, LiveMode, Status};
-use crate::sans_io::engine::{Action, Engine, Timer};
+use super::relay::{ItemState, LiveMode};
+use super::{Action, Engine, Status, Timer};
 use crate::sans_io::filters::{
     Encoded, REPO_FILTERS_PER_CHUNK, ROOT_FILTERS_PER_CHUNK, announcement_filter, chunk_filters,
     close_message, req_message_encoded, self_filter, wide_filter,
@@ -24,7 +24,7 @@ use crate::sans_io::time::Time;
 
 impl Engine {
     /// Starts as much queued historic work on `relay` as its limits allow.
-    pub(crate) fn schedule(&mut self, relay: RelayId, now: Time) {
+    pub(super) fn schedule(&mut self, relay: RelayId, now: Time) {
         self.open_next_pages(relay, now);
         loop {
             let state = &self.relays[relay.index()];
@@ -210,7 +210,7 @@ impl Engine {
 
     /// Sends a REQ and records the subscription.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn open_subscription(
+    pub(super) fn open_subscription(
         &mut self,
         relay: RelayId,
         filters: Vec<Encoded>,
@@ -245,7 +245,7 @@ impl Engine {
     }
 
     /// Sends CLOSE for a subscription and forgets it.
-    pub(crate) fn close_subscription(&mut self, relay: RelayId, id: u64) -> Option<Subscription> {
+    pub(super) fn close_subscription(&mut self, relay: RelayId, id: u64) -> Option<Subscription> {
         let sub = self.relay(relay).subs.remove(&id)?;
         self.actions.push_back(Action::Send {
             relay,
@@ -255,7 +255,7 @@ impl Engine {
     }
 
     /// Sends CLOSE for every subscription of `relay`.
-    pub(crate) fn close_all_subscriptions(&mut self, relay: RelayId) {
+    pub(super) fn close_all_subscriptions(&mut self, relay: RelayId) {
         let ids: Vec<u64> = self.relays[relay.index()].subs.keys().copied().collect();
         for id in ids {
             self.close_subscription(relay, id);
@@ -263,7 +263,7 @@ impl Engine {
     }
 
     /// The own relay's self-subscription.
-    pub(crate) fn subscribe_self(&mut self, since: Option<Timestamp>, now: Time) {
+    pub(super) fn subscribe_self(&mut self, since: Option<Timestamp>, now: Time) {
         self.self_since = since;
         let filter = self_filter(since).limit(self.page_limit(self.own));
         self.open_subscription(
@@ -281,7 +281,7 @@ impl Engine {
     /// Opens a relay's live set: Layer 1 and, when `with_confirmed`, the
     /// confirmed items — per-id if they fit the threshold, else one wide
     /// filter — all with `since`, packed into as few REQs as allowed.
-    pub(crate) fn subscribe_live(
+    pub(super) fn subscribe_live(
         &mut self,
         relay: RelayId,
         since: Option<Timestamp>,
@@ -400,7 +400,7 @@ impl Engine {
 
     /// Consolidates once confirmed items lack live coverage: at once when no
     /// batch is pending, else after the pending batches or the timeout.
-    pub(crate) fn maybe_consolidate(&mut self, relay: RelayId, now: Time) {
+    pub(super) fn maybe_consolidate(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
         if state.status != Status::Connected
             || state.uncovered_since.is_none()
@@ -423,7 +423,7 @@ impl Engine {
     /// Closes the live subscriptions and re-subscribes Layer 1 and every
     /// confirmed item with `since` reaching back over any uncovered gap.
     /// Confirmed state is kept; historic pages in flight continue.
-    pub(crate) fn consolidate(&mut self, relay: RelayId, now: Time) {
+    pub(super) fn consolidate(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
         if state.status != Status::Connected
             || (!state.consolidating && state.uncovered_since.is_none())
@@ -492,7 +492,7 @@ impl Engine {
     }
 
     /// A page never reached EOSE in time: treat it as refused.
-    pub(crate) fn on_eose_timeout(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
+    pub(super) fn on_eose_timeout(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
         let state = &self.relays[relay.index()];
         if state.epoch != epoch || state.subs.get(&id).is_none_or(|s| s.eose) {
             return;
@@ -507,7 +507,7 @@ impl Engine {
     }
 
     /// A pause after a refusal ended: retry what was refused.
-    pub(crate) fn on_resume(&mut self, relay: RelayId, epoch: u32, now: Time) {
+    pub(super) fn on_resume(&mut self, relay: RelayId, epoch: u32, now: Time) {
         let state = self.relay(relay);
         if state.epoch != epoch || state.status != Status::Connected {
             return;
