@@ -104,7 +104,7 @@ pub struct ShellOptions {
     /// Events the own-relay outbox holds before reading pauses.
     pub outbox_capacity: usize,
     /// Frames read per second from one remote relay at most (see
-    /// `read_rate`); the rest waits in the kernel's socket buffers.
+    /// `read_budget`); the rest waits in the kernel's socket buffers.
     pub max_frames_per_sec: u32,
 }
 
