@@ -324,7 +324,10 @@ impl World {
                 max_filters: self.rng.gen_bool(0.2).then(|| self.rng.gen_range(4..=20)),
                 max_message_length: None,
             });
-            let value_caps = self.rng.gen_bool(0.25).then_some(ValueCaps::EVENTSTORE);
+            let value_caps = self
+                .rng
+                .gen_bool(0.25)
+                .then_some(ValueCaps::eventstore().closed());
             let neg = match self.rng.gen_range(0..20) {
                 0..=5 => NegMode::Supported,
                 6..=16 => NegMode::Unknown,

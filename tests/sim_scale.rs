@@ -26,11 +26,11 @@ fn ten_thousand_repos_and_a_hundred_thousand_roots_fit_one_relays_limits() {
     for i in 0..10_000u64 {
         let tags = vec![tag(&["d", &format!("r{i}")]), tag(&["relays", A])];
         sim.engine
-            .handle_local_event(now, unsigned_local(owner, i, 30617, tags));
+            .handle_local_event(now, local_event(owner, i, 30617, tags));
     }
     let mut roots = Vec::new();
     for i in 0..100_000u64 {
-        let ev = unsigned_local(
+        let ev = local_event(
             owner,
             1_000_000 + i,
             1621,

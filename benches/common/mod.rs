@@ -1,19 +1,17 @@
-//! Helpers shared by the benches: sizes, a deterministic RNG, cheap local
-//! events, and a fake relay that answers every REQ with EOSE at once.
+//! Helpers shared by the benches: sizes and a deterministic RNG. Events and
+//! the relay that answers every REQ with EOSE at once come from the crate's
+//! simulation harness ([`grasp_sync::testing::sim`]), re-exported here.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod seed;
 
 use std::time::Duration;
 
-use grasp_sync::{Action, Engine, RelayId, Time};
-use nostr::prelude::*;
+pub use grasp_sync::testing::sim::instant::*;
+// The benches number up to a thousand repo owners: `keys` are the wide ones.
+pub use grasp_sync::testing::sim::{OWN, T0, local_event, local_id, sign, tag, wide_keys as keys};
 
-/// The own relay of every bench engine.
-pub const OWN: &str = "wss://own.example";
-/// Start of simulated time (seconds).
-pub const T0: u64 = 1_700_000_000;
 /// The engine's default batch window.
 pub const WINDOW: Duration = Duration::from_millis(5_000);
 
@@ -57,104 +55,4 @@ impl Rng {
     pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.below(hi - lo + 1)
     }
-}
-
-/// Deterministic keys.
-pub fn keys(n: u32) -> Keys {
-    let mut sk = [0x11u8; 32];
-    sk[..4].copy_from_slice(&(n + 1).to_be_bytes());
-    Keys::new(SecretKey::from_slice(&sk).expect("valid secret"))
-}
-
-pub fn tag(values: &[&str]) -> Tag {
-    Tag::parse(values.iter().copied()).expect("valid tag")
-}
-
-/// The made-up id [`local_event`] gives event `n` of `kind`.
-pub fn local_id(n: u64, kind: u16) -> EventId {
-    let mut id = [0u8; 32];
-    id[..8].copy_from_slice(&n.to_be_bytes());
-    id[8] = (kind & 0xff) as u8;
-    id[9] = (kind >> 8) as u8;
-    EventId::from_byte_array(id)
-}
-
-/// An event with a made-up id and signature, for the local-feed path that
-/// trusts its input (an embedding relay already verified it).
-pub fn local_event(pubkey: PublicKey, n: u64, kind: u16, tags: Vec<Tag>) -> Event {
-    let sig = Signature::from_slice(&[1u8; 64]).expect("64 bytes");
-    Event::new(
-        local_id(n, kind),
-        pubkey,
-        Timestamp::from_secs(T0),
-        Kind::from_u16(kind),
-        tags,
-        "",
-        sig,
-    )
-}
-
-/// A signed event.
-pub fn sign(k: &Keys, kind: u16, created_at: u64, tags: Vec<Tag>, content: &str) -> Event {
-    EventBuilder::new(Kind::from_u16(kind), content)
-        .tags(tags)
-        .custom_created_at(Timestamp::from_secs(created_at))
-        .finalize(k)
-        .expect("signing works")
-}
-
-/// The subscription id of a `["REQ","<id>",...]` message.
-pub fn req_sub_id(message: &str) -> Option<&str> {
-    let rest = message.strip_prefix("[\"REQ\",\"")?;
-    rest.split('"').next()
-}
-
-/// REQ messages and their bytes.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct ReqCount {
-    pub reqs: usize,
-    pub bytes: usize,
-}
-
-/// Answers one action the way an instant, empty relay would: connects
-/// succeed, every REQ gets EOSE, pings get pongs.
-pub fn answer(engine: &mut Engine, now: Time, action: Action, count: &mut ReqCount) {
-    match action {
-        Action::Connect { relay, .. } => engine.handle_connected(now, relay),
-        Action::Send { relay, message } => {
-            if let Some(id) = req_sub_id(&message) {
-                count.reqs += 1;
-                count.bytes += message.len();
-                let eose = format!("[\"EOSE\",\"{id}\"]");
-                engine.handle_message(now, relay, &eose);
-            }
-        }
-        Action::Ping { relay } => engine.handle_pong(now, relay),
-        Action::Disconnect { .. } => {}
-        // The benches measure the REQ path: the sink cannot list.
-        Action::ListLocal { request, .. } => engine.handle_local_list(now, request, None),
-        Action::FetchInfo { relay, .. } => engine.handle_relay_info(now, relay, None),
-    }
-}
-
-/// Answers actions until the engine asks nothing more.
-pub fn settle(engine: &mut Engine, now: Time) -> ReqCount {
-    let mut count = ReqCount::default();
-    while let Some(action) = engine.poll_action() {
-        answer(engine, now, action, &mut count);
-    }
-    count
-}
-
-/// True when every relay has all its items confirmed.
-pub fn all_confirmed(engine: &Engine) -> Result<usize, String> {
-    let mut confirmed = 0;
-    for relay in engine.relays().collect::<Vec<RelayId>>() {
-        let c = engine.item_counts(relay);
-        if c.queued != 0 || c.pending != 0 {
-            return Err(format!("{}: {c:?}", engine.relay_url(relay)));
-        }
-        confirmed += c.confirmed;
-    }
-    Ok(confirmed)
 }

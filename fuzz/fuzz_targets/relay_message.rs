@@ -110,9 +110,8 @@ fn step(world: &mut World, frame: &[u8]) {
             world.set_link(relay, links[usize::from(byte(0)) % links.len()]);
         }
         13 => {
-            world
-                .engine
-                .handle_offence(world.now, relay, Offence::Protocol);
+            let now = world.now;
+            world.engine.handle_offence(now, relay, Offence::Protocol);
             world.drive();
         }
         14 => {
@@ -120,7 +119,8 @@ fn step(world: &mut World, frame: &[u8]) {
             world.local_event(events[usize::from(byte(0)) % events.len()].clone());
         }
         _ => {
-            world.engine.handle_pong(world.now, relay);
+            let now = world.now;
+            world.engine.handle_pong(now, relay);
             world.drive();
         }
     }

@@ -1,21 +1,23 @@
-//! What the fuzz targets share: the engine wired to scripted relays that
-//! connect, refuse or hang on command, a clock the target moves, and a pool
-//! of validly signed NIP-34 events built once per process (signing is the
-//! costly part of an input, so it is not repeated per run).
+//! What the fuzz targets share: the crate's simulation harness
+//! ([`grasp_sync::testing::sim`]) set up as a fuzz script needs it, relays
+//! that answer nothing on their own and connect, refuse, hang or answer busy
+//! as the script says, while the script speaks for them; the clock the
+//! script moves; and a pool of validly signed NIP-34 events built once per
+//! process (signing is the costly part of an input, so it is not repeated
+//! per run).
 
 pub mod model;
 
-use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use grasp_sync::{Action, Config, Engine, RelayId, Time};
+use grasp_sync::testing::sim::{FakeRelay, Offline, Sim, Sink, plain_announcement, root};
+use grasp_sync::{Config, RelayId};
 use nostr::prelude::*;
 
-/// The own relay of every fuzzed engine.
-pub const OWN: &str = "wss://own.example";
-/// Start of the fuzzed clock, in seconds.
-pub const T0: u64 = 1_700_000_000;
+pub use grasp_sync::testing::sim::{Listing, OWN, T0, coord, keys, sign, try_tag as tag};
+
 /// Remote relays the setup announcements list.
 pub const REMOTES: [&str; 3] = [
     "wss://r0.example",
@@ -40,240 +42,107 @@ pub enum Link {
     Busy,
 }
 
-/// How the sink answers the engine's `ListLocal` (negentropy) requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Listing {
-    /// With the pool events the filter matches.
-    Held,
-    /// With nothing.
-    Empty,
-    /// That it cannot list.
-    Unable,
-    /// Never.
-    Silent,
+/// An engine and the relays it talks to, all driven by the fuzz input: a
+/// [`Sim`] (which it derefs to) whose relays are scripted, whose sink drops
+/// what it is given and whose own relay lists the pool.
+pub struct World {
+    sim: Sim,
 }
 
-/// An engine and the relays it talks to, all driven by the fuzz input.
-pub struct World {
-    /// The engine under test.
-    pub engine: Engine,
-    /// The current time.
-    pub now: Time,
-    /// How the sink answers `ListLocal`.
-    pub listing: Listing,
-    links: HashMap<RelayId, Link>,
-    /// Open subscription and negentropy session ids per relay, oldest
-    /// first, as the engine's REQ/NEG-OPEN and CLOSE/NEG-CLOSE left them.
-    subs: HashMap<RelayId, Vec<String>>,
-    /// Id of the last AUTH event sent to each relay, for its `OK`.
-    auths: HashMap<RelayId, String>,
+impl Deref for World {
+    type Target = Sim;
+    fn deref(&self) -> &Sim {
+        &self.sim
+    }
+}
+
+impl DerefMut for World {
+    fn deref_mut(&mut self) -> &mut Sim {
+        &mut self.sim
+    }
 }
 
 impl World {
     /// An engine at `T0` with every relay up; its first connects are answered.
     pub fn new(config: Config) -> World {
-        let now = Time::from_secs(T0);
-        // The configs of the targets are built from constants that parse.
-        let engine = Engine::new(config, now).expect("fuzz config is valid");
-        let mut world = World {
-            engine,
-            now,
-            listing: Listing::Held,
-            links: HashMap::new(),
-            subs: HashMap::new(),
-            auths: HashMap::new(),
-        };
-        world.drive();
-        world
+        let mut sim = Sim::new(config);
+        sim.new_relays = Some(FakeRelay::scripted);
+        sim.sink = Sink::Drops;
+        let own = sim.own.clone();
+        *sim.relay(&own) = FakeRelay::scripted();
+        let pool = pool();
+        for event in pool.setup.iter().chain(&pool.extra) {
+            sim.seed(&own, event);
+        }
+        sim.settle();
+        World { sim }
     }
 
     /// Answers every action the engine asked for and drains its outputs.
     pub fn drive(&mut self) {
-        while let Some(action) = self.engine.poll_action() {
-            match action {
-                Action::Connect { relay, .. } => self.answer_connect(relay),
-                Action::Send { relay, message } => self.track(relay, &message),
-                Action::Ping { relay } if self.link(relay) == Link::Up => {
-                    self.engine.handle_pong(self.now, relay)
-                }
-                Action::Ping { .. } => {}
-                Action::Disconnect { relay } => {
-                    self.subs.remove(&relay);
-                }
-                Action::ListLocal { request, filter } => self.answer_list(request, &filter),
-                Action::FetchInfo { relay, .. } => {
-                    self.engine.handle_relay_info(self.now, relay, None)
-                }
-            }
-        }
-        while self.engine.poll_output().is_some() {}
+        self.sim.settle();
     }
 
-    fn answer_connect(&mut self, relay: RelayId) {
-        match self.link(relay) {
-            Link::Up => {
-                self.subs.remove(&relay);
-                self.engine.handle_connected(self.now, relay);
-            }
-            Link::Down => self.engine.handle_connect_failed(self.now, relay),
-            Link::Busy => self.engine.handle_connect_refused(self.now, relay, 429),
-            Link::Hanging => {}
-        }
-    }
-
-    fn answer_list(&mut self, request: u64, filter: &Filter) {
-        let held = match self.listing {
-            Listing::Held => Some(held_by_sink(filter)),
-            Listing::Empty => Some(Vec::new()),
-            Listing::Unable => None,
-            Listing::Silent => return,
-        };
-        self.engine.handle_local_list(self.now, request, held);
-    }
-
-    /// Follows REQ, NEG-OPEN, their closes and AUTH, so the script can
-    /// answer with real ids.
-    fn track(&mut self, relay: RelayId, message: &str) {
-        let subs = self.subs.entry(relay).or_default();
-        let opened = ["[\"REQ\",\"", "[\"NEG-OPEN\",\""];
-        let closed = ["[\"CLOSE\",\"", "[\"NEG-CLOSE\",\""];
-        if let Some(id) = opened.iter().find_map(|p| quoted_after(message, p)) {
-            subs.push(id.to_owned());
-        } else if let Some(id) = closed.iter().find_map(|p| quoted_after(message, p)) {
-            subs.retain(|s| s != id);
-        } else if message.starts_with("[\"AUTH\"")
-            && let Some(id) =
-                quoted_after(message.split_once("\"id\":").map_or("", |(_, r)| r), "\"")
-        {
-            self.auths.insert(relay, id.to_owned());
-        }
+    fn fake(&mut self, relay: RelayId) -> &mut FakeRelay {
+        let url = self.sim.engine.relay_url(relay).to_owned();
+        self.sim.add_relay(&url)
     }
 
     /// The id of the last AUTH event sent to `relay`, if any.
     pub fn auth_id(&self, relay: RelayId) -> Option<&str> {
-        self.auths.get(&relay).map(String::as_str)
+        self.relays
+            .get(self.engine.relay_url(relay))
+            .and_then(FakeRelay::last_auth)
     }
 
     /// How `relay` answers.
     pub fn link(&self, relay: RelayId) -> Link {
-        self.links.get(&relay).copied().unwrap_or(Link::Up)
+        match self.relays.get(self.engine.relay_url(relay)) {
+            None => Link::Up,
+            Some(r) if r.online => Link::Up,
+            Some(r) => match r.offline {
+                Offline::Refused => Link::Down,
+                Offline::Hangs => Link::Hanging,
+                Offline::Busy(_) => Link::Busy,
+            },
+        }
     }
 
     /// Changes how `relay` answers from now on.
     pub fn set_link(&mut self, relay: RelayId, link: Link) {
-        self.links.insert(relay, link);
+        let fake = self.fake(relay);
+        fake.online = link == Link::Up;
+        fake.offline = match link {
+            Link::Up | Link::Down => Offline::Refused,
+            Link::Hanging => Offline::Hangs,
+            Link::Busy => Offline::Busy(429),
+        };
     }
 
     /// Subscription ids open on `relay`, oldest first.
     pub fn subs(&self, relay: RelayId) -> &[String] {
-        self.subs.get(&relay).map_or(&[], Vec::as_slice)
+        self.relays
+            .get(self.engine.relay_url(relay))
+            .map_or(&[], FakeRelay::open)
     }
 
     /// A text frame from `relay`.
     pub fn message(&mut self, relay: RelayId, text: &str) {
-        self.engine.handle_message(self.now, relay, text);
-        self.drive();
+        self.sim.deliver(relay, text);
     }
 
     /// The connection to `relay` drops, and it refuses connects until told otherwise.
     pub fn drop_relay(&mut self, relay: RelayId) {
         self.set_link(relay, Link::Down);
-        self.subs.remove(&relay);
-        self.engine.handle_disconnected(self.now, relay);
-        self.drive();
-    }
-
-    /// An event fed in by an embedding relay.
-    pub fn local_event(&mut self, event: Event) {
-        self.engine.handle_local_event(self.now, event);
-        self.drive();
+        self.sim.disconnect(relay);
     }
 
     /// Moves the clock by `d`, firing timers at their deadlines for at most
     /// `steps` wake-ups and then all the rest at once at the end, as a late
     /// event loop would (so a long jump stays cheap).
     pub fn advance(&mut self, d: Duration, steps: usize) {
-        let target = self.now + d;
-        for _ in 0..steps {
-            match self.engine.poll_timeout() {
-                Some(next) if next <= target => {
-                    self.now = self.now.max(next);
-                    self.engine.handle_timeout(self.now);
-                    self.drive();
-                }
-                _ => break,
-            }
-        }
-        self.now = target;
-        self.engine.handle_timeout(self.now);
-        self.drive();
+        self.sim.advance_waking(d, steps);
     }
-
-    /// Panics with the engine's own words when an invariant is broken.
-    pub fn check(&self) {
-        if let Err(e) = self.engine.check_invariants() {
-            panic!("invariant broken: {e}");
-        }
-    }
-}
-
-/// What the sink holds for `filter`: the pool events it matches.
-fn held_by_sink(filter: &Filter) -> Vec<(EventId, Timestamp)> {
-    let pool = pool();
-    pool.setup
-        .iter()
-        .chain(&pool.extra)
-        .filter(|e| filter.match_event(e, MatchEventOptions::new()))
-        .map(|e| (e.id, e.created_at))
-        .collect()
-}
-
-/// The text between `prefix` and the next quote, when `text` starts with `prefix`.
-fn quoted_after<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
-    text.strip_prefix(prefix)?.split('"').next()
-}
-
-/// Deterministic keys number `n`.
-pub fn keys(n: u8) -> Keys {
-    let mut secret = [0x11u8; 32];
-    secret[0] = n.max(1);
-    // Any 32 bytes this close to 0x11.. are below the curve order.
-    Keys::new(SecretKey::from_slice(&secret).expect("valid secret key"))
-}
-
-/// A signed event.
-pub fn sign(keys: &Keys, kind: u16, created_at: u64, tags: Vec<Tag>, content: &str) -> Event {
-    EventBuilder::new(Kind::from_u16(kind), content)
-        .tags(tags)
-        .custom_created_at(Timestamp::from_secs(created_at))
-        .finalize(keys)
-        // Signing with in-memory keys cannot fail.
-        .expect("signing with keys works")
-}
-
-/// A tag from its values; `None` for what nostr refuses (an empty tag).
-pub fn tag(values: &[&str]) -> Option<Tag> {
-    Tag::parse(values.iter().copied()).ok()
-}
-
-/// The repo ref of an announcement by `keys` with identifier `d`.
-pub fn coord(keys: &Keys, d: &str) -> String {
-    format!("30617:{}:{d}", keys.public_key().to_hex())
-}
-
-fn announcement(k: &Keys, d: &str, relays: &[&str], created_at: u64) -> Event {
-    let mut values = vec!["relays"];
-    values.extend_from_slice(relays);
-    let tags = [tag(&["d", d]), tag(&values)]
-        .into_iter()
-        .flatten()
-        .collect();
-    sign(k, 30617, created_at, tags, "")
-}
-
-fn root(k: &Keys, kind: u16, coords: &[String], created_at: u64) -> Event {
-    let tags = coords.iter().filter_map(|c| tag(&["a", c])).collect();
-    sign(k, kind, created_at, tags, "root")
 }
 
 fn tagging(k: &Keys, kind: u16, name: &str, value: &str, created_at: u64) -> Event {
@@ -301,10 +170,10 @@ fn build_pool() -> Pool {
     let [r0, r1, r2] = REMOTES;
     let (c1, c2) = (coord(&alice, "one"), coord(&bob, "two"));
     let setup = vec![
-        announcement(&alice, "one", &[r0, r1, OWN], T0 - 100),
-        announcement(&bob, "two", &[r1, r2], T0 - 90),
-        root(&carol, 1617, std::slice::from_ref(&c1), T0 - 80),
-        root(&carol, 1621, &[c1.clone(), c2.clone()], T0 - 70),
+        plain_announcement(&alice, "one", &[r0, r1, OWN], T0 - 100),
+        plain_announcement(&bob, "two", &[r1, r2], T0 - 90),
+        root(&carol, 1617, &[&c1], T0 - 80, "root"),
+        root(&carol, 1621, &[&c1, &c2], T0 - 70, "root"),
     ];
     let (root1, root2) = (setup[2].id.to_hex(), setup[3].id.to_hex());
     let extra = vec![
@@ -320,10 +189,16 @@ fn build_pool() -> Pool {
             tag(&["d", "one"]).into_iter().collect(),
             "",
         ),
-        announcement(&alice, "one", &[r2, LATE, OWN], T0 - 10),
-        announcement(&carol, "three", &[OWN, LATE], T0 - 5),
-        announcement(&carol, "elsewhere", &[r0], T0 - 5),
-        root(&alice, 1618, &[c2, coord(&carol, "three")], T0 - 3),
+        plain_announcement(&alice, "one", &[r2, LATE, OWN], T0 - 10),
+        plain_announcement(&carol, "three", &[OWN, LATE], T0 - 5),
+        plain_announcement(&carol, "elsewhere", &[r0], T0 - 5),
+        root(
+            &alice,
+            1618,
+            &[&c2, &coord(&carol, "three")],
+            T0 - 3,
+            "root",
+        ),
         sign(&bob, 1, T0 - 2, Vec::new(), "unrelated"),
     ];
     Pool { setup, extra }

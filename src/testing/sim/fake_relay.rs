@@ -1,0 +1,419 @@
+//! An in-memory NIP-01 relay for [`Sim`](super::Sim): stored events, open
+//! subscriptions, the limits and refusals relays in the wild answer with,
+//! NIP-42 and NIP-77. No sockets: [`FakeRelay::handle`] takes one client
+//! message and returns the relay's replies.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use negentropy::{Id, Negentropy, NegentropyStorageVector};
+use nostr::prelude::*;
+
+use crate::RelayInfo;
+use crate::testing::limits::{ValueCapRefusal, ValueCaps};
+
+/// How a fake relay refuses a subscription over its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refuse {
+    /// `CLOSED` with a limit reason.
+    Closed,
+    /// `NOTICE` naming no subscription (nostr-rs-relay).
+    Notice,
+}
+
+/// How a fake relay answers NIP-77.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NegMode {
+    /// `NOTICE "ERROR: unknown cmd"`, as most relays today.
+    Unknown,
+    /// A real responder (the negentropy crate, as rust-nostr's relays).
+    Supported,
+    /// `NEG-ERR` to every NEG-OPEN.
+    Error,
+    /// No answer at all.
+    Silent,
+}
+
+/// What a connect to a relay that is not [`online`](FakeRelay::online) meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offline {
+    /// The connect fails (refused, unreachable).
+    Refused,
+    /// The connect is never answered.
+    Hangs,
+    /// The websocket upgrade is answered with this HTTP status (429, 503).
+    Busy(u16),
+}
+
+/// An in-memory NIP-01 relay.
+#[derive(Debug)]
+pub struct FakeRelay {
+    /// Stored events, oldest stored first.
+    pub events: Vec<Event>,
+    /// Accepts connects and answers pings; see [`offline`](Self::offline).
+    pub online: bool,
+    /// What a connect meets while not `online`.
+    pub offline: Offline,
+    /// Answers nothing on its own: messages are only tracked
+    /// ([`open`](Self::open), [`last_auth`](Self::last_auth)), and the
+    /// driver (a fuzz script) speaks for the relay with
+    /// [`Sim::deliver`](super::Sim::deliver).
+    pub scripted: bool,
+    /// Stored results returned per REQ at most (all filters together).
+    pub cap: usize,
+    /// Stored results returned per FILTER at most, whatever `limit` asks
+    /// (khatru over eventstore's SQL backends: 100; strfry 500). A filter
+    /// without `limit` gets this many too.
+    pub filter_cap: usize,
+    /// Filters refused for too many values (eventstore's SQL backends).
+    pub value_caps: Option<ValueCaps>,
+    /// Refusals by `value_caps`: one per REQ refused with `CLOSED`, one
+    /// per filter refused with a `NOTICE`.
+    pub value_refusals: usize,
+    /// Most subscriptions open at once, and how one more is refused.
+    pub max_subs: Option<(usize, Refuse)>,
+    /// Open subscriptions and their filters.
+    pub subs: HashMap<String, Vec<Filter>>,
+    /// Every REQ received: (sub id, filters).
+    pub reqs: Vec<(String, Vec<Filter>)>,
+    /// Answer the next REQs that ask tags (Layer 2/3 work, not Layer 1)
+    /// with CLOSED and these reasons, in order.
+    pub close_next: VecDeque<String>,
+    /// Never send EOSE.
+    pub silent: bool,
+    /// Most subscriptions open at once.
+    pub peak_subs: usize,
+    /// Largest REQ message received, in bytes.
+    pub largest_req: usize,
+    /// NIP-42: refuse every REQ with `CLOSED auth-required:` (after sending
+    /// this challenge) until a valid AUTH arrives.
+    pub require_auth: Option<String>,
+    /// Answer AUTH with `OK false` (wrong key).
+    pub reject_auth: bool,
+    /// After AUTH, refuse tag REQs with `restricted:`.
+    pub restricted_after_auth: bool,
+    /// AUTH events received.
+    pub auths: Vec<Event>,
+    authed: bool,
+    /// How NEG-OPEN is answered.
+    pub negentropy: NegMode,
+    /// NEG-OPENs received.
+    pub neg_opens: usize,
+    /// The NIP-11 limits it publishes (`None`: no document).
+    pub info: Option<RelayInfo>,
+    /// NIP-11 documents asked of it.
+    pub info_fetches: usize,
+    neg_sessions: HashMap<String, Negentropy<'static, NegentropyStorageVector>>,
+    /// Subscription and negentropy session ids the client opened on this
+    /// connection and has not closed, oldest first, as its own messages
+    /// left them (the relay's `CLOSED` does not count).
+    open: Vec<String>,
+    /// Id (hex) of the last AUTH event the client sent, on any connection.
+    last_auth: Option<String>,
+}
+
+impl Default for FakeRelay {
+    fn default() -> Self {
+        FakeRelay::new()
+    }
+}
+
+impl FakeRelay {
+    /// An empty, honest, online relay without limits.
+    pub fn new() -> Self {
+        FakeRelay {
+            events: Vec::new(),
+            online: true,
+            offline: Offline::Refused,
+            scripted: false,
+            cap: usize::MAX,
+            filter_cap: usize::MAX,
+            value_caps: None,
+            value_refusals: 0,
+            max_subs: None,
+            subs: HashMap::new(),
+            reqs: Vec::new(),
+            close_next: VecDeque::new(),
+            silent: false,
+            peak_subs: 0,
+            largest_req: 0,
+            require_auth: None,
+            reject_auth: false,
+            restricted_after_auth: false,
+            auths: Vec::new(),
+            authed: false,
+            negentropy: NegMode::Unknown,
+            neg_opens: 0,
+            info: None,
+            info_fetches: 0,
+            neg_sessions: HashMap::new(),
+            open: Vec::new(),
+            last_auth: None,
+        }
+    }
+
+    /// A relay that answers nothing on its own (see [`scripted`](Self::scripted)).
+    pub fn scripted() -> Self {
+        FakeRelay {
+            scripted: true,
+            ..FakeRelay::new()
+        }
+    }
+
+    /// Subscription and negentropy session ids the client has open, oldest
+    /// first (by its own REQ/NEG-OPEN and CLOSE/NEG-CLOSE).
+    pub fn open(&self) -> &[String] {
+        &self.open
+    }
+
+    /// The id (hex) of the last AUTH event the client sent, if any.
+    pub fn last_auth(&self) -> Option<&str> {
+        self.last_auth.as_deref()
+    }
+
+    /// A connection was made: it has nothing open yet.
+    pub fn on_connect(&mut self) {
+        self.open.clear();
+    }
+
+    /// A connection ended: subscriptions, negentropy sessions and
+    /// authentication are per connection.
+    pub fn on_disconnect(&mut self) {
+        self.subs.clear();
+        self.neg_sessions.clear();
+        self.open.clear();
+        self.authed = false;
+    }
+
+    /// Follows the ids the client opens and closes, and its AUTH, from the
+    /// text alone (cheap enough for every message of a fuzz run).
+    fn track(&mut self, message: &str) {
+        let opened = ["[\"REQ\",\"", "[\"NEG-OPEN\",\""];
+        let closed = ["[\"CLOSE\",\"", "[\"NEG-CLOSE\",\""];
+        if let Some(id) = opened.iter().find_map(|p| quoted_after(message, p)) {
+            self.open.push(id.to_owned());
+        } else if let Some(id) = closed.iter().find_map(|p| quoted_after(message, p)) {
+            self.open.retain(|s| s != id);
+        } else if message.starts_with("[\"AUTH\"")
+            && let Some(id) =
+                quoted_after(message.split_once("\"id\":").map_or("", |(_, r)| r), "\"")
+        {
+            self.last_auth = Some(id.to_owned());
+        }
+    }
+
+    /// NIP-77, relay side.
+    fn on_neg(&mut self, sub: String, hex: &str, filter: Option<Filter>) -> Vec<String> {
+        if let Some(filter) = filter {
+            self.neg_opens += 1;
+            match self.negentropy {
+                NegMode::Unknown => {
+                    return vec![RelayMessage::notice("ERROR: unknown cmd NEG-OPEN").as_json()];
+                }
+                NegMode::Error => {
+                    return vec![format!(r#"["NEG-ERR","{sub}","blocked: not here"]"#)];
+                }
+                NegMode::Silent => return Vec::new(),
+                NegMode::Supported => {}
+            }
+            let mut storage = NegentropyStorageVector::new();
+            for e in self
+                .events
+                .iter()
+                .filter(|e| filter.match_event(e, MatchEventOptions::new()))
+            {
+                storage
+                    .insert(e.created_at.as_secs(), Id::from_byte_array(e.id.to_bytes()))
+                    .expect("an unsealed storage takes items");
+            }
+            storage.seal().expect("sealed once");
+            let neg = Negentropy::owned(storage, 0).expect("frame size 0 is valid");
+            self.neg_sessions.insert(sub.clone(), neg);
+        }
+        let Some(neg) = self.neg_sessions.get_mut(&sub) else {
+            return vec![format!(r#"["NEG-ERR","{sub}","closed: unknown"]"#)];
+        };
+        let bytes = crate::internal::hex::decode(hex).expect("the engine sends valid hex");
+        let reply = neg
+            .reconcile(&bytes)
+            .expect("the engine sends valid negentropy messages");
+        let hex = crate::internal::hex::encode(&reply);
+        vec![format!(r#"["NEG-MSG","{sub}","{hex}"]"#)]
+    }
+
+    /// NIP-42: a valid kind 22242 with our challenge is accepted (unless
+    /// `reject_auth`).
+    fn on_auth(&mut self, event: Event) -> Vec<String> {
+        let tag = |name: &str| {
+            event
+                .tags
+                .iter()
+                .map(|t| t.as_slice())
+                .find(|t| t.first().map(String::as_str) == Some(name))
+                .and_then(|t| t.get(1).cloned())
+        };
+        let valid = event.kind == Kind::Authentication
+            && event.verify().is_ok()
+            && tag("challenge") == self.require_auth
+            && tag("relay").is_some();
+        let accepted = valid && !self.reject_auth;
+        self.authed |= accepted;
+        let id = event.id;
+        self.auths.push(event);
+        vec![RelayMessage::ok(id, accepted, if accepted { "" } else { "restricted: no" }).as_json()]
+    }
+
+    /// Answers one client message; returns the relay's replies.
+    pub fn handle(&mut self, text: &str) -> Vec<String> {
+        self.track(text);
+        if self.scripted {
+            return Vec::new();
+        }
+        let msg = ClientMessage::from_json(text).expect("engine sends valid client messages");
+        match msg {
+            ClientMessage::Req {
+                subscription_id,
+                filters,
+            } => {
+                let filters: Vec<Filter> = filters.into_iter().map(|f| f.into_owned()).collect();
+                self.on_req(subscription_id.to_string(), filters, text.len())
+            }
+            ClientMessage::Close(id) => {
+                self.subs.remove(&id.to_string());
+                Vec::new()
+            }
+            ClientMessage::Auth(event) => self.on_auth(event.into_owned()),
+            ClientMessage::NegOpen {
+                subscription_id,
+                filter,
+                initial_message,
+            } => self.on_neg(
+                subscription_id.to_string(),
+                &initial_message,
+                Some(filter.into_owned()),
+            ),
+            ClientMessage::NegMsg {
+                subscription_id,
+                message,
+            } => self.on_neg(subscription_id.to_string(), &message, None),
+            ClientMessage::NegClose { subscription_id } => {
+                self.neg_sessions.remove(subscription_id.as_str());
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_req(&mut self, id: String, filters: Vec<Filter>, len: usize) -> Vec<String> {
+        self.reqs.push((id.clone(), filters.clone()));
+        self.largest_req = self.largest_req.max(len);
+        let sub = SubscriptionId::new(&id);
+        let closed = |reason: &str| vec![RelayMessage::closed(sub.clone(), reason).as_json()];
+        let tagged = filters.iter().any(|f| !f.generic_tags.is_empty());
+        if let Some(challenge) = self.require_auth.clone().filter(|_| !self.authed) {
+            let mut out = vec![RelayMessage::auth(challenge).as_json()];
+            out.extend(closed("auth-required: log in"));
+            return out;
+        }
+        if tagged && self.authed && self.restricted_after_auth {
+            return closed("restricted: members only");
+        }
+        if let Some(reason) = self.close_next.pop_front_if(|_| tagged) {
+            return closed(&reason);
+        }
+        // eventstore's value caps: a refused filter is queried for nothing.
+        let mut out = Vec::new();
+        let mut queried = Vec::with_capacity(filters.len());
+        for filter in &filters {
+            match self
+                .value_caps
+                .and_then(|caps| Some((caps, caps.check(filter)?)))
+            {
+                None => queried.push(filter.clone()),
+                Some((caps, error)) => {
+                    self.value_refusals += 1;
+                    match caps.refusal {
+                        ValueCapRefusal::Closed => return closed(&ValueCaps::closed_reason(error)),
+                        ValueCapRefusal::Notice => out.push(RelayMessage::notice(error).as_json()),
+                    }
+                }
+            }
+        }
+        if let Some((max, style)) = self.max_subs
+            && self.subs.len() >= max
+        {
+            return match style {
+                Refuse::Closed => closed("error: too many concurrent REQs"),
+                Refuse::Notice => {
+                    vec![
+                        RelayMessage::notice("Maximum concurrent subscription count reached")
+                            .as_json(),
+                    ]
+                }
+            };
+        }
+        out.extend(
+            self.stored(&queried)
+                .into_iter()
+                .map(|e| RelayMessage::event(sub.clone(), e).as_json()),
+        );
+        if !self.silent {
+            out.push(RelayMessage::eose(sub).as_json());
+        }
+        self.subs.insert(id, filters);
+        self.peak_subs = self.peak_subs.max(self.subs.len());
+        out
+    }
+
+    /// Stored events for a REQ: per filter newest first up to its limit
+    /// and the per-filter cap, merged, newest first, capped per REQ.
+    fn stored(&self, filters: &[Filter]) -> Vec<Event> {
+        let mut seen = HashSet::new();
+        let mut all = Vec::new();
+        for f in filters {
+            let mut hits: Vec<&Event> = self
+                .events
+                .iter()
+                .filter(|e| f.match_event(e, MatchEventOptions::new()))
+                .collect();
+            hits.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+            let limit = f.limit.unwrap_or(usize::MAX).min(self.filter_cap);
+            for e in hits.into_iter().take(limit) {
+                if seen.insert(e.id) {
+                    all.push(e.clone());
+                }
+            }
+        }
+        all.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+        all.truncate(self.cap);
+        all
+    }
+
+    /// Stores an event and returns the live EVENT messages for open
+    /// subscriptions (none if it was stored already).
+    pub fn publish(&mut self, event: Event) -> Vec<String> {
+        if self.has(&event.id) {
+            return Vec::new();
+        }
+        let out = self
+            .subs
+            .iter()
+            .filter(|(_, fs)| {
+                fs.iter()
+                    .any(|f| f.match_event(&event, MatchEventOptions::new()))
+            })
+            .map(|(id, _)| RelayMessage::event(SubscriptionId::new(id), event.clone()).as_json())
+            .collect();
+        self.events.push(event);
+        out
+    }
+
+    /// True if the relay stores the event.
+    pub fn has(&self, id: &EventId) -> bool {
+        self.events.iter().any(|e| e.id == *id)
+    }
+}
+
+/// The text between `prefix` and the next quote, when `text` starts with `prefix`.
+fn quoted_after<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    text.strip_prefix(prefix)?.split('"').next()
+}
