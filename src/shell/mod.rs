@@ -22,276 +22,95 @@
 //!   event the own relay answers `OK true` (or `duplicate:`) is fed back to
 //!   the engine, so a remotely found repo is synced only once the own relay
 //!   took it. A custom sink's embedder feeds what it stores itself.
+//!
+//! # Files
+//!
+//! This file holds the [`Shell`]: its construction and the loop (`run`,
+//! `drive`, `apply`, readiness dispatch, how a connection ends, timers,
+//! shutdown, the metrics endpoint's slots). The rest, one concern each:
+//!
+//! - `options`, `error`, `handle`, `sink`: the public face
+//!   ([`ShellOptions`], [`ShellError`], [`ShellHandle`], [`Sink`] and
+//!   [`SinkTarget`]).
+//! - `clock`: the only wall-clock read.
+//! - `slots`: the connection table and its generation-tagged tokens.
+//! - `connect`: every connection's start, DNS answer, address guard and
+//!   deadline; `connect_error` says why one failed.
+//! - `read_budget`: how much one relay connection is read per turn and per
+//!   second.
+//! - `own_sink`: where synced events go; the own-relay connection's
+//!   plumbing.
+//! - `nip11`: the shell's side of NIP-11 fetches; `info_fetch` is their
+//!   sans-IO HTTP.
+//! - `dns`, `tls`, `ws`: name lookups off the loop, TLS roots, websocket
+//!   and HTTP transports.
+//! - `metrics`, `metrics_server`: the counters, their page and its
+//!   listener.
+//! - `key_file`, `rlimit`: the AUTH key file and the file-descriptor limit,
+//!   for the binary.
+//!
+//! [`Sink`]: sink::Sink
 
+mod clock;
+mod connect;
 pub(crate) mod connect_error;
 pub(crate) mod dns;
+mod error;
+mod handle;
 pub(crate) mod info_fetch;
 pub(crate) mod key_file;
 pub(crate) mod metrics;
 pub(crate) mod metrics_server;
+mod nip11;
+mod options;
+mod own_sink;
 pub(crate) mod read_budget;
 pub(crate) mod rlimit;
 pub(crate) mod sink;
+mod slots;
 pub(crate) mod tls;
 pub(crate) mod ws;
 
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
 
 use log::{debug, info, warn};
-use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token, Waker};
-use nostr::prelude::{Event, Filter};
+use mio::{Events, Poll, Token, Waker};
 use rustls::ClientConfig;
-use rustls::pki_types::ServerName;
-use slab::Slab;
 use tungstenite::protocol::WebSocketConfig;
 
-use crate::sans_io::address::{host_and_port, ip_literal, refusal_reason};
+pub use crate::shell::error::ShellError;
+pub use crate::shell::handle::ShellHandle;
+pub use crate::shell::options::ShellOptions;
+pub use crate::shell::sink::SinkTarget;
+
 use crate::sans_io::config::Config;
-use crate::sans_io::engine::Offence;
-use crate::sans_io::engine::{Action, ConfigError, Engine, Output};
+use crate::sans_io::engine::{Action, Engine, Offence, Output};
 use crate::sans_io::index::RelayId;
-use crate::sans_io::own_relay::{ClientOutput, OwnRelayClient, Transmit};
 use crate::sans_io::time::Time;
 use crate::sans_io::timer::TimerWheel;
-use crate::shell::connect_error::ConnectError;
-use crate::shell::dns::{Resolved, Resolver};
-use crate::shell::metrics::{ShellStats, SinkView, render};
-use crate::shell::metrics_server::{MetricsConn, MetricsListener};
-use crate::shell::read_budget::ReadRate;
-use crate::shell::sink::Sink;
-use crate::shell::ws::{GetEvent, HttpGet, TlsTarget, WsConnection, WsEvent};
+use crate::shell::clock::Clock;
+use crate::shell::connect::Transport;
+use crate::shell::dns::Resolver;
+use crate::shell::handle::Command;
+use crate::shell::metrics::{ShellStats, render};
+use crate::shell::metrics_server::MetricsListener;
+use crate::shell::own_sink::SinkState;
+use crate::shell::read_budget::{READ_BUDGET, ReadEnd, ReadRate, read_relay};
+use crate::shell::slots::{Conn, Slot, SlotKind, Slots};
+use crate::shell::ws::{GetEvent, WsConnection, WsEvent};
 
+/// The poll token of the `Waker` (DNS answers, handle commands). Slot
+/// tokens never reach it or `METRICS` (see `slots`).
 const WAKER: Token = Token(usize::MAX);
+/// The poll token of the metrics listener.
 const METRICS: Token = Token(usize::MAX - 2);
-/// Time a connection (DNS, TCP, TLS, websocket) may take.
-const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
 
-/// Default of [`ShellOptions::max_relays`].
-pub(crate) const DEFAULT_MAX_RELAYS: usize = 10_000;
-/// Default of [`ShellOptions::max_frame_bytes`] (1 MiB).
-pub(crate) const DEFAULT_MAX_FRAME_BYTES: usize = 1_048_576;
-/// Default of [`ShellOptions::max_frames_per_sec`].
-pub(crate) const DEFAULT_MAX_FRAMES_PER_SEC: u32 = 5_000;
-/// Default of [`ShellOptions::shutdown_timeout`].
-pub(crate) const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Shell settings besides the engine's.
-#[derive(Debug, Clone)]
-pub struct ShellOptions {
-    /// Connect to relays that resolve to loopback/private/link-local addresses.
-    pub allow_private_addresses: bool,
-    /// Relays connected at once at most; also the most NIP-11 fetches in
-    /// flight at once (counted apart: a relay's fetch runs beside its
-    /// websocket, and one past the cap is skipped, not queued).
-    pub max_relays: usize,
-    /// PEM files with extra root certificates (private CAs).
-    pub extra_ca_files: Vec<PathBuf>,
-    /// Largest websocket message and frame accepted.
-    pub max_frame_bytes: usize,
-    /// Longest flush of the outbox at shutdown.
-    pub shutdown_timeout: Duration,
-    /// Serve Prometheus metrics here.
-    pub metrics: Option<SocketAddr>,
-    /// DNS worker threads.
-    pub dns_threads: usize,
-    /// Events the own-relay outbox holds before reading pauses.
-    pub outbox_capacity: usize,
-    /// Frames read per second from one remote relay at most (see
-    /// `read_budget`); the rest waits in the kernel's socket buffers.
-    pub max_frames_per_sec: u32,
-}
-
-impl Default for ShellOptions {
-    fn default() -> Self {
-        ShellOptions {
-            allow_private_addresses: false,
-            max_relays: DEFAULT_MAX_RELAYS,
-            extra_ca_files: Vec::new(),
-            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
-            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
-            metrics: None,
-            dns_threads: 2,
-            outbox_capacity: 10_000,
-            max_frames_per_sec: DEFAULT_MAX_FRAMES_PER_SEC,
-        }
-    }
-}
-
-/// Where synced events go.
-pub enum SinkTarget {
-    /// Publish to the own relay (`Config::own_relay`) with `EVENT`.
-    OwnRelay,
-    /// Hand to an embedding relay's sink.
-    Custom(Box<dyn Sink + Send>),
-}
-
-/// Why the shell could not start.
-#[derive(Debug)]
-pub enum ShellError {
-    /// The engine configuration is invalid.
-    Config(ConfigError),
-    /// A file of [`ShellOptions::extra_ca_files`] could not be used:
-    /// unreadable, not PEM, without a certificate, or one TLS refuses.
-    CaFile {
-        /// The file.
-        path: PathBuf,
-        /// What was wrong with it.
-        error: io::Error,
-    },
-    /// The TLS client configuration could not be built.
-    Tls(rustls::Error),
-    /// A socket or the poll could not be set up.
-    Io(io::Error),
-}
-
-impl std::fmt::Display for ShellError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ShellError::Config(e) => write!(f, "{e}"),
-            ShellError::CaFile { path, error } => write!(f, "tls: {}: {error}", path.display()),
-            ShellError::Tls(e) => write!(f, "tls: {e}"),
-            ShellError::Io(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for ShellError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ShellError::Config(e) => Some(e),
-            ShellError::CaFile { error, .. } => error.get_ref().map(|e| e as _),
-            ShellError::Tls(e) => Some(e),
-            ShellError::Io(e) => Some(e),
-        }
-    }
-}
-
-impl From<io::Error> for ShellError {
-    fn from(e: io::Error) -> Self {
-        ShellError::Io(e)
-    }
-}
-
-/// Requests from other threads.
-enum Command {
-    Feed(Box<Event>),
-    Shutdown,
-}
-
-/// A cloneable handle to a running shell, usable from any thread.
-#[derive(Clone)]
-pub struct ShellHandle {
-    tx: Sender<Command>,
-    waker: Arc<Waker>,
-}
-
-impl ShellHandle {
-    /// Feeds an event the embedding relay accepted (instead of the self-subscription).
-    pub fn feed(&self, event: Event) {
-        if self.tx.send(Command::Feed(Box::new(event))).is_ok() {
-            let _ = self.waker.wake();
-        }
-    }
-
-    /// Asks the shell to stop: no new work, outbox flushed within the deadline.
-    pub fn shutdown(&self) {
-        if self.tx.send(Command::Shutdown).is_ok() {
-            let _ = self.waker.wake();
-        }
-    }
-}
-
-/// Monotonic time anchored to the Unix epoch once, so timers ignore wall-clock jumps.
-struct Clock {
-    start: Instant,
-    unix_ms: u64,
-}
-
-impl Clock {
-    fn new() -> Self {
-        let unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        Clock {
-            start: Instant::now(),
-            unix_ms,
-        }
-    }
-
-    fn now(&self) -> Time {
-        Time::from_millis(self.unix_ms + self.start.elapsed().as_millis() as u64)
-    }
-}
-
-/// A connection's transport: waiting for DNS, a websocket in progress, or
-/// a NIP-11 fetch in progress.
-enum Conn {
-    Resolving {
-        url: String,
-        port: u16,
-        tls: Option<TlsTarget>,
-        trusted: bool,
-    },
-    Ws(Box<WsConnection>),
-    Http(Box<HttpGet>),
-}
-
-impl Conn {
-    fn socket(&mut self) -> Option<&mut TcpStream> {
-        match self {
-            Conn::Resolving { .. } => None,
-            Conn::Ws(ws) => ws.socket(),
-            Conn::Http(get) => get.socket(),
-        }
-    }
-}
-
-enum SlotKind {
-    Relay {
-        relay: RelayId,
-        conn: Conn,
-        opened: bool,
-        rate: ReadRate,
-        /// Reads stopped until the rate window refills (a timer is armed).
-        throttled: bool,
-    },
-    OwnSink {
-        conn: Conn,
-        opened: bool,
-    },
-    /// A NIP-11 fetch for `relay`; answered to the engine when it ends,
-    /// however it ends.
-    Info {
-        relay: RelayId,
-        conn: Conn,
-    },
-    Metrics(MetricsConn),
-}
-
-struct Slot {
-    generation: u32,
-    kind: SlotKind,
-}
-
-/// The own relay as the sink: its client, and the slot of its connection
-/// while there is one.
-struct OwnSink {
-    client: OwnRelayClient,
-    slot: Option<Token>,
-}
-
-enum SinkState {
-    OwnRelay(Box<OwnSink>),
-    Custom(Box<dyn Sink + Send>),
-}
-
+/// The shell's own timers, beside the engine's deadlines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ShellTimer {
     ConnectDeadline(Token),
@@ -309,8 +128,7 @@ pub struct Shell {
     engine: Engine,
     opts: ShellOptions,
     clock: Clock,
-    slots: Slab<Slot>,
-    generation: u32,
+    slots: Slots,
     relay_slots: HashMap<RelayId, Token>,
     trusted: HashSet<RelayId>,
     resolver: Resolver,
@@ -330,11 +148,6 @@ pub struct Shell {
     scratch: Vec<WsEvent>,
     /// Sockets were busy since the last trim.
     active: bool,
-    /// NIP-11 fetches in flight (`SlotKind::Info` slots, counted by
-    /// `insert_slot` and `remove_slot`), at most `max_relays`: each relay's
-    /// fetch runs beside its websocket, so a burst of connects needs at
-    /// most twice the sockets the operator allowed for, never more.
-    info_inflight: usize,
 }
 
 impl Shell {
@@ -364,18 +177,13 @@ impl Shell {
             .filter_map(|u| engine.relay_id(u))
             .collect();
         trusted.insert(engine.own_relay());
-        let sink = match sink {
-            SinkTarget::OwnRelay => SinkState::OwnRelay(Box::new(OwnSink {
-                client: OwnRelayClient::new(
-                    engine.relay_url(engine.own_relay()),
-                    auth_keys,
-                    opts.outbox_capacity,
-                    now,
-                ),
-                slot: None,
-            })),
-            SinkTarget::Custom(s) => SinkState::Custom(s),
-        };
+        let sink = SinkState::new(
+            sink,
+            engine.relay_url(engine.own_relay()),
+            auth_keys,
+            opts.outbox_capacity,
+            now,
+        );
         let ws_config = WebSocketConfig::default()
             .read_buffer_size(4 * 1024)
             .write_buffer_size(0)
@@ -384,19 +192,14 @@ impl Shell {
             .max_frame_size(Some(opts.max_frame_bytes));
         let mut timers = TimerWheel::new(now.as_millis());
         timers.insert((now + TRIM_EVERY).as_millis(), ShellTimer::Trim);
-        let (tx, commands) = channel();
-        let handle = ShellHandle {
-            tx,
-            waker: waker.clone(),
-        };
+        let (handle, commands) = ShellHandle::new(waker.clone());
         debug!("shell for {own_url} ready");
         Ok(Shell {
             poll,
             engine,
             opts,
             clock,
-            slots: Slab::new(),
-            generation: 0,
+            slots: Slots::default(),
             relay_slots: HashMap::new(),
             trusted,
             resolver,
@@ -413,7 +216,6 @@ impl Shell {
             stopping: None,
             scratch: Vec::new(),
             active: false,
-            info_inflight: 0,
         })
     }
 
@@ -512,7 +314,7 @@ impl Shell {
             Action::FetchInfo { relay, url } => self.fetch_info(relay, &url, now),
             Action::Disconnect { relay } => {
                 if let Some(token) = self.relay_slots.remove(&relay) {
-                    self.remove_slot(token);
+                    self.slots.remove(token);
                 }
             }
         }
@@ -520,7 +322,7 @@ impl Shell {
 
     fn connect_relay(&mut self, relay: RelayId, url: &str, now: Time) {
         if let Some(old) = self.relay_slots.remove(&relay) {
-            self.remove_slot(old);
+            self.slots.remove(old);
         }
         let remote = self
             .relay_slots
@@ -556,171 +358,6 @@ impl Shell {
         }
     }
 
-    /// Fetches the NIP-11 document of `relay` (websocket URL `url`) and
-    /// answers `handle_relay_info` exactly once, however the fetch ends
-    /// (document, failure, deadline, shutdown). Past the cap of fetches in
-    /// flight the answer is `None` at once: the document only saves
-    /// refusals we learn the limits from anyway.
-    fn fetch_info(&mut self, relay: RelayId, url: &str, now: Time) {
-        if self.info_inflight >= self.opts.max_relays.max(1) {
-            debug!("{url}: NIP-11 fetch skipped; too many in flight");
-            self.stats.relay_info_skipped += 1;
-            return self.engine.handle_relay_info(now, relay, None);
-        }
-        if info_fetch::request(url).is_none() {
-            self.stats.relay_info_failed += 1;
-            debug!("{url}: no NIP-11 request for this URL");
-            return self.engine.handle_relay_info(now, relay, None);
-        }
-        let trusted = self.trusted.contains(&relay);
-        let kind = |conn| SlotKind::Info { relay, conn };
-        match self.start_conn(url, Transport::Http, trusted, now, kind) {
-            Ok(_) => {}
-            Err(reason) => {
-                debug!("{url}: NIP-11 fetch: {reason}");
-                self.stats.relay_info_failed += 1;
-                self.engine.handle_relay_info(now, relay, None);
-            }
-        }
-    }
-
-    /// A NIP-11 fetch got its response body: decode it and answer the engine.
-    fn info_done(&mut self, token: Token, body: &[u8], now: Time) {
-        let Some(SlotKind::Info { relay, .. }) = self.remove_slot(token) else {
-            return;
-        };
-        let info = info_fetch::decode_document(body);
-        if info.is_some() {
-            self.stats.relay_info_ok += 1;
-        } else {
-            self.stats.relay_info_failed += 1;
-            debug!(
-                "{}: NIP-11 response is not a JSON object",
-                self.engine.relay_url(relay)
-            );
-        }
-        self.engine.handle_relay_info(now, relay, info);
-    }
-
-    /// Allocates a slot and starts resolving or connecting `url`.
-    fn start_conn(
-        &mut self,
-        url: &str,
-        transport: Transport,
-        trusted: bool,
-        now: Time,
-        kind: impl FnOnce(Conn) -> SlotKind,
-    ) -> Result<Token, ConnectError> {
-        let (host, port) = host_and_port(url).ok_or(ConnectError::UnparsableUrl)?;
-        let tls = if url.starts_with("wss://") {
-            let name = ServerName::try_from(host.clone()).map_err(ConnectError::TlsName)?;
-            Some(TlsTarget {
-                config: self.tls.clone(),
-                name,
-            })
-        } else {
-            None
-        };
-        let conn = match ip_literal(&host) {
-            Some(ip) => self.connect_ip(url, transport, ip, port, tls, trusted)?,
-            None => Conn::Resolving {
-                url: url.to_owned(),
-                port,
-                tls,
-                trusted,
-            },
-        };
-        let resolving = matches!(conn, Conn::Resolving { .. });
-        let token = self.insert_slot(kind(conn))?;
-        if resolving && let Err(e) = self.resolver.resolve(token.0 as u64, &host, port) {
-            self.remove_slot(token);
-            self.stats.dns_failures += 1;
-            return Err(ConnectError::DnsQueue(e));
-        }
-        let deadline = match transport {
-            Transport::Ws => CONNECT_DEADLINE,
-            Transport::Http => info_fetch::DEADLINE,
-        };
-        self.timers.insert(
-            (now + deadline).as_millis(),
-            ShellTimer::ConnectDeadline(token),
-        );
-        Ok(token)
-    }
-
-    /// Starts connecting `ip` for `url` if the address guard allows it
-    /// (`trusted`: the own and bootstrap relays skip it).
-    fn connect_ip(
-        &mut self,
-        url: &str,
-        transport: Transport,
-        ip: IpAddr,
-        port: u16,
-        tls: Option<TlsTarget>,
-        trusted: bool,
-    ) -> Result<Conn, ConnectError> {
-        if !trusted
-            && !self.opts.allow_private_addresses
-            && let Some(reason) = refusal_reason(ip)
-        {
-            self.stats.address_refused += 1;
-            return Err(ConnectError::Refused { reason, ip });
-        }
-        let addr = SocketAddr::new(ip, port);
-        match transport {
-            Transport::Ws => WsConnection::connect(addr, url, tls, self.ws_config)
-                .map(|ws| Conn::Ws(Box::new(ws))),
-            Transport::Http => {
-                let request = info_fetch::request(url).ok_or(ConnectError::NoHttpRequest)?;
-                HttpGet::connect(addr, request, tls).map(|get| Conn::Http(Box::new(get)))
-            }
-        }
-        .map_err(ConnectError::Connect)
-    }
-
-    fn insert_slot(&mut self, mut kind: SlotKind) -> Result<Token, ConnectError> {
-        self.generation = (self.generation + 1) & 0x7fff_ffff;
-        let entry = self.slots.vacant_entry();
-        let token = slot_token(entry.key(), self.generation);
-        if let Some(socket) = kind_socket(&mut kind) {
-            self.poll
-                .registry()
-                .register(socket, token, Interest::READABLE | Interest::WRITABLE)
-                .map_err(ConnectError::Register)?;
-        }
-        if matches!(kind, SlotKind::Info { .. }) {
-            self.info_inflight += 1;
-        }
-        entry.insert(Slot {
-            generation: self.generation,
-            kind,
-        });
-        Ok(token)
-    }
-
-    fn slot_mut(&mut self, token: Token) -> Option<&mut Slot> {
-        slot_in(&mut self.slots, token)
-    }
-
-    /// Frees a slot (closing its socket). Every slot enters through
-    /// `insert_slot` and leaves through here, so the count of fetches in
-    /// flight stays exact whichever way a fetch ends.
-    fn remove_slot(&mut self, token: Token) -> Option<SlotKind> {
-        self.slot_mut(token)?;
-        let mut slot = self.slots.remove(token.0 & 0xffff_ffff);
-        match &mut slot.kind {
-            SlotKind::Relay {
-                conn: Conn::Ws(ws), ..
-            }
-            | SlotKind::OwnSink {
-                conn: Conn::Ws(ws), ..
-            } => ws.close(),
-            SlotKind::Info { .. } => self.info_inflight -= 1,
-            _ => {}
-        }
-        Some(slot.kind)
-    }
-
     fn with_relay_ws(
         &mut self,
         relay: RelayId,
@@ -736,7 +373,7 @@ impl Shell {
                 conn: Conn::Ws(ws), ..
             },
             ..
-        }) = self.slot_mut(token)
+        }) = self.slots.get_mut(token)
         {
             f(ws, &mut out);
         }
@@ -764,89 +401,13 @@ impl Shell {
         }
     }
 
-    fn on_resolved(&mut self, resolved: Resolved, now: Time) {
-        let token = Token(resolved.id as usize);
-        let Some(slot) = self.slot_mut(token) else {
-            return;
-        };
-        let transport = match slot.kind {
-            SlotKind::Info { .. } => Transport::Http,
-            _ => Transport::Ws,
-        };
-        let conn = match &mut slot.kind {
-            SlotKind::Relay { conn, .. }
-            | SlotKind::OwnSink { conn, .. }
-            | SlotKind::Info { conn, .. } => conn,
-            SlotKind::Metrics(_) => return,
-        };
-        let Conn::Resolving {
-            url,
-            port,
-            tls,
-            trusted,
-        } = std::mem::replace(
-            conn,
-            Conn::Resolving {
-                url: String::new(),
-                port: 0,
-                tls: None,
-                trusted: false,
-            },
-        )
-        else {
-            return;
-        };
-        let addrs = match resolved.result {
-            Ok(a) if !a.is_empty() => a,
-            Ok(_) | Err(_) => {
-                self.stats.dns_failures += 1;
-                return self.fail_slot(token, "DNS lookup failed", now);
-            }
-        };
-        let allowed = trusted || self.opts.allow_private_addresses;
-        let Some(addr) = addrs
-            .iter()
-            .find(|a| allowed || refusal_reason(a.ip()).is_none())
-        else {
-            self.stats.address_refused += 1;
-            return self.fail_slot(
-                token,
-                "resolves only to private addresses (see --allow-private-addresses)",
-                now,
-            );
-        };
-        match self.connect_ip(&url, transport, addr.ip(), port, tls, true) {
-            Ok(mut connected) => {
-                let registered = connected.socket().map(|s| {
-                    self.poll
-                        .registry()
-                        .register(s, token, Interest::READABLE | Interest::WRITABLE)
-                });
-                if let Some(Err(e)) = registered {
-                    return self.fail_slot(token, &ConnectError::Register(e).to_string(), now);
-                }
-                if let Some(Slot {
-                    kind:
-                        SlotKind::Relay { conn, .. }
-                        | SlotKind::OwnSink { conn, .. }
-                        | SlotKind::Info { conn, .. },
-                    ..
-                }) = self.slot_mut(token)
-                {
-                    *conn = connected;
-                }
-            }
-            Err(reason) => self.fail_slot(token, &reason.to_string(), now),
-        }
-    }
-
     fn on_slot_ready(&mut self, token: Token, now: Time) {
         let sink_full = !self.sink_has_room();
         let own = self.engine.own_relay();
         let mut out = std::mem::take(&mut self.scratch);
         let mut again = false;
         let mut fetched = GetEvent::Pending;
-        match self.slot_mut(token).map(|s| &mut s.kind) {
+        match self.slots.get_mut(token).map(|s| &mut s.kind) {
             Some(SlotKind::Relay {
                 relay,
                 conn: Conn::Ws(ws),
@@ -895,7 +456,9 @@ impl Shell {
     }
 
     fn unthrottle(&mut self, token: Token, now: Time) {
-        if let Some(SlotKind::Relay { throttled, .. }) = self.slot_mut(token).map(|s| &mut s.kind) {
+        if let Some(SlotKind::Relay { throttled, .. }) =
+            self.slots.get_mut(token).map(|s| &mut s.kind)
+        {
             *throttled = false;
             self.on_slot_ready(token, now);
         }
@@ -903,7 +466,7 @@ impl Shell {
 
     fn handle_ws_events(&mut self, token: Token, out: &mut Vec<WsEvent>, now: Time) {
         for event in out.drain(..) {
-            let Some(slot) = self.slot_mut(token) else {
+            let Some(slot) = self.slots.get_mut(token) else {
                 return;
             };
             match (&mut slot.kind, event) {
@@ -923,9 +486,7 @@ impl Shell {
                 }
                 (SlotKind::OwnSink { opened, .. }, WsEvent::Open) => {
                     *opened = true;
-                    if let SinkState::OwnRelay(own) = &mut self.sink {
-                        own.client.handle_connected();
-                    }
+                    self.on_sink_open();
                 }
                 (SlotKind::OwnSink { .. }, WsEvent::Text(text)) => self.on_sink_message(&text, now),
                 (SlotKind::Relay { relay, .. }, WsEvent::Violation(reason)) => {
@@ -950,7 +511,7 @@ impl Shell {
 
     /// Frees a relay's slot without telling the engine (the caller does).
     fn drop_relay_slot(&mut self, token: Token, relay: RelayId) {
-        self.remove_slot(token);
+        self.slots.remove(token);
         if self.relay_slots.get(&relay) == Some(&token) {
             self.relay_slots.remove(&relay);
         }
@@ -958,7 +519,7 @@ impl Shell {
 
     /// A connection ended: tell whoever owned it.
     fn fail_slot(&mut self, token: Token, reason: &str, now: Time) {
-        let Some(kind) = self.remove_slot(token) else {
+        let Some(kind) = self.slots.remove(token) else {
             return;
         };
         match kind {
@@ -973,13 +534,7 @@ impl Shell {
                     self.engine.handle_connect_failed(now, relay);
                 }
             }
-            SlotKind::OwnSink { .. } => {
-                if let SinkState::OwnRelay(own) = &mut self.sink {
-                    warn!("own relay sink: {reason}");
-                    own.slot = None;
-                    own.client.handle_disconnected(now);
-                }
-            }
+            SlotKind::OwnSink { .. } => self.on_sink_closed(reason, now),
             SlotKind::Info { relay, .. } => {
                 debug!("{}: NIP-11 fetch: {reason}", self.engine.relay_url(relay));
                 self.stats.relay_info_failed += 1;
@@ -993,7 +548,7 @@ impl Shell {
         while let Some((_, timer)) = self.timers.poll_expired(now.as_millis()) {
             match timer {
                 ShellTimer::ConnectDeadline(token) => {
-                    let pending = match self.slot_mut(token).map(|s| &s.kind) {
+                    let pending = match self.slots.get_mut(token).map(|s| &s.kind) {
                         Some(SlotKind::Relay { opened, .. } | SlotKind::OwnSink { opened, .. }) => {
                             !opened
                         }
@@ -1027,136 +582,6 @@ impl Shell {
             .insert((now + TRIM_EVERY).as_millis(), ShellTimer::Trim);
     }
 
-    // ----- sink -----
-
-    fn sink_has_room(&self) -> bool {
-        match &self.sink {
-            SinkState::OwnRelay(own) => own.client.has_room(),
-            SinkState::Custom(_) => true,
-        }
-    }
-
-    /// When the own-relay client wants to be called again (a reconnect, the
-    /// end of an outbox pause).
-    fn sink_timeout(&self) -> Option<Time> {
-        match &self.sink {
-            SinkState::OwnRelay(own) => own.client.poll_timeout(),
-            SinkState::Custom(_) => None,
-        }
-    }
-
-    fn deliver(&mut self, relay: RelayId, event: Event) {
-        match &mut self.sink {
-            SinkState::Custom(sink) => {
-                self.stats.sink_stored += 1;
-                sink.store(self.engine.relay_url(relay), event);
-            }
-            SinkState::OwnRelay(own) => own.client.push(event),
-        }
-    }
-
-    /// Connects the own relay when its client asks, sends what the client
-    /// has for the open connection, and resumes deferred reads once there
-    /// is room. True if anything moved.
-    fn pump_sink(&mut self, now: Time) -> bool {
-        let SinkState::OwnRelay(own) = &mut self.sink else {
-            return false;
-        };
-        if own.client.poll_connect(now) {
-            let url = own.client.url().to_owned();
-            self.connect_sink(&url, now);
-            return true;
-        }
-        let (Some(token), true) = (own.slot, own.client.is_open()) else {
-            return false;
-        };
-        let mut texts = Vec::new();
-        while let Some(transmit) = own.client.poll_transmit(now) {
-            if let Transmit::Publish(text) = &transmit {
-                self.stats.bytes_out += text.len() as u64;
-            }
-            texts.push(transmit.into_text());
-        }
-        let has_room = own.client.has_room();
-        let mut moved = !texts.is_empty();
-        self.send_to_sink(token, texts, now);
-        if has_room && !self.deferred.is_empty() {
-            for token in std::mem::take(&mut self.deferred) {
-                self.on_slot_ready(token, now);
-            }
-            moved = true;
-        }
-        moved
-    }
-
-    /// Starts the own-relay connection the client asked for.
-    fn connect_sink(&mut self, url: &str, now: Time) {
-        let kind = |conn| SlotKind::OwnSink {
-            conn,
-            opened: false,
-        };
-        let started = self.start_conn(url, Transport::Ws, true, now, kind);
-        let SinkState::OwnRelay(own) = &mut self.sink else {
-            return;
-        };
-        match started {
-            Ok(token) => own.slot = Some(token),
-            Err(reason) => {
-                warn!("own relay sink: {reason}");
-                own.client.handle_connect_error(now);
-            }
-        }
-    }
-
-    /// Sends texts on the own-relay connection.
-    fn send_to_sink(&mut self, token: Token, texts: Vec<String>, now: Time) {
-        if texts.is_empty() {
-            return;
-        }
-        let mut out = std::mem::take(&mut self.scratch);
-        if let Some(SlotKind::OwnSink {
-            conn: Conn::Ws(ws), ..
-        }) = self.slot_mut(token).map(|s| &mut s.kind)
-        {
-            for text in texts {
-                ws.send_text(text, &mut out);
-            }
-        }
-        self.handle_ws_events(token, &mut out, now);
-        self.scratch = out;
-    }
-
-    /// Asks the sink what it holds for `filter` (negentropy). A custom sink
-    /// answers at once; the own relay is asked by its client.
-    fn list_sink(&mut self, request: u64, filter: Filter, now: Time) {
-        match &mut self.sink {
-            SinkState::Custom(sink) => {
-                let held = sink.list(&filter);
-                self.engine.handle_local_list(now, request, held);
-            }
-            SinkState::OwnRelay(own) => own.client.handle_list(request, filter),
-        }
-    }
-
-    /// A text from the own relay: its client reads it, and the engine
-    /// learns what came of it (what the relay took, what it listed). What
-    /// the client answers goes out on the next `pump_sink`.
-    fn on_sink_message(&mut self, text: &str, now: Time) {
-        let SinkState::OwnRelay(own) = &mut self.sink else {
-            return;
-        };
-        own.client.handle_message(now, text);
-        while let Some(output) = own.client.poll_output() {
-            match output {
-                ClientOutput::Stored(event) => self.engine.handle_local_event(now, event),
-                ClientOutput::Listed { request, held } => {
-                    self.stats.sink_listed += held.len() as u64;
-                    self.engine.handle_local_list(now, request, Some(held));
-                }
-            }
-        }
-    }
-
     // ----- shutdown -----
 
     fn begin_shutdown(&mut self, now: Time) {
@@ -1164,18 +589,16 @@ impl Shell {
             return;
         }
         self.stopping = Some(now + self.opts.shutdown_timeout);
-        if let SinkState::OwnRelay(own) = &mut self.sink {
-            own.client.handle_shutdown();
-        }
+        self.sink_shutdown();
         let relays: Vec<Token> = self.relay_slots.drain().map(|(_, t)| t).collect();
         for token in relays {
-            self.remove_slot(token);
+            self.slots.remove(token);
         }
         let fetches: Vec<Token> = self
             .slots
             .iter()
-            .filter(|(_, s)| matches!(s.kind, SlotKind::Info { .. }))
-            .map(|(key, s)| slot_token(key, s.generation))
+            .filter(|(_, kind)| matches!(kind, SlotKind::Info { .. }))
+            .map(|(token, _)| token)
             .collect();
         for token in fetches {
             self.fail_slot(token, "shutting down", now);
@@ -1186,21 +609,14 @@ impl Shell {
         let Some(deadline) = self.stopping else {
             return false;
         };
-        let drained = match &self.sink {
-            SinkState::OwnRelay(own) => own.client.is_drained(),
-            SinkState::Custom(_) => true,
-        };
+        let drained = self.sink_drained();
         if drained || now >= deadline {
             if !drained {
                 warn!("shutdown deadline passed with events still in the outbox");
             }
-            let tokens: Vec<Token> = self
-                .slots
-                .iter()
-                .map(|(key, s)| slot_token(key, s.generation))
-                .collect();
+            let tokens: Vec<Token> = self.slots.iter().map(|(token, _)| token).collect();
             for token in tokens {
-                self.remove_slot(token);
+                self.slots.remove(token);
             }
             return true;
         }
@@ -1211,7 +627,10 @@ impl Shell {
 
     fn accept_metrics(&mut self) {
         while let Some(conn) = self.metrics.as_ref().and_then(MetricsListener::accept) {
-            if let Err(e) = self.insert_slot(SlotKind::Metrics(conn)) {
+            if let Err(e) = self
+                .slots
+                .insert(SlotKind::Metrics(conn), self.poll.registry())
+            {
                 warn!("metrics: {e}");
             }
         }
@@ -1224,93 +643,12 @@ impl Shell {
         let Some(Slot {
             kind: SlotKind::Metrics(m),
             ..
-        }) = slot_in(&mut self.slots, token)
+        }) = self.slots.get_mut(token)
         else {
             return;
         };
         if m.on_ready(|| render(engine, now, stats, &view)) {
-            self.remove_slot(token);
+            self.slots.remove(token);
         }
     }
-
-    fn sink_view(&self) -> SinkView {
-        match &self.sink {
-            SinkState::OwnRelay(own) => SinkView {
-                outbox_depth: own.client.outbox_depth(),
-                outbox: own.client.outbox_stats(),
-            },
-            SinkState::Custom(_) => SinkView::default(),
-        }
-    }
-}
-
-/// Frames one connection may read per turn before the others get theirs.
-const READ_BUDGET: usize = 64;
-
-/// How a relay read ended.
-enum ReadEnd {
-    /// Nothing more waiting.
-    Done,
-    /// The turn's budget ran out; more may be waiting.
-    More,
-    /// The per-second allowance ran out; read again at this time.
-    Throttled(Time),
-}
-
-/// One turn of reads from a relay connection, within the turn budget and
-/// (unless `trusted`, the own relay) the connection's per-second allowance.
-fn read_relay(
-    ws: &mut WsConnection,
-    rate: &mut ReadRate,
-    trusted: bool,
-    now: Time,
-    out: &mut Vec<WsEvent>,
-) -> ReadEnd {
-    let allowance = if trusted {
-        READ_BUDGET
-    } else {
-        rate.allowance(now).min(READ_BUDGET)
-    };
-    if allowance == 0 {
-        return ReadEnd::Throttled(rate.refill_at());
-    }
-    let before = out.len();
-    let more = ws.on_ready(out, allowance);
-    rate.spend(out.len() - before);
-    match (more, trusted || rate.allowance(now) > 0) {
-        (false, _) => ReadEnd::Done,
-        (true, true) => ReadEnd::More,
-        (true, false) => ReadEnd::Throttled(rate.refill_at()),
-    }
-}
-
-fn kind_socket(kind: &mut SlotKind) -> Option<&mut TcpStream> {
-    match kind {
-        SlotKind::Relay { conn, .. }
-        | SlotKind::OwnSink { conn, .. }
-        | SlotKind::Info { conn, .. } => conn.socket(),
-        SlotKind::Metrics(m) => Some(m.socket()),
-    }
-}
-
-/// The slot `token` names, unless it was freed (and maybe reused) since.
-/// A function of the slab alone, so the rest of the shell stays borrowable.
-fn slot_in(slots: &mut Slab<Slot>, token: Token) -> Option<&mut Slot> {
-    let (key, generation) = (token.0 & 0xffff_ffff, (token.0 >> 32) as u32);
-    slots.get_mut(key).filter(|s| s.generation == generation)
-}
-
-/// A slot's token: its generation above its slab key, so a token outlives
-/// its slot harmlessly (a reused key gets a new generation).
-fn slot_token(key: usize, generation: u32) -> Token {
-    Token(((generation as usize) << 32) | key)
-}
-
-/// What a slot's connection speaks once connected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Transport {
-    /// A websocket (relay or own-relay sink).
-    Ws,
-    /// One HTTP GET (a NIP-11 fetch).
-    Http,
 }

@@ -1,4 +1,5 @@
-//! How many frames the loop reads from one relay connection per second.
+//! How many frames the loop reads from one relay connection: per second,
+//! and per turn of the loop.
 //!
 //! Each frame costs a JSON parse and usually a signature check (about
 //! 50 µs). A relay that floods events as fast as it can would otherwise get
@@ -8,10 +9,15 @@
 //! on the relay, its unread data stays in the kernel's bounded buffers, not
 //! in ours, and nothing is dropped. Honest history syncs run at thousands of
 //! frames per second well within the default.
+//!
+//! Within a second, one connection also reads at most [`READ_BUDGET`]
+//! frames per turn of the loop before every other ready socket has had its
+//! turn, so a busy relay delays the rest by one budget, not one backlog.
 
 use std::time::Duration;
 
 use crate::sans_io::time::Time;
+use crate::shell::ws::{WsConnection, WsEvent};
 
 /// Length of one counting window.
 const WINDOW: Duration = Duration::from_secs(1);
@@ -53,6 +59,46 @@ impl ReadRate {
     /// When the allowance refills.
     pub(crate) fn refill_at(&self) -> Time {
         self.window_start + WINDOW
+    }
+}
+
+/// Frames one connection may read per turn before the others get theirs.
+pub(crate) const READ_BUDGET: usize = 64;
+
+/// How a relay read ended.
+pub(crate) enum ReadEnd {
+    /// Nothing more waiting.
+    Done,
+    /// The turn's budget ran out; more may be waiting.
+    More,
+    /// The per-second allowance ran out; read again at this time.
+    Throttled(Time),
+}
+
+/// One turn of reads from a relay connection, within the turn budget and
+/// (unless `trusted`, the own relay) the connection's per-second allowance.
+pub(crate) fn read_relay(
+    ws: &mut WsConnection,
+    rate: &mut ReadRate,
+    trusted: bool,
+    now: Time,
+    out: &mut Vec<WsEvent>,
+) -> ReadEnd {
+    let allowance = if trusted {
+        READ_BUDGET
+    } else {
+        rate.allowance(now).min(READ_BUDGET)
+    };
+    if allowance == 0 {
+        return ReadEnd::Throttled(rate.refill_at());
+    }
+    let before = out.len();
+    let more = ws.on_ready(out, allowance);
+    rate.spend(out.len() - before);
+    match (more, trusted || rate.allowance(now) > 0) {
+        (false, _) => ReadEnd::Done,
+        (true, true) => ReadEnd::More,
+        (true, false) => ReadEnd::Throttled(rate.refill_at()),
     }
 }
 

@@ -3,6 +3,7 @@
 //! The binary publishes them to the own relay (see `outbox` and the
 //! shell's own-relay connection). A relay embedding this crate implements
 //! [`Sink`] instead and stores events directly, with no websocket to itself.
+//! [`SinkTarget`] is that choice, made once when the shell is built.
 
 use nostr::prelude::{Event, EventId, Filter, Timestamp};
 
@@ -20,4 +21,12 @@ pub trait Sink {
         let _ = filter;
         None
     }
+}
+
+/// Where synced events go.
+pub enum SinkTarget {
+    /// Publish to the own relay (`Config::own_relay`) with `EVENT`.
+    OwnRelay,
+    /// Hand to an embedding relay's sink.
+    Custom(Box<dyn Sink + Send>),
 }

@@ -1,0 +1,58 @@
+//! What an operator tunes about the shell, beside the engine's `Config`:
+//! limits (relays, frame sizes, read rate, outbox), TLS roots, DNS threads,
+//! the metrics address and the shutdown deadline.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default of [`ShellOptions::max_relays`].
+const DEFAULT_MAX_RELAYS: usize = 10_000;
+/// Default of [`ShellOptions::max_frame_bytes`] (1 MiB).
+const DEFAULT_MAX_FRAME_BYTES: usize = 1_048_576;
+/// Default of [`ShellOptions::max_frames_per_sec`].
+const DEFAULT_MAX_FRAMES_PER_SEC: u32 = 5_000;
+/// Default of [`ShellOptions::shutdown_timeout`].
+const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Shell settings besides the engine's.
+#[derive(Debug, Clone)]
+pub struct ShellOptions {
+    /// Connect to relays that resolve to loopback/private/link-local addresses.
+    pub allow_private_addresses: bool,
+    /// Relays connected at once at most; also the most NIP-11 fetches in
+    /// flight at once (counted apart: a relay's fetch runs beside its
+    /// websocket, and one past the cap is skipped, not queued).
+    pub max_relays: usize,
+    /// PEM files with extra root certificates (private CAs).
+    pub extra_ca_files: Vec<PathBuf>,
+    /// Largest websocket message and frame accepted.
+    pub max_frame_bytes: usize,
+    /// Longest flush of the outbox at shutdown.
+    pub shutdown_timeout: Duration,
+    /// Serve Prometheus metrics here.
+    pub metrics: Option<SocketAddr>,
+    /// DNS worker threads.
+    pub dns_threads: usize,
+    /// Events the own-relay outbox holds before reading pauses.
+    pub outbox_capacity: usize,
+    /// Frames read per second from one remote relay at most (see
+    /// `read_budget`); the rest waits in the kernel's socket buffers.
+    pub max_frames_per_sec: u32,
+}
+
+impl Default for ShellOptions {
+    fn default() -> Self {
+        ShellOptions {
+            allow_private_addresses: false,
+            max_relays: DEFAULT_MAX_RELAYS,
+            extra_ca_files: Vec::new(),
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            metrics: None,
+            dns_threads: 2,
+            outbox_capacity: 10_000,
+            max_frames_per_sec: DEFAULT_MAX_FRAMES_PER_SEC,
+        }
+    }
+}

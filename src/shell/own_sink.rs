@@ -1,0 +1,228 @@
+//! The sink side of the loop: where synced events go and what the sink is
+//! asked.
+//!
+//! A custom [`Sink`] is called directly. The own relay is a websocket of
+//! its own, in a `SlotKind::OwnSink` slot, driven by the sans-IO
+//! `OwnRelayClient`: it says when to connect, what to send (outbox,
+//! listings, AUTH) and whether the outbox has room; this file only carries
+//! its texts and tells it what happened on the socket. `sink_has_room` is
+//! the back-pressure: while it is false the loop stops reading remote
+//! relays (their tokens wait in `deferred`) and `pump_sink` resumes them.
+
+use log::warn;
+use mio::Token;
+use nostr::prelude::{Event, Filter, Keys};
+
+use crate::sans_io::index::RelayId;
+use crate::sans_io::own_relay::{ClientOutput, OwnRelayClient, Transmit};
+use crate::sans_io::time::Time;
+use crate::shell::Shell;
+use crate::shell::connect::Transport;
+use crate::shell::metrics::SinkView;
+use crate::shell::sink::{Sink, SinkTarget};
+use crate::shell::slots::{Conn, SlotKind};
+
+/// The own relay as the sink: its client, and the slot of its connection
+/// while there is one.
+pub(super) struct OwnSink {
+    client: OwnRelayClient,
+    slot: Option<Token>,
+}
+
+/// The sink the shell was built with.
+pub(super) enum SinkState {
+    OwnRelay(Box<OwnSink>),
+    Custom(Box<dyn Sink + Send>),
+}
+
+impl SinkState {
+    /// The sink `target` names; the own relay's client (at `url`, signing
+    /// AUTH with `auth_keys`) starts disconnected with an empty outbox.
+    pub(super) fn new(
+        target: SinkTarget,
+        url: &str,
+        auth_keys: Option<Keys>,
+        outbox_capacity: usize,
+        now: Time,
+    ) -> SinkState {
+        match target {
+            SinkTarget::OwnRelay => SinkState::OwnRelay(Box::new(OwnSink {
+                client: OwnRelayClient::new(url, auth_keys, outbox_capacity, now),
+                slot: None,
+            })),
+            SinkTarget::Custom(sink) => SinkState::Custom(sink),
+        }
+    }
+}
+
+impl Shell {
+    pub(super) fn sink_has_room(&self) -> bool {
+        match &self.sink {
+            SinkState::OwnRelay(own) => own.client.has_room(),
+            SinkState::Custom(_) => true,
+        }
+    }
+
+    /// When the own-relay client wants to be called again (a reconnect, the
+    /// end of an outbox pause).
+    pub(super) fn sink_timeout(&self) -> Option<Time> {
+        match &self.sink {
+            SinkState::OwnRelay(own) => own.client.poll_timeout(),
+            SinkState::Custom(_) => None,
+        }
+    }
+
+    pub(super) fn deliver(&mut self, relay: RelayId, event: Event) {
+        match &mut self.sink {
+            SinkState::Custom(sink) => {
+                self.stats.sink_stored += 1;
+                sink.store(self.engine.relay_url(relay), event);
+            }
+            SinkState::OwnRelay(own) => own.client.push(event),
+        }
+    }
+
+    /// Connects the own relay when its client asks, sends what the client
+    /// has for the open connection, and resumes deferred reads once there
+    /// is room. True if anything moved.
+    pub(super) fn pump_sink(&mut self, now: Time) -> bool {
+        let SinkState::OwnRelay(own) = &mut self.sink else {
+            return false;
+        };
+        if own.client.poll_connect(now) {
+            let url = own.client.url().to_owned();
+            self.connect_sink(&url, now);
+            return true;
+        }
+        let (Some(token), true) = (own.slot, own.client.is_open()) else {
+            return false;
+        };
+        let mut texts = Vec::new();
+        while let Some(transmit) = own.client.poll_transmit(now) {
+            if let Transmit::Publish(text) = &transmit {
+                self.stats.bytes_out += text.len() as u64;
+            }
+            texts.push(transmit.into_text());
+        }
+        let has_room = own.client.has_room();
+        let mut moved = !texts.is_empty();
+        self.send_to_sink(token, texts, now);
+        if has_room && !self.deferred.is_empty() {
+            for token in std::mem::take(&mut self.deferred) {
+                self.on_slot_ready(token, now);
+            }
+            moved = true;
+        }
+        moved
+    }
+
+    /// Starts the own-relay connection the client asked for.
+    fn connect_sink(&mut self, url: &str, now: Time) {
+        let kind = |conn| SlotKind::OwnSink {
+            conn,
+            opened: false,
+        };
+        let started = self.start_conn(url, Transport::Ws, true, now, kind);
+        let SinkState::OwnRelay(own) = &mut self.sink else {
+            return;
+        };
+        match started {
+            Ok(token) => own.slot = Some(token),
+            Err(reason) => {
+                warn!("own relay sink: {reason}");
+                own.client.handle_connect_error(now);
+            }
+        }
+    }
+
+    /// Sends texts on the own-relay connection.
+    fn send_to_sink(&mut self, token: Token, texts: Vec<String>, now: Time) {
+        if texts.is_empty() {
+            return;
+        }
+        let mut out = std::mem::take(&mut self.scratch);
+        if let Some(SlotKind::OwnSink {
+            conn: Conn::Ws(ws), ..
+        }) = self.slots.get_mut(token).map(|s| &mut s.kind)
+        {
+            for text in texts {
+                ws.send_text(text, &mut out);
+            }
+        }
+        self.handle_ws_events(token, &mut out, now);
+        self.scratch = out;
+    }
+
+    /// Asks the sink what it holds for `filter` (negentropy). A custom sink
+    /// answers at once; the own relay is asked by its client.
+    pub(super) fn list_sink(&mut self, request: u64, filter: Filter, now: Time) {
+        match &mut self.sink {
+            SinkState::Custom(sink) => {
+                let held = sink.list(&filter);
+                self.engine.handle_local_list(now, request, held);
+            }
+            SinkState::OwnRelay(own) => own.client.handle_list(request, filter),
+        }
+    }
+
+    /// A text from the own relay: its client reads it, and the engine
+    /// learns what came of it (what the relay took, what it listed). What
+    /// the client answers goes out on the next `pump_sink`.
+    pub(super) fn on_sink_message(&mut self, text: &str, now: Time) {
+        let SinkState::OwnRelay(own) = &mut self.sink else {
+            return;
+        };
+        own.client.handle_message(now, text);
+        while let Some(output) = own.client.poll_output() {
+            match output {
+                ClientOutput::Stored(event) => self.engine.handle_local_event(now, event),
+                ClientOutput::Listed { request, held } => {
+                    self.stats.sink_listed += held.len() as u64;
+                    self.engine.handle_local_list(now, request, Some(held));
+                }
+            }
+        }
+    }
+
+    // ----- shutdown -----
+    pub(super) fn sink_view(&self) -> SinkView {
+        match &self.sink {
+            SinkState::OwnRelay(own) => SinkView {
+                outbox_depth: own.client.outbox_depth(),
+                outbox: own.client.outbox_stats(),
+            },
+            SinkState::Custom(_) => SinkView::default(),
+        }
+    }
+
+    /// The own-relay websocket opened.
+    pub(super) fn on_sink_open(&mut self) {
+        if let SinkState::OwnRelay(own) = &mut self.sink {
+            own.client.handle_connected();
+        }
+    }
+
+    /// The own-relay connection ended; its client decides when to retry.
+    pub(super) fn on_sink_closed(&mut self, reason: &str, now: Time) {
+        if let SinkState::OwnRelay(own) = &mut self.sink {
+            warn!("own relay sink: {reason}");
+            own.slot = None;
+            own.client.handle_disconnected(now);
+        }
+    }
+
+    /// Shutting down: the own-relay client stops taking work and flushes.
+    pub(super) fn sink_shutdown(&mut self) {
+        if let SinkState::OwnRelay(own) = &mut self.sink {
+            own.client.handle_shutdown();
+        }
+    }
+
+    /// Nothing is left to hand the sink (the outbox is flushed).
+    pub(super) fn sink_drained(&self) -> bool {
+        match &self.sink {
+            SinkState::OwnRelay(own) => own.client.is_drained(),
+            SinkState::Custom(_) => true,
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The connection table: every socket the loop owns, in a `Slab` under
+//! generation-tagged tokens.
+//!
+//! A token is a slot's slab key with a generation above it, and a slot
+//! answers only to the token it was given. A readiness event or a DNS
+//! answer (the resolver echoes the token) for a dropped connection can then
+//! never reach the connection that reused its slot: the stale token finds
+//! the key but not the generation. The generation keeps its top bit clear,
+//! so no slot token is ever the loop's own `WAKER` or `METRICS` token.
+//!
+//! Every slot enters through [`Slots::insert`] and leaves through
+//! [`Slots::remove`], which also keeps the count of NIP-11 fetches in flight
+//! exact whichever way a fetch ends.
+
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+use slab::Slab;
+
+use crate::sans_io::index::RelayId;
+use crate::shell::connect_error::ConnectError;
+use crate::shell::metrics_server::MetricsConn;
+use crate::shell::read_budget::ReadRate;
+use crate::shell::ws::{HttpGet, TlsTarget, WsConnection};
+
+/// Slab keys sit below this bit; the generation above.
+const KEY_BITS: u32 = 32;
+const KEY_MASK: usize = (1 << KEY_BITS) - 1;
+/// Generations wrap within 31 bits, so tokens stay below `usize::MAX / 2`,
+/// clear of the loop's reserved tokens.
+const GENERATION_MASK: u32 = 0x7fff_ffff;
+
+/// A connection's transport: waiting for DNS, a websocket in progress, or
+/// a NIP-11 fetch in progress.
+pub(super) enum Conn {
+    Resolving {
+        url: String,
+        port: u16,
+        tls: Option<TlsTarget>,
+        trusted: bool,
+    },
+    Ws(Box<WsConnection>),
+    Http(Box<HttpGet>),
+}
+
+impl Conn {
+    /// The socket to register with the poll; none while resolving.
+    pub(super) fn socket(&mut self) -> Option<&mut TcpStream> {
+        match self {
+            Conn::Resolving { .. } => None,
+            Conn::Ws(ws) => ws.socket(),
+            Conn::Http(get) => get.socket(),
+        }
+    }
+}
+
+/// Who a slot's connection serves, and what the loop tracks for it.
+pub(super) enum SlotKind {
+    Relay {
+        relay: RelayId,
+        conn: Conn,
+        opened: bool,
+        rate: ReadRate,
+        /// Reads stopped until the rate window refills (a timer is armed).
+        throttled: bool,
+    },
+    OwnSink {
+        conn: Conn,
+        opened: bool,
+    },
+    /// A NIP-11 fetch for `relay`; answered to the engine when it ends,
+    /// however it ends.
+    Info {
+        relay: RelayId,
+        conn: Conn,
+    },
+    Metrics(MetricsConn),
+}
+
+/// One occupied slot: what it holds, and the generation its token carries.
+pub(super) struct Slot {
+    generation: u32,
+    pub(super) kind: SlotKind,
+}
+
+/// The table of connections, the generation counter its tokens are tagged
+/// with, and the count of NIP-11 fetches among them.
+#[derive(Default)]
+pub(super) struct Slots {
+    slab: Slab<Slot>,
+    generation: u32,
+    /// `SlotKind::Info` slots, at most `max_relays` (the caller checks):
+    /// each relay's fetch runs beside its websocket, so a burst of
+    /// connects needs at most twice the sockets the operator allowed for,
+    /// never more.
+    info_inflight: usize,
+}
+
+impl Slots {
+    /// Takes `kind` into a fresh slot, registering its socket (if it has
+    /// one yet) with `registry` under the slot's token.
+    pub(super) fn insert(
+        &mut self,
+        mut kind: SlotKind,
+        registry: &Registry,
+    ) -> Result<Token, ConnectError> {
+        self.generation = (self.generation + 1) & GENERATION_MASK;
+        let entry = self.slab.vacant_entry();
+        let token = slot_token(entry.key(), self.generation);
+        if let Some(socket) = kind_socket(&mut kind) {
+            registry
+                .register(socket, token, Interest::READABLE | Interest::WRITABLE)
+                .map_err(ConnectError::Register)?;
+        }
+        if matches!(kind, SlotKind::Info { .. }) {
+            self.info_inflight += 1;
+        }
+        entry.insert(Slot {
+            generation: self.generation,
+            kind,
+        });
+        Ok(token)
+    }
+
+    /// The slot `token` names, unless it was freed (and maybe reused) since.
+    pub(super) fn get_mut(&mut self, token: Token) -> Option<&mut Slot> {
+        let (key, generation) = (token.0 & KEY_MASK, (token.0 >> KEY_BITS) as u32);
+        self.slab
+            .get_mut(key)
+            .filter(|s| s.generation == generation)
+    }
+
+    /// Frees the slot `token` names (closing its websocket; dropping the
+    /// socket takes it out of the poll), unless it was freed already.
+    pub(super) fn remove(&mut self, token: Token) -> Option<SlotKind> {
+        self.get_mut(token)?;
+        let mut slot = self.slab.remove(token.0 & KEY_MASK);
+        match &mut slot.kind {
+            SlotKind::Relay {
+                conn: Conn::Ws(ws), ..
+            }
+            | SlotKind::OwnSink {
+                conn: Conn::Ws(ws), ..
+            } => ws.close(),
+            SlotKind::Info { .. } => self.info_inflight -= 1,
+            _ => {}
+        }
+        Some(slot.kind)
+    }
+
+    /// Every occupied slot's token and kind.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (Token, &SlotKind)> {
+        self.slab
+            .iter()
+            .map(|(key, s)| (slot_token(key, s.generation), &s.kind))
+    }
+
+    /// NIP-11 fetches in flight.
+    pub(super) fn info_inflight(&self) -> usize {
+        self.info_inflight
+    }
+}
+
+fn kind_socket(kind: &mut SlotKind) -> Option<&mut TcpStream> {
+    match kind {
+        SlotKind::Relay { conn, .. }
+        | SlotKind::OwnSink { conn, .. }
+        | SlotKind::Info { conn, .. } => conn.socket(),
+        SlotKind::Metrics(m) => Some(m.socket()),
+    }
+}
+
+/// A slot's token: its generation above its slab key, so a token outlives
+/// its slot harmlessly (a reused key gets a new generation).
+fn slot_token(key: usize, generation: u32) -> Token {
+    Token(((generation as usize) << KEY_BITS) | key)
+}
+
+#[cfg(test)]
+mod tests {
+    use mio::Poll;
+
+    use super::*;
+    use crate::shell::{METRICS, WAKER};
+
+    /// A fetch still resolving: a slot with no socket yet.
+    fn resolving(relay: u32) -> SlotKind {
+        SlotKind::Info {
+            relay: RelayId(relay),
+            conn: Conn::Resolving {
+                url: format!("ws://relay{relay}.example"),
+                port: 80,
+                tls: None,
+                trusted: false,
+            },
+        }
+    }
+
+    fn relay_of(slot: Option<&mut Slot>) -> Option<RelayId> {
+        match slot.map(|s| &s.kind) {
+            Some(SlotKind::Info { relay, .. }) => Some(*relay),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_stale_token_never_reaches_the_slot_that_reused_its_key() {
+        let poll = Poll::new().unwrap();
+        let mut slots = Slots::default();
+        let old = slots.insert(resolving(1), poll.registry()).unwrap();
+        assert!(slots.remove(old).is_some());
+        let new = slots.insert(resolving(2), poll.registry()).unwrap();
+        assert_eq!(old.0 & KEY_MASK, new.0 & KEY_MASK, "the key is reused");
+        assert_ne!(old, new);
+        assert_eq!(relay_of(slots.get_mut(old)), None);
+        assert!(slots.remove(old).is_none(), "a stale remove frees nothing");
+        assert_eq!(relay_of(slots.get_mut(new)), Some(RelayId(2)));
+        assert_eq!(slots.iter().map(|(t, _)| t).collect::<Vec<_>>(), [new]);
+    }
+
+    #[test]
+    fn fetches_in_flight_are_counted_in_and_out_once() {
+        let poll = Poll::new().unwrap();
+        let mut slots = Slots::default();
+        let a = slots.insert(resolving(1), poll.registry()).unwrap();
+        let b = slots.insert(resolving(2), poll.registry()).unwrap();
+        assert_eq!(slots.info_inflight(), 2);
+        slots.remove(a);
+        slots.remove(a);
+        assert_eq!(slots.info_inflight(), 1);
+        slots.remove(b);
+        assert_eq!(slots.info_inflight(), 0);
+    }
+
+    #[test]
+    fn slot_tokens_stay_clear_of_the_reserved_tokens() {
+        let highest = slot_token(KEY_MASK, GENERATION_MASK);
+        for reserved in [WAKER, METRICS] {
+            assert!(highest < reserved, "{highest:?} reaches {reserved:?}");
+        }
+        let mut slots = Slots {
+            generation: GENERATION_MASK,
+            ..Slots::default()
+        };
+        let poll = Poll::new().unwrap();
+        let wrapped = slots.insert(resolving(1), poll.registry()).unwrap();
+        assert_eq!(wrapped, slot_token(0, 0), "the generation wraps to 0");
+    }
+}
