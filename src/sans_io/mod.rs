@@ -14,6 +14,7 @@ pub(crate) mod filters;
 pub(crate) mod health;
 pub mod hex;
 pub(crate) mod index;
+pub(crate) mod info_fetch;
 pub(crate) mod nip42;
 pub(crate) mod own_relay;
 pub(crate) mod reconcile;

@@ -16,7 +16,7 @@ use crate::sans_io::address::{host_and_port, ip_literal, refusal_reason};
 use crate::sans_io::time::Time;
 use crate::shell::connect_error::ConnectError;
 use crate::shell::dns::Resolved;
-use crate::shell::info_fetch;
+use crate::sans_io::info_fetch;
 use crate::shell::slots::{Conn, Slot, SlotKind};
 use crate::shell::ws::{HttpGet, TlsTarget, WsConnection};
 use crate::shell::{Shell, ShellTimer};

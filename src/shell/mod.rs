@@ -16,8 +16,8 @@
 //!
 //! - NIP-11 fetches (`Action::FetchInfo`): an HTTP GET per relay through the
 //!   same DNS pool, address guard, TLS roots and slab as a websocket
-//!   connect, bounded in bytes (`info_fetch`) and time
-//!   ([`info_fetch::DEADLINE`]), each answered to the engine exactly once.
+//!   connect, bounded in bytes (the sans-IO `info_fetch`) and time
+//!   (`info_fetch::DEADLINE`), each answered to the engine exactly once.
 //! - The index follows the own relay (GRASP-01): an announcement or root
 //!   event the own relay answers `OK true` (or `duplicate:`) is fed back to
 //!   the engine, so a remotely found repo is synced only once the own relay
@@ -40,8 +40,8 @@
 //!   second.
 //! - `own_sink`: where synced events go; the own-relay connection's
 //!   plumbing.
-//! - `nip11`: the shell's side of NIP-11 fetches; `info_fetch` is their
-//!   sans-IO HTTP.
+//! - `nip11`: the shell's side of NIP-11 fetches; their HTTP is
+//!   `sans_io::info_fetch`.
 //! - `dns`, `tls`, `ws`: name lookups off the loop, TLS roots, websocket
 //!   and HTTP transports.
 //! - `metrics`, `metrics_server`: the counters, their page and its
@@ -57,7 +57,6 @@ pub(crate) mod connect_error;
 pub(crate) mod dns;
 mod error;
 mod handle;
-pub(crate) mod info_fetch;
 pub(crate) mod key_file;
 pub(crate) mod metrics;
 pub(crate) mod metrics_server;

@@ -30,7 +30,7 @@ use tungstenite::handshake::client::ClientHandshake;
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{HandshakeError, Message, WebSocket};
 
-use crate::shell::info_fetch::{Progress, ResponseReader};
+use crate::sans_io::info_fetch::{Progress, ResponseReader};
 use crate::shell::tls::MaybeTls;
 
 /// The engine's client stream.
