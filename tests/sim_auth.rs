@@ -147,6 +147,29 @@ fn the_own_relay_is_authenticated_when_it_asks() {
     );
 }
 
+/// With its own key the own relay is answered with that key and remote
+/// relays with the shared one, so a remote relay never holds a signature
+/// the own relay would take.
+#[test]
+fn the_own_relay_key_answers_the_own_relay_only() {
+    let mut config = config_with_key();
+    config.own_relay_auth_keys = Some(keys(8));
+    let mut sim = Sim::new(config);
+    let own = sim.own.clone();
+    sim.relay(&own).require_auth = Some("own-chal".to_owned());
+    let wanted = world(&mut sim, "chal-a");
+    sim.advance(Duration::from_secs(30));
+    assert!(
+        sim.missing(&wanted).is_empty(),
+        "{:?}",
+        sim.missing(&wanted)
+    );
+    let signers =
+        |url: &str| -> Vec<PublicKey> { sim.relays[url].auths.iter().map(|e| e.pubkey).collect() };
+    assert_eq!(signers(&own), [keys(8).public_key()]);
+    assert_eq!(signers(A), [keys(9).public_key()]);
+}
+
 #[test]
 fn strfry_style_auth_required_is_understood() {
     let mut sim = Sim::new(config_with_key());

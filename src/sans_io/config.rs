@@ -106,6 +106,14 @@ pub struct Config {
     pub wide_kinds: Vec<u16>,
     /// Seed of the engine's own RNG (jitter); fixed seeds make runs repeatable.
     pub seed: u64,
+    /// Key for the own relay's NIP-42 AUTH (the self-subscription and the
+    /// sink). `None` uses [`Config::auth_keys`] there too, so an own relay
+    /// that requires AUTH keeps working; then the key answering remote
+    /// relays' challenges is also the one the own relay trusts, and only
+    /// the own relay's check of the AUTH event's `relay` tag stops a
+    /// hostile relay from forwarding the own relay's challenge. A separate
+    /// key closes that: remote relays never see a signature by it.
+    pub own_relay_auth_keys: Option<Keys>,
 }
 
 impl Config {
@@ -152,6 +160,7 @@ impl Config {
                 1111, 1617, 1618, 1619, 1621, 1622, 1630, 1631, 1632, 1633, 30618,
             ],
             seed: 0,
+            own_relay_auth_keys: None,
         }
     }
 }

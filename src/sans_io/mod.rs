@@ -20,6 +20,7 @@ pub(crate) mod own_relay;
 pub(crate) mod reconcile;
 pub(crate) mod refusal;
 pub(crate) mod relay_info;
+pub(crate) mod relay_text;
 pub(crate) mod relay_url;
 pub(crate) mod result_cap;
 pub(crate) mod seen;

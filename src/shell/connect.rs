@@ -16,7 +16,7 @@ use crate::sans_io::address::{host_and_port, ip_literal, refusal_reason};
 use crate::sans_io::info_fetch;
 use crate::sans_io::time::Time;
 use crate::shell::connect_error::ConnectError;
-use crate::shell::dns::Resolved;
+use crate::shell::dns::{Pending, Resolved};
 use crate::shell::slots::{Conn, Slot, SlotKind};
 use crate::shell::ws::{HttpGet, TlsTarget, WsConnection};
 use crate::shell::{Shell, ShellTimer};
@@ -60,14 +60,20 @@ impl Shell {
                 port,
                 tls,
                 trusted,
+                lookup: Pending::none(),
             },
         };
         let resolving = matches!(conn, Conn::Resolving { .. });
         let token = self.slots.insert(kind(conn), self.poll.registry())?;
-        if resolving && let Err(e) = self.resolver.resolve(token.0 as u64, &host, port) {
-            self.slots.remove(token);
-            self.stats.dns_failures += 1;
-            return Err(ConnectError::DnsQueue(e));
+        if resolving {
+            match self.resolver.resolve(token.0 as u64, &host, port) {
+                Ok(pending) => self.hold_lookup(token, pending),
+                Err(e) => {
+                    self.slots.remove(token);
+                    self.stats.dns_failures += 1;
+                    return Err(ConnectError::DnsQueue(e));
+                }
+            }
         }
         let deadline = match transport {
             Transport::Ws => CONNECT_DEADLINE,
@@ -110,6 +116,22 @@ impl Shell {
         .map_err(ConnectError::Connect)
     }
 
+    /// Keeps `pending` in the slot it resolves for, so dropping the slot
+    /// (deadline, disconnect, shutdown) cancels a lookup still queued.
+    fn hold_lookup(&mut self, token: Token, pending: Pending) {
+        if let Some(Slot {
+            kind:
+                SlotKind::Relay { conn, .. }
+                | SlotKind::OwnSink { conn, .. }
+                | SlotKind::Info { conn, .. },
+            ..
+        }) = self.slots.get_mut(token)
+            && let Conn::Resolving { lookup, .. } = conn
+        {
+            *lookup = pending;
+        }
+    }
+
     pub(super) fn on_resolved(&mut self, resolved: Resolved, now: Time) {
         let token = Token(resolved.id as usize);
         let Some(slot) = self.slots.get_mut(token) else {
@@ -130,6 +152,7 @@ impl Shell {
             port,
             tls,
             trusted,
+            ..
         } = std::mem::replace(
             conn,
             Conn::Resolving {
@@ -137,6 +160,7 @@ impl Shell {
                 port: 0,
                 tls: None,
                 trusted: false,
+                lookup: Pending::none(),
             },
         )
         else {

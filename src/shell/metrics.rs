@@ -37,6 +37,8 @@ pub(crate) struct ShellStats {
     pub relay_info_failed: u64,
     /// NIP-11 fetches not started: too many in flight.
     pub relay_info_skipped: u64,
+    /// Metrics connections closed to make room for a newer one.
+    pub metrics_evicted: u64,
 }
 
 /// The sink's view for metrics.
@@ -198,6 +200,12 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         "grasp_sync_reads_throttled_total",
         "Times a relay's reads paused for exceeding --max-frames-per-sec.",
         shell.reads_throttled,
+    );
+    counter(
+        &mut out,
+        "grasp_sync_metrics_connections_evicted_total",
+        "Metrics connections closed early to make room for a newer one.",
+        shell.metrics_evicted,
     );
     counter_labeled(
         &mut out,

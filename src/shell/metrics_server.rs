@@ -6,9 +6,15 @@
 //! the page is rendered only once a whole head arrived. What to answer is
 //! a pure function of the head ([`http_response`]); the sockets only carry
 //! bytes.
+//!
+//! Each connection also costs a file descriptor, which relay connects need
+//! too, so the loop holds at most [`METRICS_CONNECTIONS_MAX`] at once (a new
+//! one evicts the oldest, so idle squatters cannot lock a scraper out) and
+//! none longer than [`METRICS_DEADLINE`].
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use log::warn;
 use mio::net::{TcpListener, TcpStream};
@@ -16,6 +22,11 @@ use mio::{Interest, Registry, Token};
 
 /// Largest HTTP request head the metrics endpoint reads.
 const METRICS_REQUEST_MAX: usize = 8 * 1024;
+/// Metrics connections held at once; a scraper needs one.
+pub(crate) const METRICS_CONNECTIONS_MAX: usize = 16;
+/// Longest a metrics connection is held, from accept: a scrape over
+/// loopback or a LAN takes milliseconds.
+pub(crate) const METRICS_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The listening socket.
 pub(crate) struct MetricsListener(TcpListener);

@@ -70,7 +70,7 @@ mod slots;
 pub(crate) mod tls;
 pub(crate) mod ws;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -97,7 +97,7 @@ use crate::shell::connect::Transport;
 use crate::shell::dns::Resolver;
 use crate::shell::handle::Command;
 use crate::shell::metrics::{ShellStats, render};
-use crate::shell::metrics_server::MetricsListener;
+use crate::shell::metrics_server::{METRICS_CONNECTIONS_MAX, METRICS_DEADLINE, MetricsListener};
 use crate::shell::own_sink::SinkState;
 use crate::shell::read_budget::{READ_BUDGET, ReadEnd, ReadRate, read_relay};
 use crate::shell::slots::{Conn, Slot, SlotKind, Slots};
@@ -116,6 +116,8 @@ enum ShellTimer {
     Trim,
     /// A throttled relay connection may read again.
     Unthrottle(Token),
+    /// A metrics connection's time is up.
+    MetricsDeadline(Token),
 }
 
 /// How often memory freed after a burst is handed back to the OS.
@@ -139,6 +141,8 @@ pub struct Shell {
     /// again on the next turn, after every other ready socket had its turn.
     ready_again: Vec<Token>,
     metrics: Option<MetricsListener>,
+    /// Metrics connections, oldest first (some maybe closed already).
+    metrics_conns: VecDeque<Token>,
     commands: Receiver<Command>,
     handle: ShellHandle,
     timers: TimerWheel<ShellTimer>,
@@ -157,7 +161,7 @@ impl Shell {
         sink: SinkTarget,
     ) -> Result<Shell, ShellError> {
         config.allow_private_addresses = opts.allow_private_addresses;
-        let auth_keys = config.auth_keys.clone();
+        let auth_keys = own_relay_keys(&config);
         let clock = Clock::new();
         let now = clock.now();
         let own_url = config.own_relay.clone();
@@ -208,6 +212,7 @@ impl Shell {
             deferred: Vec::new(),
             ready_again: Vec::new(),
             metrics,
+            metrics_conns: VecDeque::new(),
             commands,
             handle,
             timers,
@@ -383,7 +388,7 @@ impl Shell {
     fn on_token(&mut self, token: Token, now: Time) {
         match token {
             WAKER => self.on_wake(now),
-            METRICS => self.accept_metrics(),
+            METRICS => self.accept_metrics(now),
             _ => self.on_slot_ready(token, now),
         }
     }
@@ -561,6 +566,11 @@ impl Shell {
                 }
                 ShellTimer::Trim => self.trim(now),
                 ShellTimer::Unthrottle(token) => self.unthrottle(token, now),
+                ShellTimer::MetricsDeadline(token) => {
+                    if let Some(SlotKind::Metrics(_)) = self.slots.get_mut(token).map(|s| &s.kind) {
+                        self.slots.remove(token);
+                    }
+                }
             }
         }
     }
@@ -624,13 +634,30 @@ impl Shell {
 
     // ----- metrics -----
 
-    fn accept_metrics(&mut self) {
+    /// Takes every waiting metrics client, each under its deadline, making
+    /// room by closing the oldest once [`METRICS_CONNECTIONS_MAX`] are held.
+    fn accept_metrics(&mut self, now: Time) {
         while let Some(conn) = self.metrics.as_ref().and_then(MetricsListener::accept) {
-            if let Err(e) = self
+            self.metrics_conns
+                .retain(|&t| matches!(self.slots.get_mut(t), Some(s) if matches!(s.kind, SlotKind::Metrics(_))));
+            if self.metrics_conns.len() >= METRICS_CONNECTIONS_MAX
+                && let Some(oldest) = self.metrics_conns.pop_front()
+            {
+                self.stats.metrics_evicted += 1;
+                self.slots.remove(oldest);
+            }
+            match self
                 .slots
                 .insert(SlotKind::Metrics(conn), self.poll.registry())
             {
-                warn!("metrics: {e}");
+                Ok(token) => {
+                    self.metrics_conns.push_back(token);
+                    self.timers.insert(
+                        (now + METRICS_DEADLINE).as_millis(),
+                        ShellTimer::MetricsDeadline(token),
+                    );
+                }
+                Err(e) => warn!("metrics: {e}"),
             }
         }
     }
@@ -650,4 +677,18 @@ impl Shell {
             self.slots.remove(token);
         }
     }
+}
+
+/// The key the own-relay sink answers AUTH with: its own if set, else the
+/// shared one (see [`Config::own_relay_auth_keys`] for the risk).
+fn own_relay_keys(config: &Config) -> Option<nostr::prelude::Keys> {
+    if config.own_relay_auth_keys.is_none() && config.auth_keys.is_some() {
+        info!(
+            "the own relay's AUTH uses the shared --auth-key-file (no --own-relay-auth-key-file)"
+        );
+    }
+    config
+        .own_relay_auth_keys
+        .clone()
+        .or_else(|| config.auth_keys.clone())
 }

@@ -18,6 +18,7 @@ use slab::Slab;
 
 use crate::sans_io::index::RelayId;
 use crate::shell::connect_error::ConnectError;
+use crate::shell::dns::Pending;
 use crate::shell::metrics_server::MetricsConn;
 use crate::shell::read_budget::ReadRate;
 use crate::shell::ws::{HttpGet, TlsTarget, WsConnection};
@@ -37,6 +38,8 @@ pub(super) enum Conn {
         port: u16,
         tls: Option<TlsTarget>,
         trusted: bool,
+        /// The queued lookup; dropping the slot cancels it.
+        lookup: Pending,
     },
     Ws(Box<WsConnection>),
     Http(Box<HttpGet>),
@@ -191,6 +194,7 @@ mod tests {
                 port: 80,
                 tls: None,
                 trusted: false,
+                lookup: Pending::none(),
             },
         }
     }

@@ -347,6 +347,16 @@ static FLAGS: &[Flag] = &[
         help: "File holding an nsec or hex secret key for NIP-42 AUTH (never pass a key itself).",
     },
     Flag {
+        name: "own-relay-auth-key-file",
+        kind: Kind::Single("<path>", |o, v| {
+            o.config.own_relay_auth_keys =
+                Some(grasp_sync::read_key_file(&path(v)?).map_err(|e| e.to_string())?);
+            Ok(())
+        }),
+        default: "the --auth-key-file key",
+        help: "Key file for the own relay's AUTH only; without it the shared key answers the own relay too, and a hostile relay could relay its challenge.",
+    },
+    Flag {
         name: "seed",
         kind: Kind::Single("<u64>", |o, v| {
             o.config.seed = integer(v, 0)?;
@@ -1269,6 +1279,48 @@ mod tests {
             &[],
         );
         assert!(e.starts_with("--auth-key-file: /nonexistent/key"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The own relay's key is its own flag; a key passed where its file's
+    /// path belongs is never echoed.
+    #[test]
+    fn the_own_relay_has_its_own_key_and_keys_are_never_echoed() {
+        let dir = std::env::temp_dir().join(format!("grasp-sync-own-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (shared, own) = (
+            nostr::prelude::Keys::generate(),
+            nostr::prelude::Keys::generate(),
+        );
+        let (shared_file, own_file) = (dir.join("shared"), dir.join("own"));
+        std::fs::write(&shared_file, shared.secret_key().to_secret_hex()).unwrap();
+        std::fs::write(&own_file, own.secret_key().to_secret_hex()).unwrap();
+        let o = run(
+            &[
+                "--own-relay",
+                OWN,
+                "--auth-key-file",
+                shared_file.to_str().unwrap(),
+            ],
+            &[(
+                "GRASP_SYNC_OWN_RELAY_AUTH_KEY_FILE",
+                own_file.to_str().unwrap(),
+            )],
+        );
+        assert_eq!(
+            o.config.auth_keys.unwrap().public_key(),
+            shared.public_key()
+        );
+        assert_eq!(
+            o.config.own_relay_auth_keys.unwrap().public_key(),
+            own.public_key()
+        );
+        let hex = shared.secret_key().to_secret_hex();
+        for flag in ["--auth-key-file", "--own-relay-auth-key-file"] {
+            let e = error(&["--own-relay", OWN, flag, &hex], &[]);
+            assert!(e.starts_with(flag), "{e}");
+            assert!(!e.contains(&hex), "the key is echoed: {e}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

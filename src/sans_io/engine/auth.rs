@@ -16,6 +16,7 @@ use nostr::prelude::*;
 
 use super::{Action, Engine, Status};
 use crate::sans_io::index::RelayId;
+use crate::sans_io::relay_text::{dropped, relay_text};
 use crate::sans_io::time::Time;
 
 /// NIP-42 on one relay connection; a new connection starts afresh.
@@ -71,7 +72,7 @@ impl Engine {
     /// A REQ was refused with `auth-required:`; the caller pauses the work.
     pub(super) fn on_auth_required(&mut self, relay: RelayId, now: Time) {
         self.stats.auth_required += 1;
-        if self.config.auth_keys.is_none() {
+        if self.auth_keys_for(relay).is_none() {
             let state = self.relay(relay);
             if !state.auth.required_logged {
                 state.auth.required_logged = true;
@@ -105,7 +106,14 @@ impl Engine {
         if !accepted {
             self.stats.auth_failures += 1;
             self.relay(relay).auth.state = AuthState::Rejected;
-            warn!("{}: AUTH rejected: {message}", self.relay_url(relay));
+            if let Some(n) = self.log_budget.admit(relay.index(), now) {
+                let url = self.relay_url(relay);
+                warn!(
+                    "{url}: AUTH rejected: {}{}",
+                    relay_text(message),
+                    dropped(n)
+                );
+            }
             return;
         }
         info!("{}: authenticated", self.relay_url(relay));
@@ -120,11 +128,21 @@ impl Engine {
         self.on_resume(relay, epoch, now);
     }
 
+    /// The key that answers `relay`'s challenges: the own relay's own key
+    /// if one is set (see [`Config::own_relay_auth_keys`]), else the shared one.
+    ///
+    /// [`Config::own_relay_auth_keys`]: crate::sans_io::config::Config::own_relay_auth_keys
+    fn auth_keys_for(&self, relay: RelayId) -> Option<&Keys> {
+        let own = relay == self.own;
+        let own_key = self.config.own_relay_auth_keys.as_ref().filter(|_| own);
+        own_key.or(self.config.auth_keys.as_ref())
+    }
+
     fn send_auth(&mut self, relay: RelayId, now: Time) {
         let AuthState::Challenged(challenge) = &self.relays[relay.index()].auth.state else {
             return;
         };
-        let Some(keys) = &self.config.auth_keys else {
+        let Some(keys) = self.auth_keys_for(relay) else {
             return;
         };
         let url = self.index.relay_url(relay);

@@ -13,6 +13,7 @@ use super::relay::{LiveMode, MIN_MESSAGE_BYTES};
 use super::{Engine, Offence, Output, Status, Timer};
 use crate::sans_io::index::{Item, KIND_ANNOUNCEMENT, KIND_STATE, RelayId, is_index_kind};
 use crate::sans_io::refusal::Refusal;
+use crate::sans_io::relay_text::{dropped, relay_text};
 use crate::sans_io::subscription::{NextPage, Purpose, Scope, Subscription};
 use crate::sans_io::time::Time;
 
@@ -359,10 +360,14 @@ impl Engine {
             return;
         };
         let refusal = Refusal::of_closed(reason);
-        info!(
-            "{}: subscription {id:x} closed: {reason}",
-            self.relay_url(relay)
-        );
+        if let Some(n) = self.log_budget.admit(relay.index(), now) {
+            info!(
+                "{}: subscription {id:x} closed: {}{}",
+                self.relay_url(relay),
+                relay_text(reason),
+                dropped(n)
+            );
+        }
         self.refused(relay, s, refusal, now);
     }
 
@@ -383,10 +388,13 @@ impl Engine {
             return;
         }
         let Some(refusal) = Refusal::of_notice(text) else {
-            debug!("{}: notice: {text}", self.relay_url(relay));
+            debug!("{}: notice: {}", self.relay_url(relay), relay_text(text));
             return;
         };
-        info!("{}: refusing notice: {text}", self.relay_url(relay));
+        if let Some(n) = self.log_budget.admit(relay.index(), now) {
+            let url = self.relay_url(relay);
+            info!("{url}: refusing notice: {}{}", relay_text(text), dropped(n));
+        }
         let state = self.relay(relay);
         let value_cap = matches!(refusal, Refusal::TooManyValues | Refusal::TooManyKinds);
         if value_cap && state.late_notices > 0 {

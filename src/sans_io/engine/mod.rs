@@ -68,6 +68,7 @@ use crate::sans_io::config::Config;
 use crate::sans_io::health::{BackoffPolicy, Health};
 use crate::sans_io::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex};
 use crate::sans_io::relay_info::RelayInfo;
+use crate::sans_io::relay_text::LogBudget;
 use crate::sans_io::relay_url::{UrlError, normalize};
 use crate::sans_io::seen::Seen;
 use crate::sans_io::service::Service;
@@ -344,6 +345,9 @@ pub struct Engine {
     listings: Listings,
     /// `since` for re-opening the self-subscription after a refusal.
     self_since: Option<Timestamp>,
+    /// How many lines of relay text (NOTICE, CLOSED, OK reasons) each relay
+    /// may still log; a relay cannot flood the log.
+    log_budget: LogBudget,
 }
 
 impl Engine {
@@ -392,6 +396,7 @@ impl Engine {
             stats: Stats::default(),
             listings: Listings::default(),
             self_since: None,
+            log_budget: LogBudget::default(),
             config,
         };
         engine.ensure_relay_slots();

@@ -30,6 +30,7 @@ use crate::sans_io::index::RelayId;
 use crate::sans_io::reconcile::{
     IDS_PER_FILTER, Reconciliation, Step, fetch_filters, means_unsupported,
 };
+use crate::sans_io::relay_text::{dropped, relay_text};
 use crate::sans_io::subscription::{Purpose, Scope, WorkRef};
 use crate::sans_io::time::Time;
 
@@ -265,7 +266,14 @@ impl Engine {
                 self.filter_reconciled(relay, id, need, now);
             }
             Step::Failed { reason, close } => {
-                info!("{}: negentropy failed: {reason}", self.relay_url(relay));
+                if let Some(n) = self.log_budget.admit(relay.index(), now) {
+                    let url = self.relay_url(relay);
+                    info!(
+                        "{url}: negentropy failed: {}{}",
+                        relay_text(&reason),
+                        dropped(n)
+                    );
+                }
                 if let Some(close) = close {
                     self.actions.push_back(Action::Send {
                         relay,

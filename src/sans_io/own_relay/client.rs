@@ -26,6 +26,7 @@ use crate::sans_io::index::is_index_kind;
 use crate::sans_io::nip42::auth_event;
 use crate::sans_io::own_relay::listing::{ListStep, Listings};
 use crate::sans_io::own_relay::outbox::{Outbox, OutboxStats};
+use crate::sans_io::relay_text::relay_text;
 use crate::sans_io::time::Time;
 
 /// When to connect again after the connection failed: 500 ms after the
@@ -249,7 +250,7 @@ impl OwnRelayClient {
                 status,
                 message,
             } => self.on_ok(now, event_id, status, &message),
-            RelayMessage::Notice(n) => info!("own relay notice: {n}"),
+            RelayMessage::Notice(n) => info!("own relay notice: {}", relay_text(&n)),
             RelayMessage::Auth { challenge } => self.on_challenge(now, &challenge),
             _ => debug!("own relay sink: ignored message"),
         }
@@ -283,7 +284,7 @@ impl OwnRelayClient {
         {
             if !accepted {
                 *auth = Auth::Rejected;
-                return warn!("own relay rejected our AUTH: {message}");
+                return warn!("own relay rejected our AUTH: {}", relay_text(message));
             }
             info!("own relay sink authenticated");
             *auth = Auth::Accepted;

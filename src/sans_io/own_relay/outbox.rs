@@ -15,6 +15,7 @@ use std::time::Duration;
 use log::{debug, warn};
 use nostr::prelude::{ClientMessage, Event, EventId};
 
+use crate::sans_io::relay_text::relay_text;
 use crate::sans_io::time::Time;
 
 /// Counters of the own-relay sink.
@@ -150,7 +151,7 @@ impl Outbox {
             }
             _ => {
                 self.stats.rejected += 1;
-                warn!("own relay refused {id}: {message}");
+                warn!("own relay refused {id}: {}", relay_text(message));
             }
         }
         None
