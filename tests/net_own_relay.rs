@@ -76,8 +76,9 @@ fn an_own_relay_that_answers_large_events_with_a_notice_takes_the_rest() {
 
 /// strfry cuts the connection on a payload over 128 KiB, and the event was
 /// sent again first on every reconnect: a poison pill. Now an event in
-/// flight alone when the connection was lost three times is set aside, and
-/// the events behind it arrive.
+/// flight alone when the connection was lost three times is set aside (and,
+/// being large, events as large are not offered again), and the events
+/// behind it arrive.
 #[test]
 fn an_own_relay_that_cuts_the_connection_on_large_events_takes_the_rest() {
     let remote = TestRelay::start(RelayOptions::default()).unwrap();

@@ -21,8 +21,9 @@
 //!   and not the innocent events sent with it; at [`STRIKES`] it is *set
 //!   aside*: counted, logged once, never sent again.
 //! - A size `NOTICE` sets the largest event in flight aside and lowers the
-//!   known size limit below it; events over the limit are set aside
-//!   instead of offered.
+//!   known size limit below it; so does a struck-out event over
+//!   [`LARGE`] (strfry's cut says nothing, but its size is the likely
+//!   cause). Events over the limit are set aside instead of offered.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -56,6 +57,11 @@ pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
 /// connections or passed deadlines in a row. One or two can be bad luck
 /// (a restart); three with the event alone in flight is the event.
 pub(crate) const STRIKES: u8 = 3;
+
+/// Events larger than this that strike out are taken as over the own
+/// relay's size limit: relays' limits are 128 KiB and up (strfry,
+/// nostr-rs-relay), so smaller ones struck out for some other reason.
+pub(crate) const LARGE: usize = 64 * 1024;
 
 /// An event waiting to be sent, with its strikes so far.
 #[derive(Debug)]
@@ -242,9 +248,14 @@ impl Outbox {
             return debug!("own relay size notice with nothing in flight");
         };
         let sent = self.inflight.remove(pos);
-        let below = sent.bytes.saturating_sub(1);
-        self.max_bytes = Some(self.max_bytes.map_or(below, |max| max.min(below)));
+        self.lower_limit_below(sent.bytes);
         self.set_aside(&sent.event, "the own relay says it is too large");
+    }
+
+    /// The own relay takes no `EVENT` message of `bytes` bytes or more.
+    fn lower_limit_below(&mut self, bytes: usize) {
+        let below = bytes.saturating_sub(1);
+        self.max_bytes = Some(self.max_bytes.map_or(below, |max| max.min(below)));
     }
 
     /// Deadlines at `now`: events in flight past [`DEADLINE`] while the
@@ -290,11 +301,21 @@ impl Outbox {
     }
 
     /// Puts `sent` (in the order sent) back in front of the queue with one
-    /// strike more each; an event with [`STRIKES`] is set aside instead.
+    /// strike more each; an event with [`STRIKES`] is set aside instead,
+    /// and if it is over [`LARGE`], so are events as large from now on.
     fn strike(&mut self, sent: Vec<Sent>, why: &str) {
-        for Sent { event, strikes, .. } in sent.into_iter().rev() {
+        for Sent {
+            event,
+            strikes,
+            bytes,
+            ..
+        } in sent.into_iter().rev()
+        {
             let strikes = strikes.saturating_add(1);
             if strikes >= STRIKES {
+                if bytes > LARGE {
+                    self.lower_limit_below(bytes);
+                }
                 self.set_aside(&event, why);
             } else {
                 self.queue.push_front(Waiting { event, strikes });
@@ -534,6 +555,41 @@ mod tests {
         o.handle_ok(t, &id(4), true, "");
         assert!(o.is_empty());
         assert_eq!(o.stats.stored, 3);
+    }
+
+    #[test]
+    fn a_large_poison_pill_lowers_the_limit_and_a_small_one_does_not() {
+        let sized = |n: u8, len: usize| {
+            let e = event(n);
+            Event::new(
+                e.id,
+                e.pubkey,
+                e.created_at,
+                e.kind,
+                [],
+                "x".repeat(len),
+                e.sig,
+            )
+        };
+        let t = Time::from_secs(1);
+        let strike_out = |o: &mut Outbox| {
+            for _ in 0..STRIKES {
+                assert_eq!(send_all(o, t).len(), 1);
+                o.handle_disconnect();
+            }
+        };
+        let mut o = Outbox::new(10, 10);
+        o.push(sized(1, 1_000));
+        strike_out(&mut o);
+        o.push(sized(2, 2_000));
+        assert_eq!(send_all(&mut o, t), [id(2)], "no limit learned");
+        o.handle_ok(t, &id(2), true, "");
+        o.push(sized(3, 2 * LARGE));
+        strike_out(&mut o);
+        o.push(sized(4, 2 * LARGE));
+        o.push(sized(5, LARGE));
+        assert_eq!(send_all(&mut o, t), [id(5)], "4 is as large as 3");
+        assert_eq!(o.stats.set_aside, 3);
     }
 
     #[test]
