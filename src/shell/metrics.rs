@@ -268,6 +268,7 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
             ("duplicate", sink.outbox.duplicate),
             ("rejected", sink.outbox.rejected),
             ("retried", sink.outbox.retried),
+            ("set_aside", sink.outbox.set_aside),
         ],
     );
     counter_labeled(

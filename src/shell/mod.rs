@@ -7,8 +7,9 @@
 //! threads (`dns`) that wake the loop through one `Waker`. Synced events go
 //! to the sink: the own relay over its own websocket with an outbox, or a
 //! [`Sink`] supplied by an embedding relay. When the outbox is full the shell
-//! stops reading remote relays until it drains, so a slow own relay slows
-//! syncing down instead of losing events. What is said on the own-relay
+//! stops reading remote relays' frames until it drains, so a slow own relay
+//! slows syncing down instead of losing events (their handshakes and
+//! keepalives go on: see `Shell::deferred`). What is said on the own-relay
 //! connection (outbox, listings, AUTH, when to reconnect) is the sans-IO
 //! `OwnRelayClient`; the shell only carries its texts.
 //!
@@ -70,7 +71,7 @@ mod slots;
 pub(crate) mod tls;
 pub(crate) mod ws;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -136,7 +137,14 @@ pub struct Shell {
     tls: Arc<ClientConfig>,
     ws_config: WebSocketConfig,
     sink: SinkState,
-    deferred: Vec<Token>,
+    /// Remote relay connections with frames waiting that are not read while
+    /// the sink is full, each once; `pump_sink` reads them once it has
+    /// room. Only frames wait: handshakes in progress are finished (they
+    /// read no frame), and the relay's keepalive counts its waiting bytes
+    /// as its answer (`defer`, `ping`). So an own-relay outage costs the
+    /// remote relays nothing, and memory stays bounded: nothing is read
+    /// that the sink could not take.
+    deferred: BTreeSet<Token>,
     /// Connections whose read budget ran out with data maybe waiting; read
     /// again on the next turn, after every other ready socket had its turn.
     ready_again: Vec<Token>,
@@ -209,7 +217,7 @@ impl Shell {
             tls,
             ws_config,
             sink,
-            deferred: Vec::new(),
+            deferred: BTreeSet::new(),
             ready_again: Vec::new(),
             metrics,
             metrics_conns: VecDeque::new(),
@@ -313,7 +321,7 @@ impl Shell {
                 self.stats.bytes_out += message.len() as u64;
                 self.with_relay_ws(relay, now, |ws, out| ws.send_text(message, out));
             }
-            Action::Ping { relay } => self.with_relay_ws(relay, now, |ws, out| ws.ping(out)),
+            Action::Ping { relay } => self.ping(relay, now),
             Action::ListLocal { request, filter } => self.list_sink(request, filter, now),
             Action::FetchInfo { relay, url } => self.fetch_info(relay, &url, now),
             Action::Disconnect { relay } => {
@@ -360,6 +368,17 @@ impl Shell {
                 self.engine.handle_connect_failed(now, relay);
             }
         }
+    }
+
+    /// Pings a relay, unless its reads are deferred: then its answer would
+    /// wait unread behind frames it already sent, and those are its sign
+    /// of life (our reads wait, not the relay).
+    fn ping(&mut self, relay: RelayId, now: Time) {
+        let token = self.relay_slots.get(&relay);
+        if token.is_some_and(|t| self.deferred.contains(t)) {
+            return self.engine.handle_pong(now, relay);
+        }
+        self.with_relay_ws(relay, now, |ws, out| ws.ping(out));
     }
 
     fn with_relay_ws(
@@ -411,6 +430,7 @@ impl Shell {
         let mut out = std::mem::take(&mut self.scratch);
         let mut again = false;
         let mut fetched = GetEvent::Pending;
+        let mut defer = None;
         match self.slots.get_mut(token).map(|s| &mut s.kind) {
             Some(SlotKind::Relay {
                 relay,
@@ -422,7 +442,11 @@ impl Shell {
                 if *throttled {
                     // The Unthrottle timer reads it again.
                 } else if sink_full && *relay != own {
-                    self.deferred.push(token);
+                    if !ws.is_open() {
+                        // No frame is read: the handshake meets its deadline.
+                        ws.on_ready(&mut out, 0);
+                    }
+                    defer = Some(*relay);
                 } else {
                     let trusted = *relay == own;
                     match read_relay(ws, rate, trusted, now, &mut out) {
@@ -452,11 +476,21 @@ impl Shell {
             GetEvent::Done(body) => self.info_done(token, &body, now),
             GetEvent::Failed(reason) => self.fail_slot(token, &reason, now),
         }
+        if let Some(relay) = defer {
+            self.defer(token, relay, now);
+        }
         if again {
             self.ready_again.push(token);
         }
         self.handle_ws_events(token, &mut out, now);
         self.scratch = out;
+    }
+
+    /// Leaves a relay's frames unread until the sink has room. Bytes came
+    /// (that is what readiness says): a sign of life for its keepalive.
+    fn defer(&mut self, token: Token, relay: RelayId, now: Time) {
+        self.deferred.insert(token);
+        self.engine.handle_pong(now, relay);
     }
 
     fn unthrottle(&mut self, token: Token, now: Time) {

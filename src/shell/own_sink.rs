@@ -8,6 +8,9 @@
 //! its texts and tells it what happened on the socket. `sink_has_room` is
 //! the back-pressure: while it is false the loop stops reading remote
 //! relays (their tokens wait in `deferred`) and `pump_sink` resumes them.
+//! The client sets aside what the own relay cannot take, so the
+//! back-pressure ends: a stuck connection is dropped here when the client
+//! says so.
 
 use log::warn;
 use mio::Token;
@@ -89,6 +92,13 @@ impl Shell {
         let SinkState::OwnRelay(own) = &mut self.sink else {
             return false;
         };
+        if own.client.handle_timeout(now) {
+            if let Some(token) = own.slot {
+                self.slots.remove(token);
+            }
+            self.on_sink_closed("nothing in flight answered in time", now);
+            return true;
+        }
         if own.client.poll_connect(now) {
             let url = own.client.url().to_owned();
             self.connect_sink(&url, now);
@@ -108,6 +118,7 @@ impl Shell {
         let mut moved = !texts.is_empty();
         self.send_to_sink(token, texts, now);
         if has_room && !self.deferred.is_empty() {
+            // Read in token order; one the sink fills up on is deferred again.
             for token in std::mem::take(&mut self.deferred) {
                 self.on_slot_ready(token, now);
             }

@@ -45,6 +45,9 @@ const INDEX_KINDS: [u16; 4] = [30617, 1617, 1618, 1621];
 /// Kind of made-up events when the filter names no kinds (a NIP-22 comment).
 const DEFAULT_KIND: u16 = 1111;
 
+/// nostr-rs-relay's `NOTICE` for an `EVENT` over its `max_event_bytes`.
+pub const LARGE_EVENT_NOTICE: &str = "event exceeded max size";
+
 /// The secret key of every event a fault relay makes up: any constant works,
 /// and a fixed one keeps runs repeatable.
 const FAULT_SECRET: [u8; 32] = [0x5a; 32];
@@ -141,6 +144,22 @@ pub enum Fault {
         /// `Retry-After` seconds, if sent.
         retry_after: Option<u64>,
     },
+    /// Answers an `EVENT` message longer than `max_bytes` with a `NOTICE`
+    /// naming no event and no `OK`, as nostr-rs-relay does past its
+    /// `max_event_bytes`. A fault of an own relay: remote relays are never
+    /// sent events, so it is not in [`Fault::matrix`].
+    LargeEventNotice {
+        /// Longest `EVENT` message taken.
+        max_bytes: usize,
+    },
+    /// Cuts the connection on an `EVENT` message longer than `max_bytes`,
+    /// as strfry does past its `maxWebsocketPayloadSize`: the event is a
+    /// poison pill for a client that sends it again first on reconnect. A
+    /// fault of an own relay, like [`Fault::LargeEventNotice`].
+    LargeEventCut {
+        /// Longest `EVENT` message taken.
+        max_bytes: usize,
+    },
 }
 
 impl Fault {
@@ -214,6 +233,8 @@ impl Fault {
             Fault::Duplicates { .. } => "duplicates".to_owned(),
             Fault::Garbage => "garbage".to_owned(),
             Fault::HttpStatus { status, .. } => format!("http-{status}"),
+            Fault::LargeEventNotice { .. } => "large-event-notice".to_owned(),
+            Fault::LargeEventCut { .. } => "large-event-cut".to_owned(),
         }
     }
 }
@@ -243,6 +264,14 @@ impl Callback for Upgrade {
             None => Ok(response),
         }
     }
+}
+
+/// What a relay does with an `EVENT` it will not take.
+pub(super) enum Publish {
+    /// Sends this text (a `NOTICE`) and nothing else.
+    Notice(String),
+    /// Cuts the connection.
+    Cut,
 }
 
 /// How one `REQ` is answered.
@@ -378,6 +407,24 @@ impl Injector {
             interval: *interval,
             next: Instant::now(),
         })
+    }
+
+    /// What to do with a client's text message instead of handling it:
+    /// `None` unless it is an `EVENT` over a large-event fault's limit.
+    pub(super) fn publish(&self, text: &str) -> Option<Publish> {
+        let (max_bytes, publish) = match &self.fault {
+            Some(Fault::LargeEventNotice { max_bytes }) => (
+                *max_bytes,
+                Publish::Notice(to_json(&RelayMessage::notice(LARGE_EVENT_NOTICE))?),
+            ),
+            Some(Fault::LargeEventCut { max_bytes }) => (*max_bytes, Publish::Cut),
+            _ => return None,
+        };
+        if text.len() <= max_bytes || !text.starts_with("[\"EVENT\"") {
+            return None;
+        }
+        self.count(1);
+        Some(publish)
     }
 
     /// How to answer a `REQ`. Signs any made-up events, so call it without

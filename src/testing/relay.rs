@@ -55,7 +55,7 @@ use tungstenite::{Message, WebSocket};
 
 use crate::shell::tls::MaybeTls;
 
-use super::fault::{Answer, ConnFaults, Fault, Injector, Opening, Pace, Upgrade};
+use super::fault::{Answer, ConnFaults, Fault, Injector, Opening, Pace, Publish, Upgrade};
 use super::limits::{
     HttpHead, Limitation, MAX_HEAD, ValueCapRefusal, ValueCaps, classify_http, nip11_document,
     nip11_response,
@@ -301,6 +301,12 @@ impl TestRelay {
     /// whose websocket handshake succeeded is always counted).
     pub fn connection_count(&self) -> usize {
         self.shared.state().conns.len()
+    }
+
+    /// Websocket connections accepted so far, open or not (NIP-11
+    /// requests aside): more than one from an engine means it reconnected.
+    pub fn connections_made(&self) -> usize {
+        self.shared.ws_connections.load(Ordering::SeqCst)
     }
 
     /// Subscriptions open now, all connections together.
@@ -741,7 +747,12 @@ impl Connection<'_> {
                 return;
             }
             match ws.read() {
-                Ok(Message::Text(text)) => self.handle(text.as_str()),
+                Ok(Message::Text(text)) => match self.shared.injector.publish(text.as_str()) {
+                    None => self.handle(text.as_str()),
+                    Some(Publish::Notice(notice)) => self.send_text(notice),
+                    // Dropping `ws` cuts the socket, unread frames and all.
+                    Some(Publish::Cut) => return,
+                },
                 Ok(Message::Binary(_)) => self.send(RelayMessage::notice(PARSE_ERROR)),
                 // Pings are answered by tungstenite; a close is answered too
                 // and the next read reports the connection closed.

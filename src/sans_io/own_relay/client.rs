@@ -14,6 +14,10 @@
 //! Texts queued for a connection die with it: a listing page or an AUTH
 //! answer means nothing to the next connection, while the outbox puts its
 //! events in flight back in the queue and sends them again.
+//!
+//! What the own relay cannot take is set aside by the outbox, never
+//! retried forever (see `outbox`): the client feeds it the own relay's size
+//! `NOTICE`s and its deadlines ([`OwnRelayClient::handle_timeout`]).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -250,7 +254,7 @@ impl OwnRelayClient {
                 status,
                 message,
             } => self.on_ok(now, event_id, status, &message),
-            RelayMessage::Notice(n) => info!("own relay notice: {}", relay_text(&n)),
+            RelayMessage::Notice(n) => self.on_notice(&n),
             RelayMessage::Auth { challenge } => self.on_challenge(now, &challenge),
             _ => debug!("own relay sink: ignored message"),
         }
@@ -300,6 +304,15 @@ impl OwnRelayClient {
         }
     }
 
+    /// A `NOTICE` names no event; one saying an event was too large still
+    /// tells the outbox one in flight will never be answered.
+    fn on_notice(&mut self, notice: &str) {
+        info!("own relay notice: {}", relay_text(notice));
+        if is_size_notice(notice) {
+            self.outbox.handle_too_large();
+        }
+    }
+
     /// The own relay challenged the connection: answer once, with the key
     /// the engine uses. An EVENT refused with `auth-required:` is retried
     /// by the outbox's backoff and goes through once this is accepted.
@@ -322,6 +335,13 @@ impl OwnRelayClient {
         }
     }
 
+    /// Deadlines of events in flight at `now`. True when the connection is
+    /// stuck (nothing answered for too long): the shell drops it and
+    /// reports `handle_disconnected`.
+    pub(crate) fn handle_timeout(&mut self, now: Time) -> bool {
+        self.is_open() && self.outbox.expire(now)
+    }
+
     // ----- out -----
 
     /// The next text to send on the open connection: listing pages and
@@ -342,14 +362,28 @@ impl OwnRelayClient {
     }
 
     /// When to call again even if nothing happens: the reconnect time while
-    /// down, or the end of the outbox's pause while open.
+    /// down; the end of the outbox's pause or the first deadline in flight
+    /// while open.
     pub(crate) fn poll_timeout(&self) -> Option<Time> {
         match self.link {
             Link::Down { retry_at } if self.wants_link() => Some(retry_at),
-            Link::Open { .. } => self.outbox.paused_until(),
+            Link::Open { .. } => [self.outbox.paused_until(), self.outbox.next_deadline()]
+                .into_iter()
+                .flatten()
+                .min(),
             Link::Down { .. } | Link::Connecting => None,
         }
     }
+}
+
+/// True for a `NOTICE` saying a message was over the relay's size limit:
+/// nostr-rs-relay's "event exceeded max size", and the "message too large"
+/// / "too long" of relays whose websocket layer refuses the frame.
+fn is_size_notice(notice: &str) -> bool {
+    let lower = notice.to_ascii_lowercase();
+    ["exceeded max size", "too large", "too long"]
+        .iter()
+        .any(|phrase| lower.contains(phrase))
 }
 
 #[cfg(test)]
@@ -548,11 +582,13 @@ mod tests {
             "nothing goes while connecting"
         );
         c.handle_connected();
-        let again: Vec<_> = texts(&mut c, retry)
-            .iter()
-            .map(|t| json(t)[1]["id"].as_str().unwrap().to_owned())
-            .collect();
-        assert_eq!(again, [events[1].id.to_hex(), events[2].id.to_hex()]);
+        // Each was in flight when the connection was lost: one at a time,
+        // in order, so a poison pill among them is found.
+        for e in &events[1..] {
+            assert_eq!(sent_ids(&texts(&mut c, retry)), [e.id.to_hex()]);
+            c.handle_message(retry, &ok(&e.id.to_hex(), true, ""));
+        }
+        assert!(c.is_drained());
     }
 
     #[test]
@@ -603,6 +639,60 @@ mod tests {
         c.push(event(&keys, 1, 1));
         assert_eq!(c.poll_timeout(), Some(T0));
         assert!(c.poll_connect(T0));
+    }
+
+    /// The ids of the `EVENT`s among `texts`.
+    fn sent_ids(texts: &[String]) -> Vec<String> {
+        texts
+            .iter()
+            .map(|t| json(t)[1]["id"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn hexes(events: &[Event]) -> Vec<String> {
+        events.iter().map(|e| e.id.to_hex()).collect()
+    }
+
+    /// nostr-rs-relay answers an event over its `max_event_bytes` with this
+    /// `NOTICE` and no `OK`; a full window of them used to stall the outbox
+    /// for good.
+    #[test]
+    fn size_notices_set_a_full_window_aside_and_the_rest_goes() {
+        let keys = Keys::generate();
+        let mut c = open_client(None);
+        let big = "x".repeat(2_000);
+        let large: Vec<_> = (0..WINDOW)
+            .map(|n| {
+                EventBuilder::new(Kind::from_u16(1), format!("{n}{big}"))
+                    .finalize(&keys)
+                    .unwrap()
+            })
+            .collect();
+        let small: Vec<_> = (0..5).map(|n| event(&keys, 1, 1_000 + n)).collect();
+        for e in large.iter().chain(&small) {
+            c.push(e.clone());
+        }
+        assert_eq!(drain(&mut c, T0).len(), WINDOW, "a window of large events");
+        for _ in 0..WINDOW {
+            c.handle_message(T0, r#"["NOTICE","event exceeded max size"]"#);
+        }
+        assert_eq!(sent_ids(&texts(&mut c, T0)), hexes(&small));
+        assert_eq!(c.outbox_stats().set_aside, WINDOW as u64);
+    }
+
+    /// An event in flight has a deadline: the client wants to be woken for
+    /// it even when nothing else is due, and a connection that answered
+    /// nothing by then is stuck.
+    #[test]
+    fn an_event_in_flight_has_a_deadline() {
+        let keys = Keys::generate();
+        let mut c = open_client(None);
+        c.push(event(&keys, 1, 1));
+        assert_eq!(drain(&mut c, T0).len(), 1);
+        let deadline = T0 + Duration::from_secs(30);
+        assert_eq!(c.poll_timeout(), Some(deadline));
+        assert!(!c.handle_timeout(T0 + Duration::from_secs(29)));
+        assert!(c.handle_timeout(deadline), "stuck: the shell drops it");
     }
 
     #[test]

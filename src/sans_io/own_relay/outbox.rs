@@ -8,6 +8,22 @@
 //! `invalid:`, `blocked:`, `pow:`, `restricted:` are final: logged, counted,
 //! not retried. A lost connection puts everything in flight back in front
 //! of the queue, in order.
+//!
+//! An event the own relay cannot take must not hold up the ones behind it
+//! (nostr-rs-relay answers one over its `max_event_bytes` with a `NOTICE`
+//! and no `OK`; strfry cuts the connection on one over 128 KiB). So:
+//!
+//! - An event unanswered for [`DEADLINE`] while the relay answered later
+//!   ones was refused silently; if nothing was answered since it went out,
+//!   the connection is stuck and the caller drops it.
+//! - Both, and a lost connection, are a *strike* on each event in flight.
+//!   An event with a strike goes alone, so a poison pill is struck alone
+//!   and not the innocent events sent with it; at [`STRIKES`] it is *set
+//!   aside*: counted, logged once, never sent again.
+//! - A size `NOTICE` sets the largest event in flight aside and lowers the
+//!   known size limit below it; so does a struck-out event over
+//!   [`LARGE`] (strfry's cut says nothing, but its size is the likely
+//!   cause). Events over the limit are set aside instead of offered.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -29,17 +45,56 @@ pub(crate) struct OutboxStats {
     pub rejected: u64,
     /// Put back for a retry.
     pub retried: u64,
+    /// Set aside: over the own relay's size limit, or struck out (refused
+    /// without an answer, or a poison pill).
+    pub set_aside: u64,
+}
+
+/// How long an event may be in flight without an `OK`. Relays answer in
+/// milliseconds; this is for one that never will.
+pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Strikes that set an event aside: in flight on this many lost
+/// connections or passed deadlines in a row. One or two can be bad luck
+/// (a restart); three with the event alone in flight is the event.
+pub(crate) const STRIKES: u8 = 3;
+
+/// Events larger than this that strike out are taken as over the own
+/// relay's size limit: relays' limits are 128 KiB and up (strfry,
+/// nostr-rs-relay), so smaller ones struck out for some other reason.
+pub(crate) const LARGE: usize = 64 * 1024;
+
+/// An event waiting to be sent, with its strikes so far.
+#[derive(Debug)]
+struct Waiting {
+    event: Event,
+    strikes: u8,
+}
+
+/// An event in flight: sent at `at` as a message of `bytes` bytes.
+#[derive(Debug)]
+struct Sent {
+    event: Event,
+    strikes: u8,
+    bytes: usize,
+    at: Time,
 }
 
 /// Events on their way to the own relay.
 #[derive(Debug)]
 pub(crate) struct Outbox {
-    queue: VecDeque<Event>,
-    inflight: Vec<Event>,
+    queue: VecDeque<Waiting>,
+    /// In the order sent.
+    inflight: Vec<Sent>,
     capacity: usize,
     window: usize,
     paused_until: Option<Time>,
     failures: u32,
+    /// When the connection last answered an `OK`: tells a silently refused
+    /// event from a stuck connection.
+    last_ok: Option<Time>,
+    /// Longest `EVENT` message the own relay takes, once learned.
+    max_bytes: Option<usize>,
     /// Counters.
     pub stats: OutboxStats,
 }
@@ -57,6 +112,8 @@ impl Outbox {
             window: window.max(1),
             paused_until: None,
             failures: 0,
+            last_ok: None,
+            max_bytes: None,
             stats: OutboxStats::default(),
         }
     }
@@ -65,7 +122,7 @@ impl Outbox {
     /// checks [`Outbox::is_full`] and stops reading relays while it holds,
     /// so an event already received is never dropped.
     pub(crate) fn push(&mut self, event: Event) {
-        self.queue.push_back(event);
+        self.queue.push_back(Waiting { event, strikes: 0 });
     }
 
     /// True when the caller should stop taking events.
@@ -88,20 +145,44 @@ impl Outbox {
         self.paused_until
     }
 
+    /// When the first event in flight runs out of time.
+    pub(crate) fn next_deadline(&self) -> Option<Time> {
+        self.inflight.iter().map(|s| s.at + DEADLINE).min()
+    }
+
     /// The next `EVENT` message to send on a connected own relay, if the
-    /// window and any pause allow.
+    /// window, any pause and the strikes allow. Events over the known size
+    /// limit are set aside on the way.
     pub(crate) fn next_message(&mut self, now: Time) -> Option<String> {
         if self.paused_until.is_some_and(|t| now < t) {
             return None;
         }
         self.paused_until = None;
-        if self.inflight.len() >= self.window {
-            return None;
+        while self.may_send(self.queue.front()?.strikes) {
+            let Waiting { event, strikes } = self.queue.pop_front()?;
+            let message = ClientMessage::event(event.clone()).as_json();
+            if self.max_bytes.is_some_and(|max| message.len() > max) {
+                self.set_aside(&event, "over the own relay's size limit");
+                continue;
+            }
+            self.inflight.push(Sent {
+                event,
+                strikes,
+                bytes: message.len(),
+                at: now,
+            });
+            return Some(message);
         }
-        let event = self.queue.pop_front()?;
-        let message = ClientMessage::event(event.clone()).as_json();
-        self.inflight.push(event);
-        Some(message)
+        None
+    }
+
+    /// An event with strikes goes alone and nothing goes beside it, so a
+    /// poison pill is struck on its own, not with the events sent with it.
+    fn may_send(&self, strikes: u8) -> bool {
+        if strikes > 0 {
+            return self.inflight.is_empty();
+        }
+        self.inflight.len() < self.window && self.inflight.iter().all(|s| s.strikes == 0)
     }
 
     /// The own relay answered `OK` for `id`. Returns the event when the
@@ -116,11 +197,12 @@ impl Outbox {
         accepted: bool,
         message: &str,
     ) -> Option<Event> {
-        let Some(pos) = self.inflight.iter().position(|e| e.id == *id) else {
+        let Some(pos) = self.inflight.iter().position(|s| s.event.id == *id) else {
             debug!("OK for {id} not in flight; ignored");
             return None;
         };
-        let event = self.inflight.remove(pos);
+        let Sent { event, strikes, .. } = self.inflight.remove(pos);
+        self.last_ok = Some(now);
         let lower = message.to_ascii_lowercase();
         let prefix = lower
             .strip_prefix("error: ")
@@ -147,7 +229,7 @@ impl Outbox {
                     let pause = Duration::from_secs(1u64 << self.failures.min(6)).min(MAX_PAUSE);
                     self.paused_until = Some(now + pause);
                 }
-                self.queue.push_front(event);
+                self.queue.push_front(Waiting { event, strikes });
             }
             _ => {
                 self.stats.rejected += 1;
@@ -155,6 +237,53 @@ impl Outbox {
             }
         }
         None
+    }
+
+    /// The own relay said an event was over its size limit without naming
+    /// it. The largest event in flight is over it for sure (the one meant
+    /// is, and none is larger), so it is set aside, and the limit is known
+    /// to be below its size: events that large are not offered again.
+    pub(crate) fn handle_too_large(&mut self) {
+        let largest = (0..self.inflight.len()).max_by_key(|&i| self.inflight[i].bytes);
+        let Some(pos) = largest else {
+            return debug!("own relay size notice with nothing in flight");
+        };
+        let sent = self.inflight.remove(pos);
+        self.lower_limit_below(sent.bytes);
+        self.set_aside(&sent.event, "the own relay says it is too large");
+    }
+
+    /// The own relay takes no `EVENT` message of `bytes` bytes or more.
+    fn lower_limit_below(&mut self, bytes: usize) {
+        let below = bytes.saturating_sub(1);
+        self.max_bytes = Some(self.max_bytes.map_or(below, |max| max.min(below)));
+    }
+
+    /// Deadlines at `now`: events in flight past [`DEADLINE`] while the
+    /// relay answered others since they went out were refused silently and
+    /// are struck. True when nothing was answered since the oldest of them
+    /// went out: the connection is stuck, and the caller drops it (which
+    /// strikes everything in flight).
+    pub(crate) fn expire(&mut self, now: Time) -> bool {
+        let overdue = |s: &Sent| now >= s.at + DEADLINE;
+        let Some(oldest) = self
+            .inflight
+            .iter()
+            .filter(|s| overdue(s))
+            .map(|s| s.at)
+            .min()
+        else {
+            return false;
+        };
+        if self.last_ok.is_none_or(|ok| ok < oldest) {
+            return true;
+        }
+        let (late, on_time) = std::mem::take(&mut self.inflight)
+            .into_iter()
+            .partition(overdue);
+        self.inflight = on_time;
+        self.strike(late, "never answered");
+        false
     }
 
     /// The own relay accepted our AUTH: what it refused for wanting AUTH
@@ -165,11 +294,40 @@ impl Outbox {
     }
 
     /// The connection to the own relay was lost: everything in flight goes
-    /// back to the front of the queue, in order.
+    /// back to the front of the queue, in order, with a strike each.
     pub(crate) fn handle_disconnect(&mut self) {
-        for event in self.inflight.drain(..).rev() {
-            self.queue.push_front(event);
+        let sent = std::mem::take(&mut self.inflight);
+        self.strike(sent, "in flight whenever the connection was lost");
+        self.last_ok = None;
+    }
+
+    /// Puts `sent` (in the order sent) back in front of the queue with one
+    /// strike more each; an event with [`STRIKES`] is set aside instead,
+    /// and if it is over [`LARGE`], so are events as large from now on.
+    fn strike(&mut self, sent: Vec<Sent>, why: &str) {
+        for Sent {
+            event,
+            strikes,
+            bytes,
+            ..
+        } in sent.into_iter().rev()
+        {
+            let strikes = strikes.saturating_add(1);
+            if strikes >= STRIKES {
+                if bytes > LARGE {
+                    self.lower_limit_below(bytes);
+                }
+                self.set_aside(&event, why);
+            } else {
+                self.queue.push_front(Waiting { event, strikes });
+            }
         }
+    }
+
+    /// Drops an event the own relay cannot take; it is logged here, once.
+    fn set_aside(&mut self, event: &Event, why: &str) {
+        self.stats.set_aside += 1;
+        warn!("own relay cannot take {} ({why}); set aside", event.id);
     }
 }
 
@@ -308,6 +466,133 @@ mod tests {
         assert_eq!(o.paused_until(), Some(later + Duration::from_secs(4)));
     }
 
+    /// Sends what may go at `t`, returning the ids in order.
+    fn send_all(o: &mut Outbox, t: Time) -> Vec<EventId> {
+        std::iter::from_fn(|| o.next_message(t))
+            .map(|m| sent_id(&m))
+            .collect()
+    }
+
+    fn id(n: u8) -> EventId {
+        EventId::from_byte_array([n; 32])
+    }
+
+    #[test]
+    fn a_size_notice_sets_the_largest_aside_and_larger_ones_are_not_offered() {
+        let mut o = Outbox::new(10, 10);
+        let big = |n: u8, len: usize| {
+            let e = event(n);
+            Event::new(
+                e.id,
+                e.pubkey,
+                e.created_at,
+                e.kind,
+                [],
+                "x".repeat(len),
+                e.sig,
+            )
+        };
+        o.push(event(1));
+        o.push(big(2, 5_000));
+        o.push(big(3, 3_000));
+        let t = Time::from_secs(1);
+        assert_eq!(send_all(&mut o, t).len(), 3);
+        o.handle_too_large();
+        assert_eq!(o.stats.set_aside, 1);
+        o.push(big(4, 6_000));
+        o.push(big(5, 1_000));
+        assert_eq!(send_all(&mut o, t), [id(5)], "6 kB is over the limit now");
+        assert_eq!(o.stats.set_aside, 2);
+        assert_eq!(o.depth(), 3, "1, 3 and 5 in flight");
+    }
+
+    #[test]
+    fn an_event_refused_silently_is_struck_alone_then_set_aside() {
+        let mut o = Outbox::new(10, 10);
+        for n in 1..=3 {
+            o.push(event(n));
+        }
+        let t0 = Time::from_secs(100);
+        assert_eq!(send_all(&mut o, t0).len(), 3);
+        o.handle_ok(t0, &id(2), true, "");
+        o.handle_ok(t0, &id(3), true, "");
+        assert_eq!(o.next_deadline(), Some(t0 + DEADLINE));
+        assert!(!o.expire(t0 + DEADLINE - Duration::from_millis(1)));
+        let t1 = t0 + DEADLINE;
+        assert!(
+            !o.expire(t1),
+            "later events were answered: refused, not stuck"
+        );
+        o.push(event(4));
+        assert_eq!(send_all(&mut o, t1), [id(1)], "a struck event goes alone");
+        let t2 = t1 + DEADLINE;
+        assert!(o.expire(t2), "nothing answered since it went out: stuck");
+        o.handle_disconnect();
+        assert_eq!(send_all(&mut o, t2), [id(1)]);
+        o.handle_disconnect();
+        assert_eq!(o.stats.set_aside, 1, "three strikes");
+        assert_eq!(send_all(&mut o, t2), [id(4)], "and the rest goes on");
+    }
+
+    #[test]
+    fn a_poison_pill_is_set_aside_and_the_events_behind_it_arrive() {
+        let mut o = Outbox::new(10, 10);
+        for n in 1..=4 {
+            o.push(event(n));
+        }
+        let t = Time::from_secs(1);
+        assert_eq!(send_all(&mut o, t).len(), 4);
+        o.handle_ok(t, &id(1), true, "");
+        // Event 2 cuts the connection each time it is read (strfry).
+        o.handle_disconnect();
+        assert_eq!(send_all(&mut o, t), [id(2)], "the first suspect alone");
+        o.handle_disconnect();
+        assert_eq!(send_all(&mut o, t), [id(2)]);
+        o.handle_disconnect();
+        assert_eq!(o.stats.set_aside, 1);
+        assert_eq!(send_all(&mut o, t), [id(3)], "struck once: alone");
+        o.handle_ok(t, &id(3), true, "");
+        assert_eq!(send_all(&mut o, t), [id(4)]);
+        o.handle_ok(t, &id(4), true, "");
+        assert!(o.is_empty());
+        assert_eq!(o.stats.stored, 3);
+    }
+
+    #[test]
+    fn a_large_poison_pill_lowers_the_limit_and_a_small_one_does_not() {
+        let sized = |n: u8, len: usize| {
+            let e = event(n);
+            Event::new(
+                e.id,
+                e.pubkey,
+                e.created_at,
+                e.kind,
+                [],
+                "x".repeat(len),
+                e.sig,
+            )
+        };
+        let t = Time::from_secs(1);
+        let strike_out = |o: &mut Outbox| {
+            for _ in 0..STRIKES {
+                assert_eq!(send_all(o, t).len(), 1);
+                o.handle_disconnect();
+            }
+        };
+        let mut o = Outbox::new(10, 10);
+        o.push(sized(1, 1_000));
+        strike_out(&mut o);
+        o.push(sized(2, 2_000));
+        assert_eq!(send_all(&mut o, t), [id(2)], "no limit learned");
+        o.handle_ok(t, &id(2), true, "");
+        o.push(sized(3, 2 * LARGE));
+        strike_out(&mut o);
+        o.push(sized(4, 2 * LARGE));
+        o.push(sized(5, LARGE));
+        assert_eq!(send_all(&mut o, t), [id(5)], "4 is as large as 3");
+        assert_eq!(o.stats.set_aside, 3);
+    }
+
     #[test]
     fn disconnect_returns_inflight_in_order_and_capacity_is_a_watermark() {
         let mut o = Outbox::new(3, 10);
@@ -320,9 +605,11 @@ mod tests {
             .map(|_| sent_id(&o.next_message(t).unwrap()))
             .collect();
         o.handle_disconnect();
-        let again: Vec<EventId> = (0..3)
-            .map(|_| sent_id(&o.next_message(t).unwrap()))
-            .collect();
+        let mut again = Vec::new();
+        while let Some(m) = o.next_message(t) {
+            again.push(sent_id(&m));
+            o.handle_ok(t, again.last().unwrap(), true, "");
+        }
         assert_eq!(&again[..2], &first[..], "in flight resent first, in order");
         assert_eq!(again[2], EventId::from_byte_array([3; 32]));
     }
