@@ -379,3 +379,34 @@ fn roots_naming_thousands_of_repos_take_only_their_key_s_share() {
     assert!(legit_repo_syncs(&mut sim, T0));
     sim.check();
 }
+
+/// Fault mode "a relay announcing thousands of junk relays from many
+/// keys": a bootstrap relay serves 100 announcements, each from its own
+/// key and listing 49 junk relays (and the service, so GRASP-01 passes
+/// them on). One key each, so no per-key share stops them: they fill the
+/// cap on known relays. Once the announcements are replaced, the junk is
+/// released and a legitimate repo gets its relay.
+#[test]
+fn a_relay_announcing_thousands_of_junk_relays_from_many_keys_frees_the_cap_once_replaced() {
+    const H: &str = "wss://hostile.example";
+    let mut config = config();
+    config.bootstrap = vec![H.to_owned()];
+    config.max_known_relays = 1_000;
+    let mut sim = Sim::new(config);
+    sim.add_relay(H);
+    for k in 0..100 {
+        let mut urls: Vec<String> = (0..49).map(|i| format!("wss://k{k}-{i}.example")).collect();
+        urls.push(OWN.to_owned());
+        let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+        sim.seed(H, &announcement(&wide_keys(k), "junk", &refs, T0 - 10));
+    }
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(sim.engine.index().known_relays(), 1_000);
+    for k in 0..100 {
+        sim.publish(H, &announcement(&wide_keys(k), "junk", &[OWN], T0 + 1));
+    }
+    sim.advance(Duration::from_secs(130));
+    assert_eq!(sim.engine.index().known_relays(), 2, "the own relay and H");
+    assert!(legit_repo_syncs(&mut sim, T0 + 200), "the cap stayed full");
+    sim.check();
+}

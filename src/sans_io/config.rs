@@ -81,10 +81,13 @@ pub struct Config {
     /// key cannot fill `max_known_relays` for everyone.
     pub max_relays_per_pubkey: usize,
     /// Repos one pubkey may bring into the index (announced, or named by
-    /// its roots); past it its new repos are ignored.
+    /// its roots); past it its new repos are ignored. The default is the
+    /// scale one relay is built to carry (10,000 repos), so no real
+    /// account meets it, while a flood from one key stops there.
     pub max_repos_per_pubkey: usize,
     /// Roots one pubkey may author in the index; past it its new roots are
-    /// not followed (the root events themselves still sync with their repo).
+    /// not followed (the root events themselves still sync with their
+    /// repo). The default is the designed scale of one relay (100,000).
     pub max_roots_per_pubkey: usize,
     /// Repos, and roots, known at most (each).
     pub max_known_items: usize,
@@ -155,8 +158,8 @@ impl Config {
             relay_change_interval: Duration::from_secs(60),
             max_known_relays: 50_000,
             max_relays_per_pubkey: 500,
-            max_repos_per_pubkey: 1_000,
-            max_roots_per_pubkey: 10_000,
+            max_repos_per_pubkey: 10_000,
+            max_roots_per_pubkey: 100_000,
             max_known_items: 1_000_000,
             allow_private_addresses: false,
             auth_keys: None,
