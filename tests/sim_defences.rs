@@ -410,3 +410,30 @@ fn a_relay_announcing_thousands_of_junk_relays_from_many_keys_frees_the_cap_once
     assert!(legit_repo_syncs(&mut sim, T0 + 200), "the cap stayed full");
     sim.check();
 }
+
+/// Relays listed only by a held-back announcement, or by one that was
+/// replaced while held, are released like any other unlisted relay; the
+/// relays in force, and the held ones once applied, stay.
+#[test]
+fn relays_of_held_and_superseded_announcements_are_released_once_unlisted() {
+    const D: &str = "wss://d.example";
+    let mut sim = Sim::new(config());
+    let owner = keys(1);
+    let coord = announce(&mut sim, &owner, "r", &[A], T0);
+    sim.advance(Duration::from_secs(10));
+    announce(&mut sim, &owner, "r", &[B], T0 + 1); // a change: applied
+    sim.advance(Duration::from_secs(10));
+    announce(&mut sim, &owner, "r", &[C], T0 + 2); // held
+    sim.advance(Duration::from_secs(10));
+    announce(&mut sim, &owner, "r", &[D], T0 + 3); // replaces the held one
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(repo_relays(&sim, &coord), vec![B.to_owned()]);
+    assert!(sim.engine.relay_id(D).is_some(), "held: still listed");
+    sim.advance(Duration::from_secs(200));
+    assert_eq!(repo_relays(&sim, &coord), vec![D.to_owned()]);
+    for gone in [A, B, C] {
+        assert!(sim.engine.relay_id(gone).is_none(), "{gone} not released");
+    }
+    assert!(sim.engine.relay_id(D).is_some());
+    sim.check();
+}
