@@ -609,14 +609,20 @@ impl RepoIndex {
         } else {
             (self.roots.len(), self.limits.max_roots_per_pubkey)
         };
-        let share = self.pubkey_items.entry(by.to_owned()).or_default();
-        let taken = if repo { &mut share.0 } else { &mut share.1 };
-        if known >= self.limits.max_items || *taken >= per_key {
+        let share = self.pubkey_items.get(by).copied().unwrap_or_default();
+        let taken = if repo { share.0 } else { share.1 };
+        if known >= self.limits.max_items || taken >= per_key {
+            // Checked before an entry is made: keys turned away leave none.
             self.stats.items_over_cap += 1;
             debug!("{by}: repo or root over its cap; ignored");
             return false;
         }
-        *taken += 1;
+        let share = self.pubkey_items.entry(by.to_owned()).or_default();
+        if repo {
+            share.0 += 1;
+        } else {
+            share.1 += 1;
+        }
         true
     }
 
