@@ -277,3 +277,163 @@ fn a_relay_refusing_every_req_as_too_many_backs_off_once_the_limit_is_at_its_flo
     let a = sim.id(A);
     assert_eq!(sim.engine.subscription_limit(a), 1);
 }
+
+/// Announces repo `d` of key `k` listing `n` junk relays named after `tag`.
+fn announce_junk(sim: &mut Sim, k: &Keys, d: &str, tag: &str, n: usize, at: u64) {
+    let urls: Vec<String> = (0..n).map(|i| format!("wss://{tag}-{i}.example")).collect();
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    announce(sim, k, d, &refs, at);
+}
+
+/// A legitimate repo on `A` with one comment; true once it reached the sink.
+fn legit_repo_syncs(sim: &mut Sim, at: u64) -> bool {
+    let owner = keys(1);
+    let comment = repo_comment(&owner, &coord(&owner, "legit"), T0 - 100, "legit");
+    sim.seed(A, &comment);
+    announce(sim, &owner, "legit", &[A], at);
+    sim.advance(Duration::from_secs(10));
+    sim.synced(&comment.id)
+}
+
+/// Issue 13, item 5: junk relays announced from many keys fill the cap
+/// on known relays; once those announcements are replaced, the relays
+/// are released, and a legitimate repo announced later gets its relay.
+#[test]
+fn junk_relays_from_many_keys_are_released_once_their_announcements_are_replaced() {
+    let mut config = config();
+    config.max_known_relays = 200;
+    let mut sim = Sim::new(config);
+    for k in 0..10 {
+        announce_junk(&mut sim, &wide_keys(k), "junk", &format!("j{k}"), 50, T0);
+    }
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(sim.engine.index().known_relays(), 200);
+    for k in 0..10 {
+        announce(&mut sim, &wide_keys(k), "junk", &[], T0 + 1);
+    }
+    // Two disconnect checks: one disconnects, the next releases.
+    sim.advance(Duration::from_secs(130));
+    assert!(sim.engine.index().known_relays() <= 1);
+    assert!(sim.engine.index().stats().relays_released >= 199);
+    assert!(legit_repo_syncs(&mut sim, T0 + 200), "the cap stayed full");
+    // Released ids are reused: the table (own relay and 199 junk) did
+    // not grow for A.
+    assert_eq!(sim.engine.index().relay_count(), 200);
+    sim.check();
+}
+
+/// Issue 13, item 5: one key announcing thousands of junk relays takes
+/// only its share of the cap; another key's repo still gets its relay.
+#[test]
+fn one_key_announcing_thousands_of_junk_relays_takes_only_its_share() {
+    let mut config = config();
+    config.max_known_relays = 300;
+    config.max_relays_per_pubkey = 100;
+    let mut sim = Sim::new(config);
+    let flooder = wide_keys(1);
+    for d in 0..20 {
+        announce_junk(
+            &mut sim,
+            &flooder,
+            &format!("r{d}"),
+            &format!("f{d}"),
+            50,
+            T0,
+        );
+    }
+    sim.advance(Duration::from_secs(10));
+    let known = sim.engine.index().known_relays();
+    assert!(
+        known <= 101,
+        "{known} known: more than the own relay and the share"
+    );
+    assert!(
+        legit_repo_syncs(&mut sim, T0),
+        "the flood took the legit relay's slot"
+    );
+    sim.check();
+}
+
+/// Issue 13, item 5: roots from one key naming ever new repos create only
+/// that key's share of repos and roots; the rest is ignored and counted.
+#[test]
+fn roots_naming_thousands_of_repos_take_only_their_key_s_share() {
+    let mut config = config();
+    config.max_repos_per_pubkey = 50;
+    config.max_roots_per_pubkey = 20;
+    let mut sim = Sim::new(config);
+    let flooder = wide_keys(2);
+    let own = sim.own.clone();
+    for n in 0..40 {
+        let coords: Vec<String> = (0..20)
+            .map(|i| coord(&flooder, &format!("x{n}-{i}")))
+            .collect();
+        let refs: Vec<&str> = coords.iter().map(String::as_str).collect();
+        sim.publish(&own, &root(&flooder, 1621, &refs, T0, &format!("fake {n}")));
+    }
+    sim.advance(Duration::from_secs(10));
+    let index = sim.engine.index();
+    assert!(index.repo_count() <= 50, "{} repos", index.repo_count());
+    assert!(index.root_count() <= 20, "{} roots", index.root_count());
+    assert!(index.stats().items_over_cap > 0);
+    assert!(legit_repo_syncs(&mut sim, T0));
+    sim.check();
+}
+
+/// Fault mode "a relay announcing thousands of junk relays from many
+/// keys": a bootstrap relay serves 100 announcements, each from its own
+/// key and listing 49 junk relays (and the service, so GRASP-01 passes
+/// them on). One key each, so no per-key share stops them: they fill the
+/// cap on known relays. Once the announcements are replaced, the junk is
+/// released and a legitimate repo gets its relay.
+#[test]
+fn a_relay_announcing_thousands_of_junk_relays_from_many_keys_frees_the_cap_once_replaced() {
+    const H: &str = "wss://hostile.example";
+    let mut config = config();
+    config.bootstrap = vec![H.to_owned()];
+    config.max_known_relays = 1_000;
+    let mut sim = Sim::new(config);
+    sim.add_relay(H);
+    for k in 0..100 {
+        let mut urls: Vec<String> = (0..49).map(|i| format!("wss://k{k}-{i}.example")).collect();
+        urls.push(OWN.to_owned());
+        let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+        sim.seed(H, &announcement(&wide_keys(k), "junk", &refs, T0 - 10));
+    }
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(sim.engine.index().known_relays(), 1_000);
+    for k in 0..100 {
+        sim.publish(H, &announcement(&wide_keys(k), "junk", &[OWN], T0 + 1));
+    }
+    sim.advance(Duration::from_secs(130));
+    assert_eq!(sim.engine.index().known_relays(), 2, "the own relay and H");
+    assert!(legit_repo_syncs(&mut sim, T0 + 200), "the cap stayed full");
+    sim.check();
+}
+
+/// Relays listed only by a held-back announcement, or by one that was
+/// replaced while held, are released like any other unlisted relay; the
+/// relays in force, and the held ones once applied, stay.
+#[test]
+fn relays_of_held_and_superseded_announcements_are_released_once_unlisted() {
+    const D: &str = "wss://d.example";
+    let mut sim = Sim::new(config());
+    let owner = keys(1);
+    let coord = announce(&mut sim, &owner, "r", &[A], T0);
+    sim.advance(Duration::from_secs(10));
+    announce(&mut sim, &owner, "r", &[B], T0 + 1); // a change: applied
+    sim.advance(Duration::from_secs(10));
+    announce(&mut sim, &owner, "r", &[C], T0 + 2); // held
+    sim.advance(Duration::from_secs(10));
+    announce(&mut sim, &owner, "r", &[D], T0 + 3); // replaces the held one
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(repo_relays(&sim, &coord), vec![B.to_owned()]);
+    assert!(sim.engine.relay_id(D).is_some(), "held: still listed");
+    sim.advance(Duration::from_secs(200));
+    assert_eq!(repo_relays(&sim, &coord), vec![D.to_owned()]);
+    for gone in [A, B, C] {
+        assert!(sim.engine.relay_id(gone).is_none(), "{gone} not released");
+    }
+    assert!(sim.engine.relay_id(D).is_some());
+    sim.check();
+}

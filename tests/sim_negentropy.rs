@@ -173,3 +173,58 @@ fn nothing_held_locally_goes_straight_to_req() {
     assert_eq!(stats.neg_sessions, 0);
     assert_eq!((stats.neg_skipped, stats.neg_fallbacks), (1, 0));
 }
+
+/// Issue 13, item 4: after a long downtime thousands of ids are missing.
+/// Their `ids` REQs wait for free subscription slots like any historic
+/// work, so a relay allowing ten at once refuses none of them.
+#[test]
+fn thousands_of_missing_ids_are_fetched_within_the_subscription_limit() {
+    let mut sim = Sim::new(config());
+    let (all, gone) = world(&mut sim, NegMode::Supported, 6_010, 6_000);
+    sim.relay(A).max_subs = Some((10, Refuse::Closed));
+    sim.advance(Duration::from_secs(60));
+    assert!(
+        sim.missing(&all).is_empty(),
+        "{} missing",
+        sim.missing(&all).len()
+    );
+    assert!(
+        sim.relays[A].peak_subs <= 10,
+        "{} open at once",
+        sim.relays[A].peak_subs
+    );
+    let stats = sim.engine.stats();
+    assert_eq!(stats.refusals, 0);
+    assert_eq!(stats.neg_fallbacks, 0);
+    assert_eq!(stats.neg_ids_fetched, gone.len() as u64);
+    assert_eq!(tag_reqs(&sim), 0, "no history re-read by REQ");
+    sim.engine.check_invariants().unwrap();
+}
+
+/// Issue 13, item 4: a relay whose `NEG-MSG`s never converge, reporting
+/// ids no one stores (or none) round after round. The exchange ends
+/// within a bounded number of rounds and ids, never opens more REQs than
+/// the relay allows, and the history arrives by REQ paging.
+#[test]
+fn a_neg_msg_exchange_that_never_converges_ends_in_req_paging() {
+    for ids_per_round in [0, 300] {
+        let mut sim = Sim::new(config());
+        let mode = NegMode::Endless { ids_per_round };
+        let (all, _) = world(&mut sim, mode, 50, 5);
+        sim.relay(A).max_subs = Some((10, Refuse::Closed));
+        sim.advance(Duration::from_secs(60));
+        assert!(sim.missing(&all).is_empty(), "{ids_per_round} ids a round");
+        let stats = sim.engine.stats();
+        // 200 rounds answered; the 201st NEG-MSG is the one given up on.
+        assert!(stats.neg_rounds <= 201, "{} rounds", stats.neg_rounds);
+        assert!(stats.neg_fallbacks >= 1);
+        assert_eq!(stats.neg_ids_fetched, 0, "no made-up id fetched");
+        assert!(
+            sim.relays[A].peak_subs <= 10,
+            "{} open",
+            sim.relays[A].peak_subs
+        );
+        assert!(tag_reqs(&sim) >= 1, "history re-read by REQ");
+        sim.engine.check_invariants().unwrap();
+    }
+}

@@ -331,8 +331,9 @@ impl World {
             let neg = match self.rng.gen_range(0..20) {
                 0..=5 => NegMode::Supported,
                 6..=16 => NegMode::Unknown,
-                17..=18 => NegMode::Error,
-                _ => NegMode::Silent,
+                17 => NegMode::Error,
+                18 => NegMode::Silent,
+                _ => NegMode::Endless { ids_per_round: 50 },
             };
             let relay = self.sim.add_relay(url);
             relay.filter_cap = cap;

@@ -74,7 +74,23 @@ pub struct Config {
     /// newest announcement wins then); damps announcements that flip.
     pub relay_change_interval: Duration,
     /// Relays known (interned) at most; new URLs past it are dropped.
+    /// Relays no announcement lists any more are released at the next
+    /// disconnect check, so replaced junk frees its share.
     pub max_known_relays: usize,
+    /// Distinct relays the announcements of one pubkey may list, so one
+    /// key cannot fill `max_known_relays` for everyone.
+    pub max_relays_per_pubkey: usize,
+    /// Repos one pubkey may bring into the index (announced, or named by
+    /// its roots); past it its new repos are ignored. The default is the
+    /// scale one relay is built to carry (10,000 repos), so no real
+    /// account meets it, while a flood from one key stops there.
+    pub max_repos_per_pubkey: usize,
+    /// Roots one pubkey may author in the index; past it its new roots are
+    /// not followed (the root events themselves still sync with their
+    /// repo). The default is the designed scale of one relay (100,000).
+    pub max_roots_per_pubkey: usize,
+    /// Repos, and roots, known at most (each).
+    pub max_known_items: usize,
     /// Keep announced relays on loopback/private IP literals and
     /// `localhost`. The shell sets it from
     /// `ShellOptions::allow_private_addresses`, its one switch for both.
@@ -149,6 +165,10 @@ impl Config {
             max_repos_per_root: 20,
             relay_change_interval: Duration::from_secs(60),
             max_known_relays: 50_000,
+            max_relays_per_pubkey: 500,
+            max_repos_per_pubkey: 10_000,
+            max_roots_per_pubkey: 100_000,
+            max_known_items: 1_000_000,
             allow_private_addresses: false,
             auth_keys: None,
             negentropy: true,

@@ -107,8 +107,14 @@ pub struct IndexStats {
     /// Relay URLs dropped: malformed, unknown scheme, credentials, or a
     /// private address.
     pub relay_urls_rejected: u64,
-    /// Relay URLs past the per-announcement cap or the cap on known relays.
+    /// Relay URLs past the per-announcement cap, the cap on known relays
+    /// or the announcing pubkey's share of it.
     pub relay_urls_over_cap: u64,
+    /// Interned relays released once nothing listed them any more.
+    pub relays_released: u64,
+    /// Repos and roots not interned: their pubkey's share, or the global
+    /// cap, was used up.
+    pub items_over_cap: u64,
     /// Relay changes held back because the repo changed relays too recently.
     pub relay_changes_held: u64,
 }
@@ -131,8 +137,20 @@ pub struct IndexLimits {
     /// every second cannot make us connect and drop relays every second.
     pub relay_change_interval: Duration,
     /// Relays interned at most; URLs beyond are dropped (and counted), so
-    /// announcements naming ever new relays cannot grow memory without bound.
+    /// announcements naming ever new relays cannot grow memory without
+    /// bound. Relays no announcement lists any more are released (see
+    /// [`RepoIndex::release_relay`]), so the cap never fills for good.
     pub max_relays: usize,
+    /// Distinct relays the announcements of one pubkey may list: one key
+    /// cannot take the whole of `max_relays` from everyone else.
+    pub max_relays_per_pubkey: usize,
+    /// Repos one pubkey may bring into the index, by announcing them or by
+    /// naming them in its roots.
+    pub max_repos_per_pubkey: usize,
+    /// Roots one pubkey may author in the index.
+    pub max_roots_per_pubkey: usize,
+    /// Repos and roots known at most, each.
+    pub max_items: usize,
     /// Keep relays on loopback, private and link-local IP literals (and
     /// `localhost`); otherwise they are dropped before they cost a slot.
     pub allow_private: bool,
@@ -148,7 +166,19 @@ pub struct RepoIndex {
     root_ids: HashMap<EventId, RootId>,
     roots: Vec<Root>,
     relay_ids: HashMap<String, RelayId>,
+    /// Normalized URLs by id; empty for a released id.
     relay_urls: Vec<String>,
+    /// Per relay id: announcement relay lists (in force or held) naming it.
+    relay_refs: Vec<u32>,
+    /// Per relay id: interned by the engine itself (own relay, bootstrap),
+    /// never released.
+    relay_pinned: Vec<bool>,
+    /// Released relay ids, reused before new ones are made.
+    free_relays: Vec<RelayId>,
+    /// Per pubkey (hex): how many of its relay lists name each relay.
+    pubkey_relays: HashMap<String, HashMap<RelayId, u32>>,
+    /// Per pubkey (hex): repos and roots it brought into the index.
+    pubkey_items: HashMap<String, (usize, usize)>,
     /// Repos with a held change and when it is due, for the engine to arm.
     holds: Vec<(RepoId, Time)>,
     stats: IndexStats,
@@ -167,6 +197,11 @@ impl RepoIndex {
             roots: Vec::new(),
             relay_ids: HashMap::new(),
             relay_urls: Vec::new(),
+            relay_refs: Vec::new(),
+            relay_pinned: Vec::new(),
+            free_relays: Vec::new(),
+            pubkey_relays: HashMap::new(),
+            pubkey_items: HashMap::new(),
             holds: Vec::new(),
             stats: IndexStats::default(),
         }
@@ -193,6 +228,7 @@ impl RepoIndex {
         else {
             return;
         };
+        self.reference(repo, &held.relays, false);
         self.change_relays(repo, held.stamp, held.relays, now, changes);
     }
 
@@ -232,15 +268,67 @@ impl RepoIndex {
         latest.is_some_and(|cur| newer((event.created_at, event.id), cur))
     }
 
-    /// The id of a relay URL (already normalized), interning it.
+    /// The id of a relay URL (already normalized), interning it. A relay
+    /// the engine interns itself (own relay, bootstrap) is pinned: never
+    /// released.
     pub fn intern_relay(&mut self, url: &str) -> RelayId {
+        let id = self.intern_unpinned(url);
+        self.relay_pinned[id.index()] = true;
+        id
+    }
+
+    /// The id of a relay URL, interning it under a released id if one is
+    /// free, else a new one.
+    fn intern_unpinned(&mut self, url: &str) -> RelayId {
         if let Some(&id) = self.relay_ids.get(url) {
             return id;
         }
-        let id = RelayId(self.relay_urls.len() as u32);
-        self.relay_urls.push(url.to_owned());
+        let id = match self.free_relays.pop() {
+            Some(id) => {
+                self.relay_urls[id.index()] = url.to_owned();
+                id
+            }
+            None => {
+                self.relay_urls.push(url.to_owned());
+                self.relay_refs.push(0);
+                self.relay_pinned.push(false);
+                RelayId(self.relay_urls.len() as u32 - 1)
+            }
+        };
         self.relay_ids.insert(url.to_owned(), id);
         id
+    }
+
+    /// True when no announcement lists `relay` and the engine did not pin
+    /// it: the engine may release it once no connection holds it.
+    pub fn relay_unreferenced(&self, relay: RelayId) -> bool {
+        let i = relay.index();
+        self.relay_refs[i] == 0 && !self.relay_pinned[i] && !self.relay_urls[i].is_empty()
+    }
+
+    /// Releases an unreferenced relay: its URL is forgotten and its id
+    /// reused by the next relay interned, so junk announcements that were
+    /// replaced leave no trace in the cap. The engine calls it only while
+    /// nothing can still report on the id (no connection, no connect in
+    /// flight, no NIP-11 fetch pending). False (and nothing done) if it is
+    /// referenced or pinned.
+    pub fn release_relay(&mut self, relay: RelayId) -> bool {
+        if !self.relay_unreferenced(relay) {
+            return false;
+        }
+        let url = std::mem::take(&mut self.relay_urls[relay.index()]);
+        self.relay_ids.remove(&url);
+        self.free_relays.push(relay);
+        self.stats.relays_released += 1;
+        debug!("{url}: no announcement lists it; released");
+        true
+    }
+
+    /// True while `relay` names a relay (it was not released).
+    pub fn relay_known(&self, relay: RelayId) -> bool {
+        self.relay_urls
+            .get(relay.index())
+            .is_some_and(|u| !u.is_empty())
     }
 
     /// The id of a relay URL (already normalized), if known.
@@ -253,9 +341,15 @@ impl RepoIndex {
         &self.relay_urls[relay.index()]
     }
 
-    /// Relays interned so far.
+    /// Size of tables indexed by relay id: every id handed out so far,
+    /// released ones included.
     pub fn relay_count(&self) -> usize {
         self.relay_urls.len()
+    }
+
+    /// Relays known now (interned and not released).
+    pub fn known_relays(&self) -> usize {
+        self.relay_ids.len()
     }
 
     /// Repos known (announced or only named by roots).
@@ -328,7 +422,9 @@ impl RepoIndex {
             return;
         };
         let coord = format!("{KIND_ANNOUNCEMENT}:{}:{identifier}", event.pubkey);
-        let repo = self.intern_repo(&coord, identifier);
+        let Some(repo) = self.intern_repo(&coord, identifier, &event.pubkey.to_hex()) else {
+            return;
+        };
         let stamp = (event.created_at, event.id);
         let entry = &self.repos[repo.0 as usize];
         let latest = entry.latest();
@@ -342,7 +438,7 @@ impl RepoIndex {
         let relays = if withdrawn {
             Vec::new()
         } else {
-            self.relays_of(event)
+            self.relays_of(event, repo)
         };
         let entry = &mut self.repos[repo.0 as usize];
         let first = entry.announced.is_none();
@@ -355,12 +451,19 @@ impl RepoIndex {
                 if entry.held.is_none() {
                     self.holds.push((repo, due));
                 }
-                entry.held = Some(Held { stamp, relays });
+                let new = relays.clone();
+                let old = entry.held.replace(Held { stamp, relays });
+                self.reference(repo, &new, true);
+                if let Some(old) = old {
+                    self.reference(repo, &old.relays, false);
+                }
                 self.stats.relay_changes_held += 1;
                 debug!("{coord} changes relays too often; newest change held until {due:?}");
             }
             None => {
-                entry.held = None;
+                if let Some(old) = entry.held.take() {
+                    self.reference(repo, &old.relays, false);
+                }
                 self.change_relays(repo, stamp, relays, now, changes);
                 if first {
                     // Learning a repo's relays is not a change: the next
@@ -388,6 +491,8 @@ impl RepoIndex {
         entry.relays_changed = Some(now);
         let old = std::mem::replace(&mut entry.relays, relays);
         let new = entry.relays.clone();
+        self.reference(repo, &new, true);
+        self.reference(repo, &old, false);
         for relay in old.iter().filter(|r| !new.contains(r)) {
             self.push_repo_changes(repo, *relay, false, changes);
         }
@@ -419,7 +524,10 @@ impl RepoIndex {
     }
 
     fn apply_root(&mut self, event: &Event, changes: &mut Vec<TargetChange>) {
-        let root = self.intern_root(event.id);
+        let author = event.pubkey.to_hex();
+        let Some(root) = self.intern_root(event.id, &author) else {
+            return;
+        };
         let coords = repo_coords_of(event);
         for (n, coord) in coords.into_iter().enumerate() {
             if n >= self.limits.repos_per_root {
@@ -430,7 +538,9 @@ impl RepoIndex {
                 break;
             }
             let identifier = coord.splitn(3, ':').nth(2).unwrap_or_default().to_owned();
-            let repo = self.intern_repo(coord, identifier);
+            let Some(repo) = self.intern_repo(coord, identifier, &author) else {
+                continue;
+            };
             if self.roots[root.0 as usize].repos.contains(&repo) {
                 continue;
             }
@@ -447,9 +557,15 @@ impl RepoIndex {
         }
     }
 
-    fn intern_repo(&mut self, coord: &str, identifier: String) -> RepoId {
+    /// The id of a repo, interning it on behalf of `by` (the announcing or
+    /// root-authoring pubkey) unless `by`'s share or the global cap is used
+    /// up.
+    fn intern_repo(&mut self, coord: &str, identifier: String, by: &str) -> Option<RepoId> {
         if let Some(&id) = self.repo_ids.get(coord) {
-            return id;
+            return Some(id);
+        }
+        if !self.take_share(by, true) {
+            return None;
         }
         let id = RepoId(self.repos.len() as u32);
         self.repos.push(Repo {
@@ -462,12 +578,17 @@ impl RepoIndex {
             held: None,
         });
         self.repo_ids.insert(coord.to_owned(), id);
-        id
+        Some(id)
     }
 
-    fn intern_root(&mut self, id: EventId) -> RootId {
+    /// The id of a root authored by `by`, interning it unless `by`'s share
+    /// or the global cap is used up.
+    fn intern_root(&mut self, id: EventId, by: &str) -> Option<RootId> {
         if let Some(&root) = self.root_ids.get(&id) {
-            return root;
+            return Some(root);
+        }
+        if !self.take_share(by, false) {
+            return None;
         }
         let root = RootId(self.roots.len() as u32);
         self.roots.push(Root {
@@ -475,14 +596,86 @@ impl RepoIndex {
             repos: Vec::new(),
         });
         self.root_ids.insert(id, root);
-        root
+        Some(root)
+    }
+
+    /// Counts one more repo (or root) for pubkey `by`; false, counted as
+    /// over the cap, when its share or the global cap is used up. Shares
+    /// are what make the caps fair: a flood from one key (or one relay's
+    /// worth of keys, each capped) fills its own share, not the index.
+    fn take_share(&mut self, by: &str, repo: bool) -> bool {
+        let (known, per_key) = if repo {
+            (self.repos.len(), self.limits.max_repos_per_pubkey)
+        } else {
+            (self.roots.len(), self.limits.max_roots_per_pubkey)
+        };
+        let share = self.pubkey_items.get(by).copied().unwrap_or_default();
+        let taken = if repo { share.0 } else { share.1 };
+        if known >= self.limits.max_items || taken >= per_key {
+            // Checked before an entry is made: keys turned away leave none.
+            self.stats.items_over_cap += 1;
+            debug!("{by}: repo or root over its cap; ignored");
+            return false;
+        }
+        let share = self.pubkey_items.entry(by.to_owned()).or_default();
+        if repo {
+            share.0 += 1;
+        } else {
+            share.1 += 1;
+        }
+        true
+    }
+
+    /// Counts `repo`'s relay list `relays` in (`add`) or out of the
+    /// references that keep relays interned, globally and per owner.
+    fn reference(&mut self, repo: RepoId, relays: &[RelayId], add: bool) {
+        let owner = owner_of(&self.repos[repo.0 as usize].coord).to_owned();
+        let mine = self.pubkey_relays.entry(owner.clone()).or_default();
+        for &relay in relays {
+            let global = &mut self.relay_refs[relay.index()];
+            let count = mine.entry(relay).or_default();
+            if add {
+                *global += 1;
+                *count += 1;
+            } else {
+                *global = global.saturating_sub(1);
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    mine.remove(&relay);
+                }
+            }
+        }
+        if mine.is_empty() {
+            self.pubkey_relays.remove(&owner);
+        }
+    }
+
+    /// True when pubkey `owner`'s relay lists already name `relay`.
+    fn lists(&self, owner: &str, relay: Option<RelayId>) -> bool {
+        relay.is_some_and(|r| {
+            self.pubkey_relays
+                .get(owner)
+                .is_some_and(|m| m.contains_key(&r))
+        })
+    }
+
+    /// True when pubkey `owner` may list `fresh` + 1 relays it lists
+    /// nowhere yet, in an announcement replacing `repo`'s: the relays
+    /// `repo` lists now will be let go, so they do not count against the
+    /// share.
+    fn within_share(&self, owner: &str, repo: RepoId, fresh: usize) -> bool {
+        let listed = self.pubkey_relays.get(owner).map_or(0, HashMap::len);
+        let replaced = self.repos[repo.0 as usize].relays.len();
+        listed.saturating_sub(replaced) + fresh < self.limits.max_relays_per_pubkey
     }
 
     /// Every relay an announcement names: each value of each `relays` tag and
     /// the relay of each `clone` URL, normalized, without the own relay and
     /// refused addresses, de-duplicated, capped.
-    fn relays_of(&mut self, event: &Event) -> Vec<RelayId> {
+    fn relays_of(&mut self, event: &Event, repo: RepoId) -> Vec<RelayId> {
+        let owner = event.pubkey.to_hex();
         let mut relays = Vec::new();
+        let mut fresh = 0;
         let mut over_cap = 0u64;
         for url in self.relay_urls_of(event) {
             if self.service.names(&url) {
@@ -492,20 +685,26 @@ impl RepoIndex {
             if known.is_some_and(|id| relays.contains(&id)) {
                 continue;
             }
+            let listed = self.lists(&owner, known);
             if relays.len() >= self.limits.relays_per_announcement
-                || known.is_none() && self.relay_urls.len() >= self.limits.max_relays
+                || known.is_none() && self.relay_ids.len() >= self.limits.max_relays
+                || !listed && !self.within_share(&owner, repo, fresh)
             {
                 over_cap += 1;
                 continue;
             }
-            let id = known.unwrap_or_else(|| self.intern_relay(&url));
+            fresh += usize::from(!listed);
+            let id = known.unwrap_or_else(|| self.intern_unpinned(&url));
             relays.push(id);
         }
         if over_cap > 0 {
             self.stats.relay_urls_over_cap += over_cap;
             warn!(
-                "announcement {}: {over_cap} relays over the cap ({} per announcement, {} known) ignored",
-                event.id, self.limits.relays_per_announcement, self.limits.max_relays
+                "announcement {}: {over_cap} relays over the cap ({} per announcement, {} per pubkey, {} known) ignored",
+                event.id,
+                self.limits.relays_per_announcement,
+                self.limits.max_relays_per_pubkey,
+                self.limits.max_relays
             );
         }
         relays
@@ -558,6 +757,11 @@ impl RepoIndex {
         let local_name = host == "localhost" || host.ends_with(".localhost");
         !local_name && ip_literal(&host).is_none_or(is_public)
     }
+}
+
+/// The pubkey (hex) of repo ref `30617:<pubkey>:<d>`.
+fn owner_of(coord: &str) -> &str {
+    coord.split(':').nth(1).unwrap_or_default()
 }
 
 /// True when both lists hold the same relays, in any order.

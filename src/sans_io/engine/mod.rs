@@ -361,6 +361,10 @@ impl Engine {
             repos_per_root: config.max_repos_per_root,
             relay_change_interval: config.relay_change_interval,
             max_relays: config.max_known_relays,
+            max_relays_per_pubkey: config.max_relays_per_pubkey,
+            max_repos_per_pubkey: config.max_repos_per_pubkey,
+            max_roots_per_pubkey: config.max_roots_per_pubkey,
+            max_items: config.max_known_items,
             allow_private: config.allow_private_addresses,
         };
         let mut index = RepoIndex::new(service.clone(), limits);
@@ -460,6 +464,9 @@ impl Engine {
     /// (`None`: none could be had). Its limits only ever lower ours; they
     /// apply to the next REQs.
     pub fn handle_relay_info(&mut self, _now: Time, relay: RelayId, info: Option<RelayInfo>) {
+        if let Some(state) = self.relays.get_mut(relay.index()) {
+            state.info_answered = true;
+        }
         if let Some(info) = info {
             self.apply_relay_info(relay, info);
         }
@@ -525,9 +532,12 @@ impl Engine {
         self.own
     }
 
-    /// Every relay the engine knows, the own relay included.
+    /// Every relay the engine knows, the own relay included (released
+    /// ids are not).
     pub fn relays(&self) -> impl Iterator<Item = RelayId> + '_ {
-        (0..self.relays.len()).map(|i| RelayId(i as u32))
+        (0..self.relays.len())
+            .map(|i| RelayId(i as u32))
+            .filter(|&r| self.index.relay_known(r))
     }
 
     /// Connection status of a relay.
@@ -670,19 +680,48 @@ impl Engine {
         &mut self.relays[relay.index()]
     }
 
-    /// Grows the relay table to cover every interned relay.
-    fn ensure_relay_slots(&mut self) {
-        let limits = Limits {
+    /// A relay's starting limits, from the config.
+    fn starting_limits(&self) -> Limits {
+        Limits {
             subscriptions: self.config.max_subscriptions.max(1),
             filters_per_req: self.config.max_filters_per_req.max(1),
             message_bytes: self.config.max_message_bytes.max(1024),
             page_limit: self.config.page_limit.max(1),
             tag_values: self.config.chunk_size.max(1),
             kinds: usize::MAX,
-        };
+        }
+    }
+
+    /// Grows the relay table to cover every interned relay.
+    fn ensure_relay_slots(&mut self) {
+        let limits = self.starting_limits();
         while self.relays.len() < self.index.relay_count() {
             self.relays
                 .push(RelayState::new(Role::Remote { bootstrap: false }, limits));
+        }
+    }
+
+    /// Releases every relay no announcement lists any more once nothing
+    /// can report on it: disconnected, no NIP-11 fetch pending. Its id goes
+    /// back to the index for the next relay interned, with a fresh state
+    /// whose epoch continues the old one's, so a timer armed for the old
+    /// relay is stale for the new. Without this, junk relays of replaced
+    /// announcements would hold the known-relay cap until restart.
+    fn release_unreferenced(&mut self) {
+        let limits = self.starting_limits();
+        for i in 0..self.relays.len() {
+            let relay = RelayId(i as u32);
+            let state = &self.relays[i];
+            let quiet = state.status == Status::Disconnected
+                && state.items.is_empty()
+                && (!state.info_asked || state.info_answered)
+                && matches!(state.role, Role::Remote { bootstrap: false });
+            if quiet && self.index.release_relay(relay) {
+                let epoch = state.epoch.wrapping_add(1);
+                let mut fresh = RelayState::new(Role::Remote { bootstrap: false }, limits);
+                fresh.epoch = epoch;
+                self.relays[i] = fresh;
+            }
         }
     }
 
@@ -699,7 +738,12 @@ impl Engine {
     fn on_timer(&mut self, timer: Timer, now: Time) {
         match timer {
             Timer::BatchWindow => self.close_batch_window(now),
-            Timer::DisconnectCheck => self.check_disconnects(now),
+            Timer::DisconnectCheck => {
+                // Relays this check disconnects are released at the next
+                // one: their `Disconnect` has not reached the shell yet.
+                self.release_unreferenced();
+                self.check_disconnects(now);
+            }
             Timer::Reconnect(relay) => self.on_reconnect_timer(relay, now),
             Timer::ConnectTimeout(relay, epoch) => self.on_connect_timeout(relay, epoch, now),
             Timer::Daily(relay, epoch) => self.on_daily(relay, epoch, now),

@@ -28,10 +28,10 @@ use super::{Action, Engine, Status, Timer};
 use crate::sans_io::filters::Encoded;
 use crate::sans_io::index::RelayId;
 use crate::sans_io::reconcile::{
-    IDS_PER_FILTER, Reconciliation, Step, fetch_filters, means_unsupported,
+    IDS_PER_FILTER, MAX_NEED, Reconciliation, Step, fetch_filters, means_unsupported,
 };
 use crate::sans_io::relay_text::{dropped, relay_text};
-use crate::sans_io::subscription::{Purpose, Scope, WorkRef};
+use crate::sans_io::subscription::{NextPage, PageFilter, Scope, WorkRef};
 use crate::sans_io::time::Time;
 
 /// How many `neg_timeout`s a job may wait for the sink's listings.
@@ -315,6 +315,13 @@ impl Engine {
         job.current += 1;
         job.session = None;
         job.need.extend(need);
+        if job.need.len() > MAX_NEED {
+            info!(
+                "{}: negentropy job {id:x} found over {MAX_NEED} ids missing; REQ",
+                self.relay_url(relay)
+            );
+            return self.job_to_req(relay, id, ToReq::Failed, now);
+        }
         if job.current < job.filters.len() {
             return self.open_session(relay, id, now);
         }
@@ -325,9 +332,13 @@ impl Engine {
     }
 
     /// Fetches the missing ids, one `ids` REQ per filter (relays cap the
-    /// results of one REQ, not of one filter). Each REQ carries the job's
-    /// chunks, and their batches count one completion per REQ, so the
-    /// batches confirm when the last fetch reaches EOSE.
+    /// results of one REQ, not of one filter). The REQs wait for free
+    /// subscription slots in the follow-up page queue like any historic
+    /// page: thousands of missing ids after a long downtime must not open
+    /// more REQs than the relay allows, or its refusals fail the job. Each
+    /// REQ carries the job's chunks, and their batches count one
+    /// completion per REQ, so the batches confirm when the last fetch
+    /// reaches EOSE.
     fn fetch_needed(&mut self, relay: RelayId, mut job: NegJob, now: Time) {
         job.need.sort_unstable();
         job.need.dedup();
@@ -356,19 +367,16 @@ impl Engine {
             }
         }
         for group in groups {
-            let (purpose, scope) = (Purpose::Page, Scope::Exact);
-            let work = job.work.clone();
-            self.open_subscription(
-                relay,
-                vec![group],
-                purpose,
-                scope,
-                work,
-                1,
-                job.started,
-                now,
-            );
+            state.next_pages.push_back(NextPage {
+                filters: vec![first_page(group.filter)],
+                scope: Scope::Exact,
+                work: job.work.clone(),
+                page: 1,
+                started: job.started,
+            });
         }
+        self.dirty.push(relay);
+        self.flush(now);
     }
 
     /// Moves a job's chunks to the REQ path, for reason `why`.
@@ -442,5 +450,15 @@ impl Engine {
             ToReq::Failed
         };
         self.job_to_req(relay, id, why, now);
+    }
+}
+
+/// The first page of an `ids` fetch: no previous page to compare with.
+fn first_page(filter: Filter) -> PageFilter {
+    PageFilter {
+        filter,
+        prev: 0,
+        prev_short: false,
+        prev_oldest: None,
     }
 }

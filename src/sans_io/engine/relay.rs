@@ -152,6 +152,9 @@ pub(super) struct RelayState {
     pub result_cap: ResultCap,
     /// NIP-11 document asked (once per process).
     pub info_asked: bool,
+    /// The NIP-11 fetch was answered: nothing more will report on it, so
+    /// the relay's id may be released.
+    pub info_answered: bool,
     pub live_mode: LiveMode,
     /// Confirmed items lack live coverage since this time; the next
     /// consolidation re-subscribes them from before it.
@@ -201,6 +204,7 @@ impl RelayState {
             limits,
             result_cap: ResultCap::default(),
             info_asked: false,
+            info_answered: false,
             live_mode: LiveMode::PerId,
             uncovered_since: None,
             layer1_unread: false,

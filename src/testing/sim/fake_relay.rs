@@ -31,6 +31,13 @@ pub enum NegMode {
     Error,
     /// No answer at all.
     Silent,
+    /// A hostile responder whose exchange never converges: every answer
+    /// reports `ids_per_round` ids no one stores and a fingerprint no set
+    /// matches, so the client always has another round to send.
+    Endless {
+        /// Fresh (fake) ids reported missing per round.
+        ids_per_round: usize,
+    },
 }
 
 /// What a connect to a relay that is not [`online`](FakeRelay::online) meets.
@@ -103,6 +110,8 @@ pub struct FakeRelay {
     /// NIP-11 documents asked of it.
     pub info_fetches: usize,
     neg_sessions: HashMap<String, Negentropy<'static, NegentropyStorageVector>>,
+    /// Fake ids an [`NegMode::Endless`] relay has reported so far.
+    endless_ids: u64,
     /// Subscription and negentropy session ids the client opened on this
     /// connection and has not closed, oldest first, as its own messages
     /// left them (the relay's `CLOSED` does not count).
@@ -146,6 +155,7 @@ impl FakeRelay {
             info: None,
             info_fetches: 0,
             neg_sessions: HashMap::new(),
+            endless_ids: 0,
             open: Vec::new(),
             last_auth: None,
         }
@@ -213,7 +223,7 @@ impl FakeRelay {
                     return vec![format!(r#"["NEG-ERR","{sub}","blocked: not here"]"#)];
                 }
                 NegMode::Silent => return Vec::new(),
-                NegMode::Supported => {}
+                NegMode::Supported | NegMode::Endless { .. } => {}
             }
             let mut storage = NegentropyStorageVector::new();
             for e in self
@@ -229,6 +239,9 @@ impl FakeRelay {
             let neg = Negentropy::owned(storage, 0).expect("frame size 0 is valid");
             self.neg_sessions.insert(sub.clone(), neg);
         }
+        if let NegMode::Endless { ids_per_round } = self.negentropy {
+            return vec![self.endless_round(&sub, ids_per_round)];
+        }
         let Some(neg) = self.neg_sessions.get_mut(&sub) else {
             return vec![format!(r#"["NEG-ERR","{sub}","closed: unknown"]"#)];
         };
@@ -238,6 +251,29 @@ impl FakeRelay {
             .expect("the engine sends valid negentropy messages");
         let hex = crate::internal::hex::encode(&reply);
         vec![format!(r#"["NEG-MSG","{sub}","{hex}"]"#)]
+    }
+
+    /// One `NEG-MSG` of an [`NegMode::Endless`] relay, in negentropy's
+    /// v1 encoding: everything up to a far-future bound is an id list of
+    /// `n` fresh fake ids (the client needs them all), and the rest, where
+    /// the client holds nothing, a fingerprint that cannot match, so the
+    /// client answers with that range again.
+    fn endless_round(&mut self, sub: &str, n: usize) -> String {
+        const FAR_FUTURE: u64 = 4_000_000_000;
+        let mut frame = vec![0x61];
+        frame.extend(var_int(FAR_FUTURE + 1));
+        frame.extend([0, 2]); // no id prefix; mode IdList
+        frame.extend(var_int(n as u64));
+        for _ in 0..n {
+            self.endless_ids += 1;
+            let mut id = [0xee; 32];
+            id[..8].copy_from_slice(&self.endless_ids.to_be_bytes());
+            frame.extend(id);
+        }
+        frame.extend([0, 0, 1]); // upper bound infinity, no prefix; Fingerprint
+        frame.extend([0xab; 16]);
+        let hex = crate::internal::hex::encode(&frame);
+        format!(r#"["NEG-MSG","{sub}","{hex}"]"#)
     }
 
     /// NIP-42: a valid kind 22242 with our challenge is accepted (unless
@@ -411,6 +447,19 @@ impl FakeRelay {
     pub fn has(&self, id: &EventId) -> bool {
         self.events.iter().any(|e| e.id == *id)
     }
+}
+
+/// Negentropy's variable-length integer: base 128, most significant
+/// group first, the high bit set on every byte but the last.
+fn var_int(mut n: u64) -> Vec<u8> {
+    let mut out = vec![(n & 0x7f) as u8];
+    n >>= 7;
+    while n > 0 {
+        out.push((n & 0x7f) as u8 | 0x80);
+        n >>= 7;
+    }
+    out.reverse();
+    out
 }
 
 /// The text between `prefix` and the next quote, when `text` starts with `prefix`.
