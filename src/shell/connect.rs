@@ -13,10 +13,10 @@ use mio::{Interest, Token};
 use rustls::pki_types::ServerName;
 
 use crate::sans_io::address::{host_and_port, ip_literal, refusal_reason};
+use crate::sans_io::info_fetch;
 use crate::sans_io::time::Time;
 use crate::shell::connect_error::ConnectError;
 use crate::shell::dns::Resolved;
-use crate::sans_io::info_fetch;
 use crate::shell::slots::{Conn, Slot, SlotKind};
 use crate::shell::ws::{HttpGet, TlsTarget, WsConnection};
 use crate::shell::{Shell, ShellTimer};

@@ -99,9 +99,11 @@ use crate::shell::handle::Command;
 use crate::shell::metrics::{ShellStats, render};
 use crate::shell::metrics_server::MetricsListener;
 use crate::shell::own_sink::SinkState;
-use crate::shell::read_budget::{READ_BUDGET, ReadEnd, ReadRate, read_relay};
+use crate::shell::read_budget::{
+    GLOBAL_FRAMES_PER_SEC, READ_BUDGET, ReadEnd, ReadRate, read_relay,
+};
 use crate::shell::slots::{Conn, Slot, SlotKind, Slots};
-use crate::shell::ws::{GetEvent, WsConnection, WsEvent};
+use crate::shell::ws::{Deadline, GetEvent, WsConnection, WsEvent};
 
 /// The poll token of the `Waker` (DNS answers, handle commands). Slot
 /// tokens never reach it or `METRICS` (see `slots`).
@@ -116,7 +118,24 @@ enum ShellTimer {
     Trim,
     /// A throttled relay connection may read again.
     Unthrottle(Token),
+    /// A relay connection's unfinished message may have overstayed.
+    Unfinished(Token),
 }
+
+/// What we hold for one peer's unsent frames at most (tungstenite's buffer
+/// and the backlog together), unless a frame we may send is larger: then
+/// twice the largest frame, so one can wait behind another.
+const WRITE_CAP: usize = 1 << 20;
+
+/// Bytes all remote relays together may make us hold for unfinished
+/// messages; each also holds at most `max_frame_bytes`, for at most
+/// `unfinished_timeout`. A relay whose message would pass it is cut.
+const GLOBAL_HELD_CAP: u64 = 64 << 20;
+
+/// Unfinished messages smaller than this are not summed for the global
+/// cap (a relay's read-ahead is this order of size anyway); summing costs
+/// a pass over the connections, so only large messages pay for it.
+const HELD_WORTH_SUMMING: u64 = 64 << 10;
 
 /// How often memory freed after a burst is handed back to the OS.
 const TRIM_EVERY: Duration = Duration::from_secs(10);
@@ -145,6 +164,8 @@ pub struct Shell {
     stats: ShellStats,
     stopping: Option<Time>,
     scratch: Vec<WsEvent>,
+    /// Frames all remote relays may still read this second.
+    global_rate: ReadRate,
     /// Sockets were busy since the last trim.
     active: bool,
 }
@@ -186,7 +207,7 @@ impl Shell {
         let ws_config = WebSocketConfig::default()
             .read_buffer_size(4 * 1024)
             .write_buffer_size(0)
-            .max_write_buffer_size(4 << 20)
+            .max_write_buffer_size(WRITE_CAP.max(2 * (opts.max_frame_bytes + 14)))
             .max_message_size(Some(opts.max_frame_bytes))
             .max_frame_size(Some(opts.max_frame_bytes));
         let mut timers = TimerWheel::new(now.as_millis());
@@ -214,6 +235,7 @@ impl Shell {
             stats: ShellStats::default(),
             stopping: None,
             scratch: Vec::new(),
+            global_rate: ReadRate::new(GLOBAL_FRAMES_PER_SEC, now),
             active: false,
         })
     }
@@ -406,6 +428,7 @@ impl Shell {
         let mut out = std::mem::take(&mut self.scratch);
         let mut again = false;
         let mut fetched = GetEvent::Pending;
+        let mut over_held = false;
         match self.slots.get_mut(token).map(|s| &mut s.kind) {
             Some(SlotKind::Relay {
                 relay,
@@ -420,7 +443,16 @@ impl Shell {
                     self.deferred.push(token);
                 } else {
                     let trusted = *relay == own;
-                    match read_relay(ws, rate, trusted, now, &mut out) {
+                    let global = &mut self.global_rate;
+                    let end = read_relay(ws, rate, global, trusted, now, &mut out);
+                    if let Some(due) = ws.deadline_to_arm(self.opts.unfinished_timeout) {
+                        self.timers
+                            .insert(due.as_millis(), ShellTimer::Unfinished(token));
+                    }
+                    if ws.held() >= HELD_WORTH_SUMMING {
+                        over_held = true;
+                    }
+                    match end {
                         ReadEnd::Done => {}
                         ReadEnd::More => again = true,
                         ReadEnd::Throttled(until) => {
@@ -434,7 +466,7 @@ impl Shell {
             }
             Some(SlotKind::OwnSink {
                 conn: Conn::Ws(ws), ..
-            }) => again = ws.on_ready(&mut out, READ_BUDGET),
+            }) => again = ws.on_ready(&mut out, READ_BUDGET, now),
             Some(SlotKind::Info {
                 conn: Conn::Http(get),
                 ..
@@ -452,6 +484,48 @@ impl Shell {
         }
         self.handle_ws_events(token, &mut out, now);
         self.scratch = out;
+        if over_held && self.held_total() > GLOBAL_HELD_CAP {
+            self.fail_slot(token, "unfinished messages over the global cap", now);
+        }
+    }
+
+    /// Bytes held for unfinished messages of remote relays, counting those
+    /// worth summing (see [`HELD_WORTH_SUMMING`]).
+    fn held_total(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter_map(|(_, kind)| match kind {
+                SlotKind::Relay {
+                    conn: Conn::Ws(ws), ..
+                } => Some(ws.held()).filter(|h| *h >= HELD_WORTH_SUMMING),
+                _ => None,
+            })
+            .sum()
+    }
+
+    /// An unfinished message's deadline: a relay still in the middle of
+    /// it is cut (it costs that relay a reconnect with backoff, nobody
+    /// else anything).
+    fn unfinished_deadline(&mut self, token: Token, now: Time) {
+        let limit = self.opts.unfinished_timeout;
+        let Some(SlotKind::Relay {
+            conn: Conn::Ws(ws), ..
+        }) = self.slots.get_mut(token).map(|s| &mut s.kind)
+        else {
+            return;
+        };
+        match ws.check_deadline(now, limit) {
+            Deadline::Passed => {
+                self.stats.unfinished_cut += 1;
+                let reason = format!("message unfinished for {limit:?}");
+                self.fail_slot(token, &reason, now);
+            }
+            Deadline::Rearm(due) => {
+                self.timers
+                    .insert(due.as_millis(), ShellTimer::Unfinished(token));
+            }
+            Deadline::Clear => {}
+        }
     }
 
     fn unthrottle(&mut self, token: Token, now: Time) {
@@ -482,6 +556,10 @@ impl Shell {
                 (SlotKind::Relay { relay, .. }, WsEvent::Pong) => {
                     let relay = *relay;
                     self.engine.handle_pong(now, relay);
+                }
+                (SlotKind::Relay { relay, .. }, WsEvent::Oversized(bytes)) => {
+                    let relay = *relay;
+                    self.engine.handle_oversized(now, relay, bytes);
                 }
                 (SlotKind::OwnSink { opened, .. }, WsEvent::Open) => {
                     *opened = true;
@@ -561,6 +639,7 @@ impl Shell {
                 }
                 ShellTimer::Trim => self.trim(now),
                 ShellTimer::Unthrottle(token) => self.unthrottle(token, now),
+                ShellTimer::Unfinished(token) => self.unfinished_deadline(token, now),
             }
         }
     }

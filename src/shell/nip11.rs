@@ -7,11 +7,11 @@ use log::debug;
 use mio::Token;
 
 use crate::sans_io::index::RelayId;
+use crate::sans_io::info_fetch;
 use crate::sans_io::time::Time;
+use crate::shell::Shell;
 use crate::shell::connect::Transport;
 use crate::shell::slots::SlotKind;
-use crate::sans_io::info_fetch;
-use crate::shell::Shell;
 
 impl Shell {
     /// Fetches the NIP-11 document of `relay` (websocket URL `url`) and
