@@ -445,13 +445,13 @@ impl Shell {
                     let trusted = *relay == own;
                     let global = &mut self.global_rate;
                     let end = read_relay(ws, rate, global, trusted, now, &mut out);
-                    if let Some(due) = ws.deadline_to_arm(self.opts.unfinished_timeout) {
+                    // The own relay's data is never cut for its pace.
+                    if !trusted && let Some(due) = ws.deadline_to_arm(self.opts.unfinished_timeout)
+                    {
                         self.timers
                             .insert(due.as_millis(), ShellTimer::Unfinished(token));
                     }
-                    if ws.held() >= HELD_WORTH_SUMMING {
-                        over_held = true;
-                    }
+                    over_held = !trusted && ws.held() >= HELD_WORTH_SUMMING;
                     match end {
                         ReadEnd::Done => {}
                         ReadEnd::More => again = true,
@@ -496,8 +496,12 @@ impl Shell {
             .iter()
             .filter_map(|(_, kind)| match kind {
                 SlotKind::Relay {
-                    conn: Conn::Ws(ws), ..
-                } => Some(ws.held()).filter(|h| *h >= HELD_WORTH_SUMMING),
+                    relay,
+                    conn: Conn::Ws(ws),
+                    ..
+                } if *relay != self.engine.own_relay() => {
+                    Some(ws.held()).filter(|h| *h >= HELD_WORTH_SUMMING)
+                }
                 _ => None,
             })
             .sum()
@@ -508,13 +512,16 @@ impl Shell {
     /// else anything).
     fn unfinished_deadline(&mut self, token: Token, now: Time) {
         let limit = self.opts.unfinished_timeout;
+        let sink_full = !self.sink_has_room();
         let Some(SlotKind::Relay {
-            conn: Conn::Ws(ws), ..
+            conn: Conn::Ws(ws),
+            throttled,
+            ..
         }) = self.slots.get_mut(token).map(|s| &mut s.kind)
         else {
             return;
         };
-        match ws.check_deadline(now, limit) {
+        match ws.check_deadline(now, limit, sink_full || *throttled) {
             Deadline::Passed => {
                 self.stats.unfinished_cut += 1;
                 let reason = format!("message unfinished for {limit:?}");

@@ -182,7 +182,9 @@ pub(crate) struct WsConnection {
     url: String,
     tls: Option<TlsTarget>,
     config: WebSocketConfig,
-    /// Frames refused by a full write buffer, sent on the next flush.
+    /// Frames queued before the websocket opened, sent on the first
+    /// flush. A frame refused by tungstenite's full buffer lands here too,
+    /// but then the write cap, counting both, is passed and the peer cut.
     backlog: Vec<Message>,
     /// Frame bytes in `backlog`.
     backlog_bytes: u64,
@@ -302,9 +304,19 @@ impl WsConnection {
         Some(since + limit)
     }
 
-    /// The deadline timer fired at `now`: what it finds.
-    pub(crate) fn check_deadline(&mut self, now: Time, limit: std::time::Duration) -> Deadline {
+    /// The deadline timer fired at `now`: what it finds. When `excused`
+    /// (we were not reading the relay: throttled, or the sink full), the
+    /// message's clock starts again: the delay was ours, not the relay's.
+    pub(crate) fn check_deadline(
+        &mut self,
+        now: Time,
+        limit: std::time::Duration,
+        excused: bool,
+    ) -> Deadline {
         self.deadline_armed = false;
+        if excused {
+            self.unfinished_since = self.unfinished_since.map(|_| now);
+        }
         match self.unfinished_since {
             Some(since) if now >= since + limit => Deadline::Passed,
             Some(since) => {
@@ -720,5 +732,19 @@ impl HttpGet {
                 Progress::Failed(e) => return GetEvent::Failed(e.to_string()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_frames_count_their_header_and_mask() {
+        assert_eq!(client_frame_len(0), 6);
+        assert_eq!(client_frame_len(125), 131);
+        assert_eq!(client_frame_len(126), 134);
+        assert_eq!(client_frame_len(65_535), 65_543);
+        assert_eq!(client_frame_len(65_536), 65_550);
     }
 }
