@@ -26,6 +26,13 @@
 /// Bytes of the upgrade response's end: the headers' blank line.
 const HEADERS_END: &[u8; 4] = b"\r\n\r\n";
 
+/// The status of an accepted upgrade, at [`STATUS_AT`] in its status line
+/// (`HTTP/1.1 101`).
+const SWITCHING: &[u8; 3] = b"101";
+
+/// Where the status code starts in the status line.
+const STATUS_AT: usize = 9;
+
 /// Longest frame header: 2 bytes, 8 of extended length, 4 of mask.
 const MAX_HEADER: usize = 14;
 
@@ -36,8 +43,16 @@ pub(crate) const BYTES_PER_FRAME: u64 = 4 * 1024;
 /// Where the byte stream stands.
 #[derive(Debug, Clone, Copy)]
 enum Phase {
-    /// The HTTP upgrade response; `matched` bytes of its blank line seen.
-    Upgrade { matched: usize },
+    /// The HTTP upgrade response: `seen` bytes of it, `matched` bytes of
+    /// its blank line, and whether its status is still `101`.
+    Upgrade {
+        seen: usize,
+        matched: usize,
+        switching: bool,
+    },
+    /// After a refused upgrade: bytes pass untouched (an HTTP body, no
+    /// frames), for the library to read the refusal.
+    Refused,
     /// A frame header, `len` bytes of it so far.
     Header { buf: [u8; MAX_HEADER], len: usize },
     /// A frame's payload: `remaining` bytes still to come.
@@ -81,7 +96,11 @@ impl FrameFilter {
     pub(crate) fn new(cap: usize) -> FrameFilter {
         FrameFilter {
             cap: cap as u64,
-            phase: Phase::Upgrade { matched: 0 },
+            phase: Phase::Upgrade {
+                seen: 0,
+                matched: 0,
+                switching: true,
+            },
             frames: 0,
             bytes: 0,
             message_bytes: 0,
@@ -96,14 +115,32 @@ impl FrameFilter {
         let mut i = 0;
         while i < input.len() {
             match &mut self.phase {
-                Phase::Upgrade { matched } => {
+                Phase::Upgrade {
+                    seen,
+                    matched,
+                    switching,
+                } => {
                     let b = input[i];
                     i += 1;
                     out.push(b);
+                    if let Some(expected) =
+                        seen.checked_sub(STATUS_AT).and_then(|k| SWITCHING.get(k))
+                    {
+                        *switching &= b == *expected;
+                    }
+                    *seen += 1;
                     *matched = next_match(*matched, b);
                     if *matched == HEADERS_END.len() {
-                        self.phase = empty_header();
+                        self.phase = if *switching {
+                            empty_header()
+                        } else {
+                            Phase::Refused
+                        };
                     }
+                }
+                Phase::Refused => {
+                    out.extend_from_slice(&input[i..]);
+                    i = input.len();
                 }
                 Phase::Header { buf, len } => {
                     buf[*len] = input[i];
@@ -141,7 +178,7 @@ impl FrameFilter {
     /// True while a frame or a fragmented message is in progress.
     pub(crate) fn unfinished(&self) -> bool {
         let mid_frame = match self.phase {
-            Phase::Upgrade { .. } => false,
+            Phase::Upgrade { .. } | Phase::Refused => false,
             Phase::Header { len, .. } => len > 0,
             Phase::Payload { .. } => true,
         };
@@ -369,6 +406,16 @@ mod tests {
         f.filter(&next[10..], &mut out);
         assert!(!f.unfinished());
         assert_eq!(f.held(), 0);
+    }
+
+    #[test]
+    fn a_refused_upgrade_body_passes_untouched() {
+        let mut f = FrameFilter::new(10);
+        let mut input = b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 40\r\n\r\n".to_vec();
+        input.extend_from_slice(&[0x81, 0x7e, 0xff, 0xff]);
+        input.extend_from_slice(&[b'x'; 36]);
+        assert_eq!(run(&mut f, &input, 5), input);
+        assert_eq!(f.frames, 0);
     }
 
     #[test]
