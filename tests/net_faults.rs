@@ -36,6 +36,7 @@ fn short_timings(config: &mut Config, opts: &mut ShellOptions) {
     config.connect_timeout = Duration::from_secs(1);
     config.eose_timeout = Duration::from_secs(1);
     opts.max_frame_bytes = MAX_FRAME;
+    opts.unfinished_timeout = Duration::from_secs(2);
 }
 
 impl World {
@@ -326,16 +327,30 @@ fn flood_does_not_delay_the_honest_relay() {
 }
 
 #[test]
-fn oversized_frame_cuts_the_relay() {
+fn oversized_frame_is_skipped_not_penalised() {
+    // An honest relay may store an event larger than we accept: it is
+    // skipped and counted, the connection goes on, and nothing is an
+    // offence that would be penalised again on every re-read of history.
+    let extra = replies_on_faulty(3);
     let w = World::start(
         Fault::Oversized {
             bytes: 2 * MAX_FRAME,
         },
-        &[],
+        &extra,
     );
     w.wait_for_faults(1);
-    w.wait_for_metric("grasp_sync_connection_attempts_total{result=\"failed\"}", 1);
-    w.wait_for_metric("grasp_sync_relay_offences_total{offence=\"protocol\"}", 1);
+    w.wait_for_metric("grasp_sync_messages_oversized_total", 1);
+    assert!(
+        wait_for(10, || missing(&w.own, &extra) == 0),
+        "the relay's events after the skipped one were not synced"
+    );
+    assert_eq!(
+        w.running
+            .metric("grasp_sync_relay_offences_total{offence=\"protocol\"}"),
+        0
+    );
+    assert_eq!(w.running.metric("grasp_sync_relay_penalties_total"), 0);
+    assert_eq!(w.faulty.accepted_count(), 1, "the relay was not cut");
     w.assert_honest_world();
 }
 
@@ -429,4 +444,27 @@ fn http_429_cools_down() {
 #[test]
 fn http_503_cools_down() {
     upgrade_refused(503, None);
+}
+
+#[test]
+fn never_finished_message_with_pongs_is_cut_at_its_deadline() {
+    // The relay sends half a message, then only unsolicited pongs: neither
+    // the pongs nor the fragment keep it connected past the deadline.
+    let w = World::start(
+        Fault::NeverFinished {
+            bytes: MAX_FRAME / 2,
+            pong_every: Duration::from_millis(100),
+        },
+        &[],
+    );
+    w.wait_for_faults(1);
+    w.wait_for_metric("grasp_sync_unfinished_cut_total", 1);
+    w.wait_for_metric("grasp_sync_connection_attempts_total{result=\"failed\"}", 1);
+    assert_eq!(
+        w.running
+            .metric("grasp_sync_relay_offences_total{offence=\"protocol\"}"),
+        0,
+        "a slow message is no protocol offence"
+    );
+    w.assert_honest_world();
 }

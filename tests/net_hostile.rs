@@ -1,6 +1,7 @@
-//! A relay that sends bad events and an oversized frame: the bad events are
-//! dropped and counted, its connection is cut, and an honest relay next to
-//! it is unaffected.
+//! Relays that send bad events and an oversized frame, or stream binary
+//! frames and pings: the bad events are dropped and counted, the oversized
+//! frame skipped, the stream throttled, and an honest relay next to them
+//! is unaffected.
 
 mod support;
 
@@ -56,7 +57,7 @@ fn start_hostile(good: Event, forged: Event, outside: Event) -> String {
 }
 
 #[test]
-fn bad_events_are_dropped_and_a_flooding_relay_is_cut_without_harming_others() {
+fn bad_events_are_dropped_and_an_oversized_frame_skipped_without_harming_others() {
     let own = TestRelay::start(RelayOptions::default()).unwrap();
     let honest = TestRelay::start(RelayOptions::default()).unwrap();
     let owner = keys(1);
@@ -116,10 +117,9 @@ fn bad_events_are_dropped_and_a_flooding_relay_is_cut_without_harming_others() {
         "neither reached the sink"
     );
     assert!(
-        wait_for(10, || running.metric(
-            "grasp_sync_connection_attempts_total{result=\"failed\"}"
-        ) >= 1),
-        "oversized frame cut the connection"
+        wait_for(10, || running.metric("grasp_sync_messages_oversized_total")
+            >= 1),
+        "oversized frame skipped and counted"
     );
 
     let live = repo_comment(
@@ -134,5 +134,58 @@ fn bad_events_are_dropped_and_a_flooding_relay_is_cut_without_harming_others() {
         "the honest relay is unaffected"
     );
     std::thread::sleep(Duration::from_millis(50));
+    running.stop();
+}
+
+/// A relay that answers nothing and streams 64 KiB binary frames and pings
+/// as fast as the socket takes them.
+fn start_binary_flood() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let Ok(mut ws) = tungstenite::accept(stream) else {
+                    return;
+                };
+                let frame = vec![0u8; 64 * 1024];
+                loop {
+                    let binary = ws.send(Message::binary(frame.clone()));
+                    let ping = ws.send(Message::Ping(Vec::new().into()));
+                    if binary.is_err() || ping.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn binary_frames_and_pings_count_against_the_read_budget() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let honest = TestRelay::start(RelayOptions::default()).unwrap();
+    let owner = keys(1);
+    let repo = coord(&owner, "repo");
+    let flood = start_binary_flood();
+    own.publish(announcement(&owner, "repo", &[&flood, &honest.url()], T0));
+    let running = Running::start(&own, |_, o| o.max_frames_per_sec = 200);
+    assert!(
+        wait_for(20, || running.metric("grasp_sync_reads_throttled_total")
+            >= 3),
+        "a relay streaming binary frames and pings was never throttled"
+    );
+    let live = repo_comment(
+        &keys(5),
+        &repo,
+        Timestamp::now().as_secs(),
+        "live on the honest relay",
+    );
+    honest.publish(live.clone());
+    assert!(
+        wait_for(5, || own.has(&live.id)),
+        "the honest relay is unaffected"
+    );
     running.stop();
 }

@@ -705,6 +705,32 @@ fn keepalive_pings_silent_relays_and_drops_half_open_connections() {
 }
 
 #[test]
+fn unsolicited_pongs_are_no_sign_of_life() {
+    // Relays holding a never-finished message send no whole message, only
+    // pongs nobody asked for: the keepalive still finds them silent and
+    // pings them (the shell reports only the pong answering that ping's
+    // payload, so these pings go unanswered and the relays are dropped).
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    announce(&mut sim, &keys(1), "r", &[A], T0);
+    sim.advance(Duration::from_secs(10));
+    let relays = [sim.id(A), sim.engine.own_relay()];
+    sim.deaf.extend(relays);
+    for _ in 0..18 {
+        sim.advance(Duration::from_secs(5));
+        let now = sim.now;
+        for relay in relays {
+            sim.engine.handle_pong(now, relay);
+        }
+    }
+    assert!(
+        sim.pings >= 2,
+        "unsolicited pongs kept silent relays from being pinged ({} pings)",
+        sim.pings
+    );
+}
+
+#[test]
 fn rule5_more_events_in_one_second_than_a_page_holds() {
     // A relay that honours larger limits: the stuck second is re-asked with a
     // doubled limit until it fits, so nothing is lost.

@@ -11,6 +11,7 @@ pub(crate) mod address;
 pub(crate) mod config;
 pub(crate) mod engine;
 pub(crate) mod filters;
+pub(crate) mod frame_filter;
 pub(crate) mod health;
 pub mod hex;
 pub(crate) mod index;

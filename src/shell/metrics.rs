@@ -30,6 +30,8 @@ pub(crate) struct ShellStats {
     pub sink_listed: u64,
     /// Times a relay's reads were paused for exceeding its frame rate.
     pub reads_throttled: u64,
+    /// Relay connections cut for leaving a message unfinished too long.
+    pub unfinished_cut: u64,
     /// NIP-11 documents fetched and read.
     pub relay_info_ok: u64,
     /// NIP-11 fetches that failed (refused address, DNS, connect, TLS,
@@ -140,6 +142,12 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         "Relay messages that were not nostr JSON.",
         s.messages_malformed,
     );
+    counter(
+        &mut out,
+        "grasp_sync_messages_oversized_total",
+        "Relay messages skipped for exceeding --max-frame-bytes (not an offence).",
+        s.messages_oversized,
+    );
     let offences: Vec<(&str, u64)> = Offence::ALL
         .iter()
         .map(|o| (o.label(), s.offences[*o as usize]))
@@ -206,6 +214,12 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         "grasp_sync_metrics_connections_evicted_total",
         "Metrics connections closed early to make room for a newer one.",
         shell.metrics_evicted,
+    );
+    counter(
+        &mut out,
+        "grasp_sync_unfinished_cut_total",
+        "Relay connections cut for leaving a message unfinished past its deadline.",
+        shell.unfinished_cut,
     );
     counter_labeled(
         &mut out,

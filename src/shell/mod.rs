@@ -100,9 +100,11 @@ use crate::shell::handle::Command;
 use crate::shell::metrics::{ShellStats, render};
 use crate::shell::metrics_server::{METRICS_CONNECTIONS_MAX, METRICS_DEADLINE, MetricsListener};
 use crate::shell::own_sink::SinkState;
-use crate::shell::read_budget::{READ_BUDGET, ReadEnd, ReadRate, read_relay};
+use crate::shell::read_budget::{
+    GLOBAL_FRAMES_PER_SEC, READ_BUDGET, ReadEnd, ReadRate, read_relay,
+};
 use crate::shell::slots::{Conn, Slot, SlotKind, Slots};
-use crate::shell::ws::{GetEvent, WsConnection, WsEvent};
+use crate::shell::ws::{Deadline, GetEvent, WsConnection, WsEvent};
 
 /// The poll token of the `Waker` (DNS answers, handle commands). Slot
 /// tokens never reach it or `METRICS` (see `slots`).
@@ -119,7 +121,24 @@ enum ShellTimer {
     Unthrottle(Token),
     /// A metrics connection's time is up.
     MetricsDeadline(Token),
+    /// A relay connection's unfinished message may have overstayed.
+    Unfinished(Token),
 }
+
+/// What we hold for one peer's unsent frames at most (tungstenite's buffer
+/// and the backlog together), unless a frame we may send is larger: then
+/// twice the largest frame, so one can wait behind another.
+const WRITE_CAP: usize = 1 << 20;
+
+/// Bytes all remote relays together may make us hold for unfinished
+/// messages; each also holds at most `max_frame_bytes`, for at most
+/// `unfinished_timeout`. A relay whose message would pass it is cut.
+const GLOBAL_HELD_CAP: u64 = 64 << 20;
+
+/// Unfinished messages smaller than this are not summed for the global
+/// cap (a relay's read-ahead is this order of size anyway); summing costs
+/// a pass over the connections, so only large messages pay for it.
+const HELD_WORTH_SUMMING: u64 = 64 << 10;
 
 /// How often memory freed after a burst is handed back to the OS.
 const TRIM_EVERY: Duration = Duration::from_secs(10);
@@ -157,6 +176,8 @@ pub struct Shell {
     stats: ShellStats,
     stopping: Option<Time>,
     scratch: Vec<WsEvent>,
+    /// Frames all remote relays may still read this second.
+    global_rate: ReadRate,
     /// Sockets were busy since the last trim.
     active: bool,
 }
@@ -198,7 +219,7 @@ impl Shell {
         let ws_config = WebSocketConfig::default()
             .read_buffer_size(4 * 1024)
             .write_buffer_size(0)
-            .max_write_buffer_size(4 << 20)
+            .max_write_buffer_size(WRITE_CAP.max(2 * (opts.max_frame_bytes + 14)))
             .max_message_size(Some(opts.max_frame_bytes))
             .max_frame_size(Some(opts.max_frame_bytes));
         let mut timers = TimerWheel::new(now.as_millis());
@@ -227,6 +248,7 @@ impl Shell {
             stats: ShellStats::default(),
             stopping: None,
             scratch: Vec::new(),
+            global_rate: ReadRate::new(GLOBAL_FRAMES_PER_SEC, now),
             active: false,
         })
     }
@@ -431,6 +453,7 @@ impl Shell {
         let mut again = false;
         let mut fetched = GetEvent::Pending;
         let mut defer = None;
+        let mut over_held = false;
         match self.slots.get_mut(token).map(|s| &mut s.kind) {
             Some(SlotKind::Relay {
                 relay,
@@ -444,12 +467,21 @@ impl Shell {
                 } else if sink_full && *relay != own {
                     if !ws.is_open() {
                         // No frame is read: the handshake meets its deadline.
-                        ws.on_ready(&mut out, 0);
+                        ws.on_ready(&mut out, 0, now);
                     }
                     defer = Some(*relay);
                 } else {
                     let trusted = *relay == own;
-                    match read_relay(ws, rate, trusted, now, &mut out) {
+                    let global = &mut self.global_rate;
+                    let end = read_relay(ws, rate, global, trusted, now, &mut out);
+                    // The own relay's data is never cut for its pace.
+                    if !trusted && let Some(due) = ws.deadline_to_arm(self.opts.unfinished_timeout)
+                    {
+                        self.timers
+                            .insert(due.as_millis(), ShellTimer::Unfinished(token));
+                    }
+                    over_held = !trusted && ws.held() >= HELD_WORTH_SUMMING;
+                    match end {
                         ReadEnd::Done => {}
                         ReadEnd::More => again = true,
                         ReadEnd::Throttled(until) => {
@@ -463,7 +495,7 @@ impl Shell {
             }
             Some(SlotKind::OwnSink {
                 conn: Conn::Ws(ws), ..
-            }) => again = ws.on_ready(&mut out, READ_BUDGET),
+            }) => again = ws.on_ready(&mut out, READ_BUDGET, now),
             Some(SlotKind::Info {
                 conn: Conn::Http(get),
                 ..
@@ -484,6 +516,55 @@ impl Shell {
         }
         self.handle_ws_events(token, &mut out, now);
         self.scratch = out;
+        if over_held && self.held_total() > GLOBAL_HELD_CAP {
+            self.fail_slot(token, "unfinished messages over the global cap", now);
+        }
+    }
+
+    /// Bytes held for unfinished messages of remote relays, counting those
+    /// worth summing (see [`HELD_WORTH_SUMMING`]).
+    fn held_total(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter_map(|(_, kind)| match kind {
+                SlotKind::Relay {
+                    relay,
+                    conn: Conn::Ws(ws),
+                    ..
+                } if *relay != self.engine.own_relay() => {
+                    Some(ws.held()).filter(|h| *h >= HELD_WORTH_SUMMING)
+                }
+                _ => None,
+            })
+            .sum()
+    }
+
+    /// An unfinished message's deadline: a relay still in the middle of
+    /// it is cut (it costs that relay a reconnect with backoff, nobody
+    /// else anything).
+    fn unfinished_deadline(&mut self, token: Token, now: Time) {
+        let limit = self.opts.unfinished_timeout;
+        let sink_full = !self.sink_has_room();
+        let Some(SlotKind::Relay {
+            conn: Conn::Ws(ws),
+            throttled,
+            ..
+        }) = self.slots.get_mut(token).map(|s| &mut s.kind)
+        else {
+            return;
+        };
+        match ws.check_deadline(now, limit, sink_full || *throttled) {
+            Deadline::Passed => {
+                self.stats.unfinished_cut += 1;
+                let reason = format!("message unfinished for {limit:?}");
+                self.fail_slot(token, &reason, now);
+            }
+            Deadline::Rearm(due) => {
+                self.timers
+                    .insert(due.as_millis(), ShellTimer::Unfinished(token));
+            }
+            Deadline::Clear => {}
+        }
     }
 
     /// Leaves a relay's frames unread until the sink has room. Bytes came
@@ -521,6 +602,10 @@ impl Shell {
                 (SlotKind::Relay { relay, .. }, WsEvent::Pong) => {
                     let relay = *relay;
                     self.engine.handle_pong(now, relay);
+                }
+                (SlotKind::Relay { relay, .. }, WsEvent::Oversized(bytes)) => {
+                    let relay = *relay;
+                    self.engine.handle_oversized(now, relay, bytes);
                 }
                 (SlotKind::OwnSink { opened, .. }, WsEvent::Open) => {
                     *opened = true;
@@ -605,6 +690,7 @@ impl Shell {
                         self.slots.remove(token);
                     }
                 }
+                ShellTimer::Unfinished(token) => self.unfinished_deadline(token, now),
             }
         }
     }

@@ -12,6 +12,8 @@ const DEFAULT_MAX_RELAYS: usize = 10_000;
 const DEFAULT_MAX_FRAME_BYTES: usize = 1_048_576;
 /// Default of [`ShellOptions::max_frames_per_sec`].
 const DEFAULT_MAX_FRAMES_PER_SEC: u32 = 5_000;
+/// Default of [`ShellOptions::unfinished_timeout`].
+const DEFAULT_UNFINISHED_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of [`ShellOptions::shutdown_timeout`].
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -39,6 +41,10 @@ pub struct ShellOptions {
     /// Frames read per second from one remote relay at most (see
     /// `read_budget`); the rest waits in the kernel's socket buffers.
     pub max_frames_per_sec: u32,
+    /// Longest a remote relay may leave a message unfinished (a frame or a
+    /// fragmented message begun) before it is cut: what it makes us hold
+    /// for it is held this long at most.
+    pub unfinished_timeout: Duration,
 }
 
 impl Default for ShellOptions {
@@ -53,6 +59,7 @@ impl Default for ShellOptions {
             dns_threads: 2,
             outbox_capacity: 10_000,
             max_frames_per_sec: DEFAULT_MAX_FRAMES_PER_SEC,
+            unfinished_timeout: DEFAULT_UNFINISHED_TIMEOUT,
         }
     }
 }

@@ -2,7 +2,10 @@
 //! and per turn of the loop.
 //!
 //! Each frame costs a JSON parse and usually a signature check (about
-//! 50 µs). A relay that floods events as fast as it can would otherwise get
+//! 50 µs). Every frame counts, whatever its kind (text, binary, ping,
+//! pong, a fragment), and large ones count once more per 4 KiB
+//! (`FrameFilter::cost`), so a relay streaming binary frames or pings is
+//! read no faster than one streaming events. A relay that floods events as fast as it can would otherwise get
 //! as much CPU as the loop has, and a burst from one relay would delay every
 //! other relay's frames behind it. Past its allowance the shell simply stops
 //! reading that socket until the next window: TCP flow control pushes back
@@ -13,6 +16,14 @@
 //! Within a second, one connection also reads at most [`READ_BUDGET`]
 //! frames per turn of the loop before every other ready socket has had its
 //! turn, so a busy relay delays the rest by one budget, not one backlog.
+//!
+//! Signature checks across all remote relays share one more allowance per
+//! second, [`GLOBAL_FRAMES_PER_SEC`]: many relays each within their own
+//! rate must not add up to more CPU than the loop has. It is shared fairly
+//! by the turns: no relay reads more than [`READ_BUDGET`] of it before
+//! every other ready relay had its turn. A relay that finds it spent waits
+//! like a throttled one, for the next window, its bytes in the kernel:
+//! nothing is dropped. The own relay is not counted against it.
 
 use std::time::Duration;
 
@@ -62,6 +73,10 @@ impl ReadRate {
     }
 }
 
+/// Frames all remote relays together may read per second: about half a
+/// core of signature checks at 50 µs each.
+pub(crate) const GLOBAL_FRAMES_PER_SEC: u32 = 10_000;
+
 /// Frames one connection may read per turn before the others get theirs.
 pub(crate) const READ_BUDGET: usize = 64;
 
@@ -76,29 +91,45 @@ pub(crate) enum ReadEnd {
 }
 
 /// One turn of reads from a relay connection, within the turn budget and
-/// (unless `trusted`, the own relay) the connection's per-second allowance.
+/// (unless `trusted`, the own relay) the connection's and all relays'
+/// per-second allowances.
 pub(crate) fn read_relay(
     ws: &mut WsConnection,
     rate: &mut ReadRate,
+    global: &mut ReadRate,
     trusted: bool,
     now: Time,
     out: &mut Vec<WsEvent>,
 ) -> ReadEnd {
-    let allowance = if trusted {
-        READ_BUDGET
-    } else {
-        rate.allowance(now).min(READ_BUDGET)
-    };
-    if allowance == 0 {
-        return ReadEnd::Throttled(rate.refill_at());
+    if trusted {
+        return match ws.on_ready(out, READ_BUDGET, now) {
+            true => ReadEnd::More,
+            false => ReadEnd::Done,
+        };
     }
-    let before = out.len();
-    let more = ws.on_ready(out, allowance);
-    rate.spend(out.len() - before);
-    match (more, trusted || rate.allowance(now) > 0) {
+    let allowance = rate
+        .allowance(now)
+        .min(global.allowance(now))
+        .min(READ_BUDGET);
+    if allowance == 0 {
+        return ReadEnd::Throttled(refill_at(rate, global, now));
+    }
+    let more = ws.on_ready(out, allowance, now);
+    rate.spend(ws.spent());
+    global.spend(ws.spent());
+    match (more, rate.allowance(now).min(global.allowance(now)) > 0) {
         (false, _) => ReadEnd::Done,
         (true, true) => ReadEnd::More,
-        (true, false) => ReadEnd::Throttled(rate.refill_at()),
+        (true, false) => ReadEnd::Throttled(refill_at(rate, global, now)),
+    }
+}
+
+/// When the allowance that ran out at `now` refills.
+fn refill_at(rate: &mut ReadRate, global: &mut ReadRate, now: Time) -> Time {
+    if rate.allowance(now) == 0 {
+        rate.refill_at()
+    } else {
+        global.refill_at()
     }
 }
 

@@ -11,12 +11,19 @@
 //! (see [`WsConnection::on_ready`]): a relay that floods faster than we
 //! read cannot keep the loop to itself.
 //!
+//! Incoming bytes pass through a [`FrameFilter`] before tungstenite sees
+//! them: every frame is counted against the read budget, a message over
+//! the size cap is skipped (reported, never buffered), and an unfinished
+//! message is visible to the loop, which gives it a deadline. Outgoing
+//! bytes are counted too, so the write cap covers everything we hold for a
+//! peer: tungstenite's buffer and our backlog together.
+//!
 //! [`HttpGet`] is the one other client the loop runs: the NIP-11 fetch, a
 //! single HTTP GET to the same host and port as the websocket. It shares
 //! the connect and TLS phases (so the same roots, private CAs and name
 //! checks apply) and leaves what the bytes mean to `info_fetch`.
 
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -30,27 +37,113 @@ use tungstenite::handshake::client::ClientHandshake;
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{HandshakeError, Message, WebSocket};
 
+use crate::sans_io::frame_filter::FrameFilter;
 use crate::sans_io::info_fetch::{Progress, ResponseReader};
+use crate::sans_io::time::Time;
 use crate::shell::tls::MaybeTls;
 
 /// The engine's client stream.
 pub(crate) type Stream = MaybeTls<ClientConnection, TcpStream>;
+
+/// The stream as tungstenite sees it: incoming bytes filtered and counted,
+/// outgoing bytes counted.
+pub(crate) struct Tapped {
+    inner: Stream,
+    filter: FrameFilter,
+    /// Filtered bytes not yet handed to tungstenite.
+    pending: Vec<u8>,
+    /// How many of `pending` were handed.
+    pending_at: usize,
+    /// Bytes the transport took from us.
+    written: u64,
+}
+
+/// `pending` kept between reads at most; a larger one is freed once
+/// drained, so an idle connection holds no read-sized buffer of ours.
+const KEEP_PENDING: usize = 256;
+
+impl Tapped {
+    fn new(inner: Stream, max_frame: usize) -> Tapped {
+        Tapped {
+            inner,
+            filter: FrameFilter::new(max_frame),
+            pending: Vec::new(),
+            pending_at: 0,
+            written: 0,
+        }
+    }
+
+    fn transport_mut(&mut self) -> &mut TcpStream {
+        self.inner.transport_mut()
+    }
+
+    /// Hands over filtered bytes waiting from an earlier read.
+    fn drain_pending(&mut self, buf: &mut [u8]) -> usize {
+        let n = (self.pending.len() - self.pending_at).min(buf.len());
+        buf[..n].copy_from_slice(&self.pending[self.pending_at..self.pending_at + n]);
+        self.pending_at += n;
+        if self.pending_at == self.pending.len() {
+            self.pending_at = 0;
+            self.pending.clear();
+            if self.pending.capacity() > KEEP_PENDING {
+                self.pending = Vec::new();
+            }
+        }
+        n
+    }
+}
+
+impl Read for Tapped {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.pending_at < self.pending.len() || buf.is_empty() {
+                return Ok(self.drain_pending(buf));
+            }
+            let n = self.inner.read(buf)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            // Everything read may have been skipped: read on, never
+            // report an end of stream that is not one.
+            self.filter.filter(&buf[..n], &mut self.pending);
+        }
+    }
+}
+
+impl Write for Tapped {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Bytes a client frame of `payload` bytes takes on the wire (client frames
+/// are masked).
+fn client_frame_len(payload: usize) -> u64 {
+    let extended = match payload {
+        0..=125 => 0,
+        126..=65_535 => 2,
+        _ => 8,
+    };
+    (2 + extended + 4 + payload) as u64
+}
 
 /// Where a connection stands.
 enum Phase {
     /// TCP connect in flight.
     Connecting(TcpStream),
     /// TLS and websocket handshakes in flight.
-    Handshaking(MidHandshake<ClientHandshake<Stream>>),
+    Handshaking(MidHandshake<ClientHandshake<Tapped>>),
     /// Websocket open.
-    Open(WebSocket<Stream>),
+    Open(WebSocket<Tapped>),
     /// Gone; the slot is about to be freed.
     Closed,
 }
-
-/// Bytes queued beyond tungstenite's own write buffer before a peer that
-/// does not read is dropped (a slow or hostile relay must not grow memory).
-const MAX_BACKLOG_BYTES: usize = 1 << 20;
 
 /// What a connection reports to the loop.
 #[derive(Debug, PartialEq, Eq)]
@@ -59,12 +152,16 @@ pub(crate) enum WsEvent {
     Open,
     /// A text frame.
     Text(String),
-    /// A pong (answer to our ping).
+    /// The pong answering our last ping (others are not reported).
     Pong,
+    /// A data message of this many bytes, over the size cap, was skipped
+    /// unread; the connection goes on.
+    Oversized(u64),
     /// The connection ended; the reason is for the log.
     Closed(String),
-    /// The relay broke the websocket protocol (or sent a frame over the
-    /// size cap); the connection ended. Counted against the relay.
+    /// The relay broke the websocket protocol (a fragmented message over
+    /// the size cap among it); the connection ended. Counted against the
+    /// relay.
     Violation(String),
     /// The relay answered the upgrade with this HTTP status (e.g. 429 or
     /// 503: come back later); the connection ended.
@@ -85,13 +182,40 @@ pub(crate) struct WsConnection {
     url: String,
     tls: Option<TlsTarget>,
     config: WebSocketConfig,
-    /// Frames refused by a full write buffer, sent on the next flush.
+    /// Frames queued before the websocket opened, sent on the first
+    /// flush. A frame refused by tungstenite's full buffer lands here too,
+    /// but then the write cap, counting both, is passed and the peer cut.
     backlog: Vec<Message>,
-    /// Bytes in `backlog`; past [`MAX_BACKLOG_BYTES`] the peer is not
-    /// reading and the connection is dropped rather than buffered forever.
-    backlog_bytes: usize,
-    /// Frames the current `on_ready` may still read.
-    budget: usize,
+    /// Frame bytes in `backlog`.
+    backlog_bytes: u64,
+    /// Frame bytes handed to tungstenite so far; less what the transport
+    /// took, that is what tungstenite holds for the peer.
+    handed: u64,
+    /// Budget units (see `FrameFilter::cost`) the current `on_ready` may
+    /// still spend.
+    budget: u64,
+    /// Units the last `on_ready` spent.
+    spent: u64,
+    /// Since when a message has been unfinished, if one is.
+    unfinished_since: Option<Time>,
+    /// A deadline timer for the unfinished message is armed.
+    deadline_armed: bool,
+    /// Pings sent; the last one's number is its payload.
+    pings: u64,
+    /// Our last ping's payload, until its pong comes. A pong carrying
+    /// anything else was not asked for and is not reported.
+    ping_out: Option<[u8; 8]>,
+}
+
+/// What an unfinished message's deadline timer finds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Deadline {
+    /// The message is still unfinished past its deadline: cut the relay.
+    Passed,
+    /// Another message is unfinished now; its deadline is this.
+    Rearm(Time),
+    /// Nothing is unfinished.
+    Clear,
 }
 
 impl WsConnection {
@@ -111,7 +235,13 @@ impl WsConnection {
             config,
             backlog: Vec::new(),
             backlog_bytes: 0,
+            handed: 0,
             budget: 0,
+            spent: 0,
+            unfinished_since: None,
+            deadline_armed: false,
+            pings: 0,
+            ping_out: None,
         })
     }
 
@@ -130,12 +260,20 @@ impl WsConnection {
         matches!(self.phase, Phase::Open(_))
     }
 
-    /// Drives the connection after a readiness event; appends what happened.
-    /// Reads at most `max_frames` frames; returns true when it stopped
-    /// because of that budget, so more may be waiting and the caller must
-    /// call again (readiness will not be reported twice).
-    pub(crate) fn on_ready(&mut self, out: &mut Vec<WsEvent>, max_frames: usize) -> bool {
-        self.budget = max_frames;
+    /// Drives the connection after a readiness event at `now`; appends
+    /// what happened. Reads frames costing at most about `max_frames` (see
+    /// `FrameFilter::cost`: one per frame of any kind, one more per 4 KiB;
+    /// bytes already read ahead may overshoot it a little); returns true
+    /// when it stopped because of that budget, so more may be waiting and
+    /// the caller must call again (readiness will not be reported twice).
+    pub(crate) fn on_ready(
+        &mut self,
+        out: &mut Vec<WsEvent>,
+        max_frames: usize,
+        now: Time,
+    ) -> bool {
+        self.budget = max_frames as u64;
+        let cost_before = self.cost();
         let phase = std::mem::replace(&mut self.phase, Phase::Closed);
         self.phase = match phase {
             Phase::Connecting(tcp) => self.finish_tcp(tcp, out),
@@ -143,7 +281,83 @@ impl WsConnection {
             Phase::Open(ws) => self.pump(ws, out),
             Phase::Closed => Phase::Closed,
         };
+        self.spent = self.cost().saturating_sub(cost_before);
+        let unfinished = self.filter().is_some_and(FrameFilter::unfinished);
+        self.unfinished_since = match (unfinished, self.unfinished_since) {
+            (false, _) => None,
+            (true, since) => since.or(Some(now)),
+        };
         self.budget == 0 && self.is_open()
+    }
+
+    /// Budget units the last [`WsConnection::on_ready`] spent.
+    pub(crate) fn spent(&self) -> usize {
+        usize::try_from(self.spent).unwrap_or(usize::MAX)
+    }
+
+    /// The deadline to arm for an unfinished message `limit` after it
+    /// began, when one is unfinished and no timer is armed yet: one timer
+    /// per connection at most.
+    pub(crate) fn deadline_to_arm(&mut self, limit: std::time::Duration) -> Option<Time> {
+        let since = self.unfinished_since.filter(|_| !self.deadline_armed)?;
+        self.deadline_armed = true;
+        Some(since + limit)
+    }
+
+    /// The deadline timer fired at `now`: what it finds. When `excused`
+    /// (we were not reading the relay: throttled, or the sink full), the
+    /// message's clock starts again: the delay was ours, not the relay's.
+    pub(crate) fn check_deadline(
+        &mut self,
+        now: Time,
+        limit: std::time::Duration,
+        excused: bool,
+    ) -> Deadline {
+        self.deadline_armed = false;
+        if excused {
+            self.unfinished_since = self.unfinished_since.map(|_| now);
+        }
+        match self.unfinished_since {
+            Some(since) if now >= since + limit => Deadline::Passed,
+            Some(since) => {
+                self.deadline_armed = true;
+                Deadline::Rearm(since + limit)
+            }
+            None => Deadline::Clear,
+        }
+    }
+
+    /// Bytes tungstenite may hold for the unfinished message.
+    pub(crate) fn held(&self) -> u64 {
+        self.filter().map_or(0, FrameFilter::held)
+    }
+
+    fn filter(&self) -> Option<&FrameFilter> {
+        match &self.phase {
+            Phase::Open(ws) => Some(&ws.get_ref().filter),
+            Phase::Handshaking(m) => Some(&m.get_ref().get_ref().filter),
+            _ => None,
+        }
+    }
+
+    fn cost(&self) -> u64 {
+        self.filter().map_or(0, FrameFilter::cost)
+    }
+
+    /// Frame bytes we hold for the peer: in tungstenite's buffer (handed
+    /// but not taken by the transport) and in the backlog.
+    fn unsent(&self) -> u64 {
+        let written = match &self.phase {
+            Phase::Open(ws) => ws.get_ref().written,
+            _ => 0,
+        };
+        self.handed.saturating_sub(written) + self.backlog_bytes
+    }
+
+    /// The write cap: tungstenite's buffer limit, which also bounds the
+    /// backlog, so together they never hold more than it.
+    fn write_cap(&self) -> u64 {
+        self.config.max_write_buffer_size as u64
     }
 
     /// Queues a text frame; it leaves on this or a later flush.
@@ -151,9 +365,13 @@ impl WsConnection {
         self.send(Message::text(text), out);
     }
 
-    /// Queues a ping.
+    /// Queues a ping carrying a number of its own, so that only its pong
+    /// is reported: a relay cannot pass unsolicited pongs off as answers.
     pub(crate) fn ping(&mut self, out: &mut Vec<WsEvent>) {
-        self.send(Message::Ping(Vec::new().into()), out);
+        self.pings += 1;
+        let payload = self.pings.to_be_bytes();
+        self.ping_out = Some(payload);
+        self.send(Message::Ping(payload.to_vec().into()), out);
     }
 
     /// Starts a clean close (close frame, best effort); the caller drops
@@ -171,8 +389,9 @@ impl WsConnection {
             self.hold(message, out);
             return;
         };
+        let len = client_frame_len(message.len());
         match ws.write(message) {
-            Ok(()) => {}
+            Ok(()) => self.handed += len,
             Err(tungstenite::Error::WriteBufferFull(m)) => self.hold(*m, out),
             Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => {
@@ -184,14 +403,16 @@ impl WsConnection {
         self.flush(out);
     }
 
-    /// Keeps a frame for a later flush, unless the peer has left too much unread.
+    /// Keeps a frame for a later flush, unless the peer has left more than
+    /// the write cap unread (counting tungstenite's buffer): a slow or
+    /// hostile peer must not grow our memory.
     fn hold(&mut self, message: Message, out: &mut Vec<WsEvent>) {
-        self.backlog_bytes += message.len();
+        self.backlog_bytes += client_frame_len(message.len());
         self.backlog.push(message);
-        if self.backlog_bytes > MAX_BACKLOG_BYTES {
+        let unsent = self.unsent();
+        if unsent > self.write_cap() {
             out.push(WsEvent::Closed(format!(
-                "peer not reading: {} bytes waiting",
-                self.backlog_bytes
+                "peer not reading: {unsent} bytes waiting"
             )));
             self.phase = Phase::Closed;
         }
@@ -203,11 +424,12 @@ impl WsConnection {
         };
         while !self.backlog.is_empty() {
             let message = self.backlog.remove(0);
-            self.backlog_bytes -= message.len();
+            let len = client_frame_len(message.len());
+            self.backlog_bytes -= len;
             match ws.write(message) {
-                Ok(()) => {}
+                Ok(()) => self.handed += len,
                 Err(tungstenite::Error::WriteBufferFull(m)) => {
-                    self.backlog_bytes += m.len();
+                    self.backlog_bytes += len;
                     self.backlog.insert(0, *m);
                     break;
                 }
@@ -239,6 +461,7 @@ impl WsConnection {
             }
             Dialed::Ready(stream) => stream,
         };
+        let stream = Tapped::new(stream, self.config.max_frame_size.unwrap_or(usize::MAX));
         let started = ClientHandshake::start(stream, self.request(), Some(self.config));
         match started {
             Ok(mid) => self.resume(mid.handshake(), out),
@@ -258,8 +481,8 @@ impl WsConnection {
     fn resume(
         &mut self,
         result: Result<
-            (WebSocket<Stream>, tungstenite::handshake::client::Response),
-            HandshakeError<ClientHandshake<Stream>>,
+            (WebSocket<Tapped>, tungstenite::handshake::client::Response),
+            HandshakeError<ClientHandshake<Tapped>>,
         >,
         out: &mut Vec<WsEvent>,
     ) -> Phase {
@@ -288,13 +511,25 @@ impl WsConnection {
         }
     }
 
-    /// Reads the frames available (within the budget), then flushes what is waiting.
-    fn pump(&mut self, mut ws: WebSocket<Stream>, out: &mut Vec<WsEvent>) -> Phase {
+    /// Reads the frames available (within the budget), then flushes what
+    /// is waiting. Each read is charged what the filter saw it cost; one
+    /// served from bytes read ahead costs nothing more, and those are few.
+    fn pump(&mut self, mut ws: WebSocket<Tapped>, out: &mut Vec<WsEvent>) -> Phase {
         while self.budget > 0 {
-            self.budget -= 1;
-            match ws.read() {
+            let before = ws.get_ref().filter.cost();
+            let read = ws.read();
+            let cost = ws.get_ref().filter.cost() - before;
+            self.budget = self.budget.saturating_sub(cost);
+            let skipped = ws.get_mut().filter.take_skipped();
+            out.extend(skipped.into_iter().map(WsEvent::Oversized));
+            match read {
                 Ok(Message::Text(t)) => out.push(WsEvent::Text(t.as_str().to_owned())),
-                Ok(Message::Pong(_)) => out.push(WsEvent::Pong),
+                Ok(Message::Pong(data)) => {
+                    if self.ping_out.is_some_and(|p| data[..] == p[..]) {
+                        self.ping_out = None;
+                        out.push(WsEvent::Pong);
+                    }
+                }
                 Ok(Message::Binary(_)) | Ok(Message::Ping(_)) | Ok(Message::Frame(_)) => {}
                 Ok(Message::Close(frame)) => {
                     let _ = ws.flush();
@@ -302,8 +537,8 @@ impl WsConnection {
                     return Phase::Closed;
                 }
                 Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // Not spent: nothing more is waiting.
-                    self.budget += 1;
+                    // Nothing more is waiting; the budget is not spent.
+                    self.budget = self.budget.max(1);
                     break;
                 }
                 // A peer that drops the TCP connection without a close frame
@@ -460,7 +695,6 @@ impl HttpGet {
 
     /// Sends what is left of the request, then reads what has arrived.
     fn exchange(&mut self, stream: &mut Stream) -> GetEvent {
-        use std::io::{Read, Write};
         let would_block = |e: &io::Error| e.kind() == io::ErrorKind::WouldBlock;
         while self.written < self.request.len() {
             match stream.write(&self.request[self.written..]) {
@@ -498,5 +732,19 @@ impl HttpGet {
                 Progress::Failed(e) => return GetEvent::Failed(e.to_string()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_frames_count_their_header_and_mask() {
+        assert_eq!(client_frame_len(0), 6);
+        assert_eq!(client_frame_len(125), 131);
+        assert_eq!(client_frame_len(126), 134);
+        assert_eq!(client_frame_len(65_535), 65_543);
+        assert_eq!(client_frame_len(65_536), 65_550);
     }
 }

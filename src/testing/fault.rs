@@ -35,6 +35,8 @@ use nostr::prelude::{
 };
 use tungstenite::handshake::server::{Callback, ErrorResponse, Request, Response};
 use tungstenite::http::{HeaderValue, StatusCode, header};
+use tungstenite::protocol::frame::Frame;
+use tungstenite::protocol::frame::coding::{Data as OpData, OpCode};
 
 use super::relay::{lock, to_json};
 
@@ -160,6 +162,17 @@ pub enum Fault {
         /// Longest `EVENT` message taken.
         max_bytes: usize,
     },
+    /// Once the websocket opens, sends the first fragment (no FIN) of a
+    /// text message of `bytes` bytes and never the rest; then only an
+    /// unsolicited pong every `pong_every`, answering nothing else. The
+    /// engine must not take the pongs for progress, and must not hold the
+    /// unfinished message past its deadline.
+    NeverFinished {
+        /// Bytes of the fragment.
+        bytes: usize,
+        /// Time between two unsolicited pongs.
+        pong_every: Duration,
+    },
 }
 
 impl Fault {
@@ -209,6 +222,10 @@ impl Fault {
                 status: 503,
                 retry_after: None,
             },
+            Fault::NeverFinished {
+                bytes: oversized_bytes / 4,
+                pong_every: Duration::from_millis(200),
+            },
         ]
     }
 
@@ -235,6 +252,7 @@ impl Fault {
             Fault::HttpStatus { status, .. } => format!("http-{status}"),
             Fault::LargeEventNotice { .. } => "large-event-notice".to_owned(),
             Fault::LargeEventCut { .. } => "large-event-cut".to_owned(),
+            Fault::NeverFinished { .. } => "never-finished".to_owned(),
         }
     }
 }
@@ -308,6 +326,9 @@ pub(super) struct ConnFaults {
     events_sent: Cell<usize>,
     first_req: Cell<Option<Instant>>,
     restarted: Cell<bool>,
+    /// When the next unsolicited pong is due ([`Fault::NeverFinished`]),
+    /// once the fragment went out.
+    next_pong: Cell<Option<Instant>>,
 }
 
 /// Lets one byte out per interval ([`Fault::Trickle`]); the socket reports
@@ -517,6 +538,27 @@ impl Injector {
             self.count(1);
             *lock(&self.restart) = Some(*down_for);
         }
+    }
+
+    /// Frames to write now on a connection of a [`Fault::NeverFinished`]
+    /// relay: the fragment first, then a pong whenever one is due. `None`
+    /// for any other relay; `Some` means the relay writes nothing else.
+    pub(super) fn never_finished(&self, faults: &ConnFaults) -> Option<Vec<Frame>> {
+        let Some(Fault::NeverFinished { bytes, pong_every }) = &self.fault else {
+            return None;
+        };
+        let now = Instant::now();
+        let Some(due) = faults.next_pong.get() else {
+            self.count(1);
+            faults.next_pong.set(Some(now + *pong_every));
+            let fragment = Frame::message(vec![b'x'; *bytes], OpCode::Data(OpData::Text), false);
+            return Some(vec![fragment]);
+        };
+        if now < due {
+            return Some(Vec::new());
+        }
+        faults.next_pong.set(Some(now + *pong_every));
+        Some(vec![Frame::pong(Vec::new())])
     }
 
     /// The downtime of a restart asked for since the last call, if any.

@@ -742,7 +742,15 @@ impl Connection<'_> {
         ws.get_mut().transport_mut().pace = self.shared.injector.pace();
         while !self.shared.stopping() {
             self.shared.injector.tick(self.seq.get(), &self.faults);
-            if let Err(e) = self.flush(&mut ws) {
+            if let Some(frames) = self.shared.injector.never_finished(&self.faults) {
+                // Mid-message: anything else written now would be a new
+                // message inside the unfinished one. Answers are dropped.
+                while self.inbox.try_recv().is_ok() {}
+                if let Err(e) = write_frames(&mut ws, frames) {
+                    log::debug!("test relay: connection {} write: {e}", self.id);
+                    return;
+                }
+            } else if let Err(e) = self.flush(&mut ws) {
                 log::debug!("test relay: connection {} write: {e}", self.id);
                 return;
             }
@@ -1025,5 +1033,27 @@ impl Connection<'_> {
             self.send(RelayMessage::eose(sub_id));
         }
         conn.subs.insert(sub, filters);
+    }
+}
+
+/// Writes raw frames and flushes them ([`Fault::NeverFinished`]).
+///
+/// [`Fault::NeverFinished`]: super::fault::Fault::NeverFinished
+fn write_frames(
+    ws: &mut WebSocket<Stream>,
+    frames: Vec<tungstenite::protocol::frame::Frame>,
+) -> tungstenite::Result<()> {
+    if frames.is_empty() {
+        return Ok(());
+    }
+    for frame in frames {
+        match ws.write(Message::Frame(frame)) {
+            Err(e) if !nothing_yet(&e) => return Err(e),
+            _ => {}
+        }
+    }
+    match ws.flush() {
+        Err(e) if !nothing_yet(&e) => Err(e),
+        _ => Ok(()),
     }
 }

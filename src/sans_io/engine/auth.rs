@@ -11,13 +11,18 @@
 //! backoff: we are known and not allowed. Without a key, `auth-required:`
 //! is logged once per connection, counted, and backed off.
 
-use log::{info, warn};
+use log::{debug, info, warn};
 use nostr::prelude::*;
 
 use super::{Action, Engine, Status};
 use crate::sans_io::index::RelayId;
 use crate::sans_io::relay_text::{dropped, relay_text};
 use crate::sans_io::time::Time;
+
+/// Longest challenge kept. Challenges are short random strings (strfry
+/// and khatru send 32–64 characters); a relay must not make us hold a
+/// megabyte per connection for one.
+pub(super) const MAX_CHALLENGE_BYTES: usize = 256;
 
 /// NIP-42 on one relay connection; a new connection starts afresh.
 #[derive(Debug, Default)]
@@ -41,7 +46,7 @@ enum AuthState {
     /// No challenge seen on this connection.
     #[default]
     Unchallenged,
-    /// Challenged; nothing sent (no key, or nothing to retry yet).
+    /// Challenged; nothing sent yet (signing failed, or not connected).
     Challenged(String),
     /// Our AUTH event is out, waiting for its `OK`.
     Sent(EventId),
@@ -52,8 +57,21 @@ enum AuthState {
 }
 
 impl Engine {
-    /// `["AUTH", challenge]`: answer it when a key is configured.
+    /// `["AUTH", challenge]`: kept and answered only when a key is
+    /// configured (without one it could never be used), and only when it is
+    /// no longer than [`MAX_CHALLENGE_BYTES`].
     pub(super) fn on_auth_challenge(&mut self, relay: RelayId, challenge: &str, now: Time) {
+        if self.config.auth_keys.is_none() {
+            return;
+        }
+        if challenge.len() > MAX_CHALLENGE_BYTES {
+            debug!(
+                "{}: AUTH challenge of {} bytes ignored",
+                self.relay_url(relay),
+                challenge.len()
+            );
+            return;
+        }
         let state = self.relay(relay);
         if matches!(
             state.auth.state,
@@ -64,9 +82,7 @@ impl Engine {
             return;
         }
         state.auth.state = AuthState::Challenged(challenge.to_owned());
-        if self.config.auth_keys.is_some() {
-            self.send_auth(relay, now);
-        }
+        self.send_auth(relay, now);
     }
 
     /// A REQ was refused with `auth-required:`; the caller pauses the work.
@@ -161,5 +177,55 @@ impl Engine {
         state.auth.state = AuthState::Sent(event.id);
         let message = ClientMessage::auth(event).as_json();
         self.actions.push_back(Action::Send { relay, message });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sans_io::config::Config;
+
+    /// An engine with `relay` connected, and a key when `keyed`.
+    fn engine(keyed: bool) -> (Engine, RelayId) {
+        let mut config = Config::new("wss://own.example");
+        config.bootstrap = vec!["wss://relay.example".to_owned()];
+        config.relay_info = false;
+        if keyed {
+            config.auth_keys = Some(Keys::generate());
+        }
+        let now = Time::from_secs(1_000);
+        let mut engine = Engine::new(config, now).expect("valid config");
+        let relay = engine
+            .relay_id("wss://relay.example")
+            .expect("bootstrap relay");
+        engine.handle_connected(now, relay);
+        while engine.poll_action().is_some() {}
+        (engine, relay)
+    }
+
+    #[test]
+    fn without_a_key_no_challenge_is_kept() {
+        let (mut engine, relay) = engine(false);
+        engine.on_auth_challenge(relay, &"c".repeat(100), Time::from_secs(1_001));
+        assert_eq!(
+            engine.relays[relay.index()].auth.state,
+            AuthState::Unchallenged
+        );
+    }
+
+    #[test]
+    fn an_over_long_challenge_is_ignored_a_short_one_answered() {
+        let (mut engine, relay) = engine(true);
+        let now = Time::from_secs(1_001);
+        engine.on_auth_challenge(relay, &"c".repeat(MAX_CHALLENGE_BYTES + 1), now);
+        assert_eq!(
+            engine.relays[relay.index()].auth.state,
+            AuthState::Unchallenged
+        );
+        engine.on_auth_challenge(relay, &"c".repeat(MAX_CHALLENGE_BYTES), now);
+        assert!(matches!(
+            engine.relays[relay.index()].auth.state,
+            AuthState::Sent(_)
+        ));
     }
 }

@@ -27,8 +27,10 @@ pub enum Offence {
     Malformed,
     /// An event outside the exact filter it was sent for.
     OutsideFilter,
-    /// A websocket protocol violation or a frame over the size cap; the
-    /// connection is already gone, so this one costs a penalty at once.
+    /// A websocket protocol violation (a fragmented message over the size
+    /// cap among them; a single over-size frame is skipped, not an
+    /// offence); the connection is already gone, so this one costs a
+    /// penalty at once.
     Protocol,
 }
 
@@ -75,6 +77,8 @@ pub(super) struct Conduct {
     strikes: u32,
     /// Penalties since the process started.
     penalties: u32,
+    /// An over-size message from this relay was logged (once per process).
+    oversized_logged: bool,
 }
 
 impl Conduct {
@@ -107,6 +111,25 @@ impl Conduct {
 }
 
 impl Engine {
+    /// The shell skipped a message of `bytes` from `relay`, over the size
+    /// cap. Not an offence: an honest relay may store an event larger than
+    /// we accept, and it would be met again on every re-read of history, so
+    /// penalising it would cut the relay on every daily sync. It is counted
+    /// every time and logged once per relay.
+    pub(super) fn oversized(&mut self, relay: RelayId, bytes: u64) {
+        let Some(state) = self.relays.get_mut(relay.index()) else {
+            return;
+        };
+        self.stats.messages_oversized += 1;
+        if std::mem::replace(&mut state.conduct.oversized_logged, true) {
+            return;
+        }
+        warn!(
+            "{}: skipped a message of {bytes} bytes, over the size cap (logged once)",
+            self.relay_url(relay)
+        );
+    }
+
     /// Counts `offence` against `relay`; enough of them in one connection
     /// cut the relay and lengthen its backoff. The own relay is trusted.
     pub(super) fn offended(&mut self, now: Time, relay: RelayId, offence: Offence) {
@@ -176,5 +199,20 @@ mod tests {
         assert!(c.offend(Offence::Malformed));
         c.on_connect();
         assert_eq!(c.penalties(), 1);
+    }
+
+    #[test]
+    fn an_oversized_message_is_counted_each_time_never_penalised() {
+        let mut config = crate::sans_io::config::Config::new("wss://own.example");
+        config.bootstrap = vec!["wss://relay.example".to_owned()];
+        let now = Time::from_secs(1_000);
+        let mut engine = Engine::new(config, now).expect("valid config");
+        let relay = engine.relay_id("wss://relay.example").expect("bootstrap");
+        for _ in 0..1_000 {
+            engine.oversized(relay, 2 << 20);
+        }
+        assert_eq!(engine.stats.messages_oversized, 1_000);
+        assert_eq!(engine.stats.penalties, 0);
+        assert_eq!(engine.relays[relay.index()].conduct.penalties(), 0);
     }
 }

@@ -57,6 +57,7 @@ impl Engine {
         state.epoch = state.epoch.wrapping_add(1);
         state.last_connected = Some(now);
         state.last_heard = now;
+        state.pinged = false;
         state.disconnected_at = None;
         state.retry_at = None;
         let epoch = state.epoch;
@@ -113,10 +114,14 @@ impl Engine {
         );
     }
 
-    /// A pong is a sign of life for the keepalive.
+    /// A pong answers our keepalive ping, once: it is a sign of life only
+    /// while a ping is out. Unsolicited pongs are no progress: a relay
+    /// could otherwise hold a never-finished message (and our memory for
+    /// it) forever by sending pongs that keep the keepalive content.
     pub(super) fn heard_pong(&mut self, now: Time, relay: RelayId) {
         if let Some(state) = self.relays.get_mut(relay.index())
             && state.status == Status::Connected
+            && std::mem::take(&mut state.pinged)
         {
             state.last_heard = now;
         }
@@ -138,6 +143,7 @@ impl Engine {
             self.fail_connection(relay, now);
             return;
         } else if silent >= keepalive {
+            self.relays[relay.index()].pinged = true;
             self.actions.push_back(Action::Ping { relay });
             now + pong
         } else {

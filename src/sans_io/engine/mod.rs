@@ -95,7 +95,8 @@ pub enum Action {
         /// A complete client message (REQ or CLOSE).
         message: String,
     },
-    /// Send a websocket ping; any frame back (pong or message) counts as an answer.
+    /// Send a websocket ping; its pong, or any whole text frame, counts as
+    /// an answer. Pongs nobody asked for do not.
     Ping {
         /// The relay.
         relay: RelayId,
@@ -188,6 +189,8 @@ pub struct Stats {
     pub events_ingested: u64,
     /// Relay messages that were not valid nostr JSON.
     pub messages_malformed: u64,
+    /// Relay messages skipped for being over the size cap (not an offence).
+    pub messages_oversized: u64,
     /// REQ messages sent.
     pub reqs_sent: u64,
     /// Subscriptions ended by CLOSED or a refusing NOTICE.
@@ -290,10 +293,14 @@ enum Timer {
 /// - `Connect`: exactly one of `handle_connected`, `handle_connect_failed`
 ///   or `handle_connect_refused`, unless a `Disconnect` for the relay comes
 ///   first (a connect timeout); then `handle_message` per text frame,
-///   `handle_pong` per pong, `handle_offence` for protocol violations and
+///   `handle_pong` per pong, `handle_oversized` per message skipped for
+///   its size, `handle_offence` for protocol violations and
 ///   `handle_disconnected` when the connection is lost.
 /// - `Send`: nothing.
-/// - `Ping`: `handle_pong` when the pong comes (any frame also counts).
+/// - `Ping`: `handle_pong` when the pong comes (a whole text frame also
+///   counts). Only a pong answering a ping the engine asked for is a sign
+///   of life: unsolicited pongs are ignored, so a relay cannot stay
+///   connected on pongs alone.
 /// - `Disconnect`: nothing more for that connection or attempt. The
 ///   engine has already dropped it when it asks (the relay is
 ///   [`Status::Disconnected`], its subscriptions and batches are gone, a
@@ -455,7 +462,8 @@ impl Engine {
         self.disconnected(now, relay);
     }
 
-    /// The relay answered a ping.
+    /// A pong from the relay; it counts only as the answer to an
+    /// [`Action::Ping`] still out (see [`Engine`]).
     pub fn handle_pong(&mut self, now: Time, relay: RelayId) {
         self.heard_pong(now, relay);
     }
@@ -478,6 +486,13 @@ impl Engine {
     /// (`conduct`).
     pub fn handle_offence(&mut self, now: Time, relay: RelayId, offence: Offence) {
         self.offended(now, relay, offence);
+    }
+
+    /// The shell skipped a message of `bytes` from `relay` for being over
+    /// its size cap; the connection goes on. Counted and logged once per
+    /// relay, never an offence (see `conduct`).
+    pub fn handle_oversized(&mut self, _now: Time, relay: RelayId, bytes: u64) {
+        self.oversized(relay, bytes);
     }
 
     /// The sink's answer to [`Action::ListLocal`]: what it holds, or `None`

@@ -171,8 +171,10 @@ pub(super) struct RelayState {
     pub paused_until: Option<Time>,
     /// Bumped on every connect and disconnect; timers of an older epoch are stale.
     pub epoch: u32,
-    /// Last time the relay sent anything (keepalive).
+    /// Last time the relay sent a whole message, or answered our ping (keepalive).
     pub last_heard: Time,
+    /// A keepalive ping is out and not answered: only then is a pong news.
+    pub pinged: bool,
     /// When the next connect attempt is allowed.
     pub retry_at: Option<Time>,
     pub daily_timer: Option<TimerId>,
@@ -213,6 +215,7 @@ impl RelayState {
             paused_until: None,
             epoch: 0,
             last_heard: Time::default(),
+            pinged: false,
             retry_at: None,
             daily_timer: None,
             reqs_sent: 0,
