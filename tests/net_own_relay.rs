@@ -29,11 +29,21 @@ fn world(
     large: usize,
     small: usize,
 ) -> (TestRelay, Vec<Event>, Vec<Event>) {
-    let own = TestRelay::start(RelayOptions {
+    let own = RelayOptions {
         fault: own_fault,
         ..RelayOptions::default()
-    })
-    .unwrap();
+    };
+    world_with(own, remote, large, small)
+}
+
+/// [`world`] with an own relay started with `own`.
+fn world_with(
+    own: RelayOptions,
+    remote: &TestRelay,
+    large: usize,
+    small: usize,
+) -> (TestRelay, Vec<Event>, Vec<Event>) {
+    let own = TestRelay::start(own).unwrap();
     let owner = keys(1);
     own.publish(announcement(&owner, "repo", &[&remote.url()], T0));
     let repo = coord(&owner, "repo");
@@ -71,6 +81,32 @@ fn an_own_relay_that_answers_large_events_with_a_notice_takes_the_rest() {
     assert!(wait_for(10, || running.metric(SET_ASIDE) == large.len() as u64));
     assert_eq!(missing(&own, &large), large.len());
     assert!(own.faults_injected() >= 1);
+    running.stop();
+}
+
+/// An own relay that states its size limit in NIP-11 (`max_message_length`)
+/// is never offered an event over it: the large comments are set aside
+/// before they are sent, so the relay never has to refuse one, and the
+/// rest arrive.
+#[test]
+fn an_own_relay_stating_its_size_limit_is_never_offered_larger_events() {
+    let remote = TestRelay::start(RelayOptions::default()).unwrap();
+    let own = RelayOptions {
+        fault: Some(Fault::LargeEventNotice { max_bytes: OWN_MAX }),
+        nip11: true,
+        ..RelayOptions::default()
+    };
+    let (own, large, small) = world_with(own, &remote, 5, 20);
+    let running = Running::start(&own, |_, _| {});
+    assert!(
+        wait_for(60, || missing(&own, &small) == 0),
+        "{} of {} small events lost",
+        missing(&own, &small),
+        small.len()
+    );
+    assert!(wait_for(10, || running.metric(SET_ASIDE) == large.len() as u64));
+    assert_eq!(missing(&own, &large), large.len());
+    assert_eq!(own.faults_injected(), 0, "a large event was offered");
     running.stop();
 }
 

@@ -195,6 +195,7 @@ impl Shell {
         let now = clock.now();
         let own_url = config.own_relay.clone();
         let bootstrap = config.bootstrap.clone();
+        let relay_info = config.relay_info;
         let engine = Engine::new(config, now).map_err(ShellError::Config)?;
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -214,6 +215,7 @@ impl Shell {
             engine.relay_url(engine.own_relay()),
             auth_keys,
             opts.outbox_capacity,
+            relay_info,
             now,
         );
         let ws_config = WebSocketConfig::default()
@@ -267,6 +269,7 @@ impl Shell {
     /// flushed or the shutdown deadline passed.
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
+        self.fetch_sink_info(self.clock.now());
         loop {
             let now = self.clock.now();
             self.drive(now);
@@ -658,10 +661,9 @@ impl Shell {
                 }
             }
             SlotKind::OwnSink { .. } => self.on_sink_closed(reason, now),
-            SlotKind::Info { relay, .. } => {
+            SlotKind::Info { relay, answer, .. } => {
                 debug!("{}: NIP-11 fetch: {reason}", self.engine.relay_url(relay));
-                self.stats.relay_info_failed += 1;
-                self.engine.handle_relay_info(now, relay, None);
+                self.info_failed(relay, answer, now);
             }
             SlotKind::Metrics(_) => {}
         }

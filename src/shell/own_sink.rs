@@ -18,18 +18,21 @@ use nostr::prelude::{Event, Filter, Keys};
 
 use crate::sans_io::index::RelayId;
 use crate::sans_io::own_relay::{ClientOutput, OwnRelayClient, Transmit};
+use crate::sans_io::relay_info::RelayInfo;
 use crate::sans_io::time::Time;
 use crate::shell::Shell;
 use crate::shell::connect::Transport;
 use crate::shell::metrics::SinkView;
 use crate::shell::sink::{Sink, SinkTarget};
-use crate::shell::slots::{Conn, SlotKind};
+use crate::shell::slots::{Conn, InfoFor, SlotKind};
 
 /// The own relay as the sink: its client, and the slot of its connection
 /// while there is one.
 pub(super) struct OwnSink {
     client: OwnRelayClient,
     slot: Option<Token>,
+    /// Its NIP-11 document is still to be fetched (once, at start).
+    info_wanted: bool,
 }
 
 /// The sink the shell was built with.
@@ -40,18 +43,22 @@ pub(super) enum SinkState {
 
 impl SinkState {
     /// The sink `target` names; the own relay's client (at `url`, signing
-    /// AUTH with `auth_keys`) starts disconnected with an empty outbox.
+    /// AUTH with `auth_keys`) starts disconnected with an empty outbox, and
+    /// its NIP-11 document is wanted if `relay_info` (the engine's setting
+    /// for every relay).
     pub(super) fn new(
         target: SinkTarget,
         url: &str,
         auth_keys: Option<Keys>,
         outbox_capacity: usize,
+        relay_info: bool,
         now: Time,
     ) -> SinkState {
         match target {
             SinkTarget::OwnRelay => SinkState::OwnRelay(Box::new(OwnSink {
                 client: OwnRelayClient::new(url, auth_keys, outbox_capacity, now),
                 slot: None,
+                info_wanted: relay_info,
             })),
             SinkTarget::Custom(sink) => SinkState::Custom(sink),
         }
@@ -59,6 +66,31 @@ impl SinkState {
 }
 
 impl Shell {
+    /// Fetches the own relay's NIP-11 document, once, for the size limit
+    /// it states: an event over it is then set aside instead of offered
+    /// (nostr-rs-relay answers one with a `NOTICE` and no `OK`, strfry cuts
+    /// the connection). The engine does not ask for it (the own relay's
+    /// reads are the engine's, its writes are the sink's), and it is not
+    /// counted with the remote relays' fetches; a failure only leaves the
+    /// limit to be learned from the relay's refusals.
+    pub(super) fn fetch_sink_info(&mut self, now: Time) {
+        let SinkState::OwnRelay(own) = &mut self.sink else {
+            return;
+        };
+        if !std::mem::take(&mut own.info_wanted) {
+            return;
+        }
+        let url = own.client.url().to_owned();
+        self.fetch_info_for(self.engine.own_relay(), &url, InfoFor::Sink, now);
+    }
+
+    /// The own relay's NIP-11 document arrived (`None`: it could not be had).
+    pub(super) fn sink_info(&mut self, info: Option<RelayInfo>) {
+        if let (SinkState::OwnRelay(own), Some(info)) = (&mut self.sink, info) {
+            own.client.handle_relay_info(&info);
+        }
+    }
+
     pub(super) fn sink_has_room(&self) -> bool {
         match &self.sink {
             SinkState::OwnRelay(own) => own.client.has_room(),

@@ -70,13 +70,23 @@ pub(super) enum SlotKind {
         conn: Conn,
         opened: bool,
     },
-    /// A NIP-11 fetch for `relay`; answered to the engine when it ends,
+    /// A NIP-11 fetch for `relay`; answered to `answer` when it ends,
     /// however it ends.
     Info {
         relay: RelayId,
         conn: Conn,
+        answer: InfoFor,
     },
     Metrics(MetricsConn),
+}
+
+/// Who asked for a NIP-11 document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum InfoFor {
+    /// The engine (`Action::FetchInfo`), for a relay's read limits.
+    Engine,
+    /// The own-relay sink, for the size of event the own relay takes.
+    Sink,
 }
 
 /// One occupied slot: what it holds, and the generation its token carries.
@@ -188,6 +198,7 @@ mod tests {
     /// A fetch still resolving: a slot with no socket yet.
     fn resolving(relay: u32) -> SlotKind {
         SlotKind::Info {
+            answer: InfoFor::Engine,
             relay: RelayId(relay),
             conn: Conn::Resolving {
                 url: format!("ws://relay{relay}.example"),

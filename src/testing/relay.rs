@@ -110,7 +110,8 @@ pub struct RelayOptions {
     /// Answer an HTTP `GET` with `Accept: application/nostr+json` on the
     /// relay's port with a NIP-11 document whose `limitation` names the
     /// caps above (`max_limit`: the per-filter cap, else the per-`REQ`
-    /// one) and the subscription limit. Plain `ws://` only: over TLS the
+    /// one), the subscription limit and a size fault's limit
+    /// (`max_message_length`). Plain `ws://` only: over TLS the
     /// request fails like any non-websocket request. Default: false (every
     /// connection is a websocket handshake, as before).
     pub nip11: bool,
@@ -136,7 +137,18 @@ impl RelayOptions {
             max_limit: (cap != usize::MAX).then_some(cap),
             max_subscriptions: self.max_subscriptions.map(|(n, _)| n),
             max_filters: None,
-            max_message_length: None,
+            max_message_length: self.size_limit(),
+        }
+    }
+
+    /// The largest message a size fault lets through: a relay that refuses
+    /// larger events states so, as `max_message_length`.
+    fn size_limit(&self) -> Option<usize> {
+        match self.fault {
+            Some(Fault::LargeEventNotice { max_bytes } | Fault::LargeEventCut { max_bytes }) => {
+                Some(max_bytes)
+            }
+            _ => None,
         }
     }
 }

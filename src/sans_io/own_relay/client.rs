@@ -30,6 +30,7 @@ use crate::sans_io::index::is_index_kind;
 use crate::sans_io::nip42::auth_event;
 use crate::sans_io::own_relay::listing::{ListStep, Listings};
 use crate::sans_io::own_relay::outbox::{Outbox, OutboxStats};
+use crate::sans_io::relay_info::RelayInfo;
 use crate::sans_io::relay_text::relay_text;
 use crate::sans_io::time::Time;
 
@@ -180,6 +181,15 @@ impl OwnRelayClient {
         }
         if let Some(req) = self.listings.start(request, filter) {
             self.control.push_back(req);
+        }
+    }
+
+    /// The own relay's NIP-11 document: a `max_message_length` it states
+    /// is a size limit the outbox keeps to from now on.
+    pub(crate) fn handle_relay_info(&mut self, info: &RelayInfo) {
+        if let Some(max_bytes) = info.max_message_length {
+            debug!("own relay reads messages of {max_bytes} bytes at most");
+            self.outbox.handle_stated_limit(max_bytes);
         }
     }
 

@@ -253,6 +253,13 @@ impl Outbox {
         self.set_aside(&sent.event, "the own relay says it is too large");
     }
 
+    /// The own relay states (NIP-11 `max_message_length`) that it reads no
+    /// message over `max_bytes`: events that large are set aside instead of
+    /// offered, so none has to meet the relay's refusal first.
+    pub(crate) fn handle_stated_limit(&mut self, max_bytes: usize) {
+        self.max_bytes = Some(self.max_bytes.map_or(max_bytes, |max| max.min(max_bytes)));
+    }
+
     /// The own relay takes no `EVENT` message of `bytes` bytes or more.
     fn lower_limit_below(&mut self, bytes: usize) {
         let below = bytes.saturating_sub(1);
@@ -504,6 +511,30 @@ mod tests {
         assert_eq!(send_all(&mut o, t), [id(5)], "6 kB is over the limit now");
         assert_eq!(o.stats.set_aside, 2);
         assert_eq!(o.depth(), 3, "1, 3 and 5 in flight");
+    }
+
+    #[test]
+    fn a_stated_limit_keeps_larger_events_from_being_offered() {
+        let mut o = Outbox::new(10, 10);
+        let sized = |n: u8, len: usize| {
+            let e = event(n);
+            Event::new(
+                e.id,
+                e.pubkey,
+                e.created_at,
+                e.kind,
+                [],
+                "x".repeat(len),
+                e.sig,
+            )
+        };
+        o.handle_stated_limit(4_000);
+        o.handle_stated_limit(8_000);
+        o.push(sized(1, 5_000));
+        o.push(sized(2, 1_000));
+        let t = Time::from_secs(1);
+        assert_eq!(send_all(&mut o, t), [id(2)], "the lower limit stands");
+        assert_eq!(o.stats.set_aside, 1);
     }
 
     #[test]
