@@ -23,6 +23,11 @@
 //! is passed on: the library refuses it as a protocol violation, which it
 //! is (honest relays do not fragment).
 
+use std::io::Cursor;
+
+use tungstenite::protocol::frame::FrameHeader;
+use tungstenite::protocol::frame::coding::{Data, OpCode};
+
 /// Bytes of the upgrade response's end: the headers' blank line.
 const HEADERS_END: &[u8; 4] = b"\r\n\r\n";
 
@@ -50,9 +55,10 @@ enum Phase {
         matched: usize,
         switching: bool,
     },
-    /// After a refused upgrade: bytes pass untouched (an HTTP body, no
-    /// frames), for the library to read the refusal.
-    Refused,
+    /// Bytes pass untouched, for the library to read and refuse: the body
+    /// of a refused upgrade, or a stream after a frame header it will not
+    /// take (a reserved opcode).
+    Opaque,
     /// A frame header, `len` bytes of it so far.
     Header { buf: [u8; MAX_HEADER], len: usize },
     /// A frame's payload: `remaining` bytes still to come.
@@ -134,11 +140,11 @@ impl FrameFilter {
                         self.phase = if *switching {
                             empty_header()
                         } else {
-                            Phase::Refused
+                            Phase::Opaque
                         };
                     }
                 }
-                Phase::Refused => {
+                Phase::Opaque => {
                     out.extend_from_slice(&input[i..]);
                     i = input.len();
                 }
@@ -148,8 +154,16 @@ impl FrameFilter {
                     i += 1;
                     self.bytes += 1;
                     let (buf, len) = (*buf, *len);
-                    if header_size(&buf[..len]) == Some(len) {
-                        self.start_frame(&buf[..len], out);
+                    let raw = &buf[..len];
+                    match FrameHeader::parse(&mut Cursor::new(raw)) {
+                        Ok(None) => {}
+                        Ok(Some((header, payload))) => {
+                            self.start_frame(&header, payload, raw, out);
+                        }
+                        Err(_) => {
+                            out.extend_from_slice(raw);
+                            self.phase = Phase::Opaque;
+                        }
                     }
                 }
                 Phase::Payload { frame, remaining } => {
@@ -178,7 +192,7 @@ impl FrameFilter {
     /// True while a frame or a fragmented message is in progress.
     pub(crate) fn unfinished(&self) -> bool {
         let mid_frame = match self.phase {
-            Phase::Upgrade { .. } | Phase::Refused => false,
+            Phase::Upgrade { .. } | Phase::Opaque => false,
             Phase::Header { len, .. } => len > 0,
             Phase::Payload { .. } => true,
         };
@@ -201,17 +215,17 @@ impl FrameFilter {
         std::mem::take(&mut self.skipped)
     }
 
-    /// A header is complete: decide whether the frame passes.
-    fn start_frame(&mut self, header: &[u8], out: &mut Vec<u8>) {
+    /// A header (`raw`, parsed as `header` announcing `len` payload bytes)
+    /// is complete: decide whether the frame passes.
+    fn start_frame(&mut self, header: &FrameHeader, len: u64, raw: &[u8], out: &mut Vec<u8>) {
         self.frames += 1;
-        let opcode = header[0] & 0x0f;
         let frame = Frame {
-            fin: header[0] & 0x80 != 0,
-            data: opcode < 8,
-            len: payload_len(header),
+            fin: header.is_final,
+            data: matches!(header.opcode, OpCode::Data(_)),
+            len,
             pass: true,
         };
-        let first = opcode == 1 || opcode == 2;
+        let first = matches!(header.opcode, OpCode::Data(Data::Text | Data::Binary));
         let skip = frame.data
             && (self.skipping.is_some() || (first && !self.in_message && frame.len > self.cap));
         let frame = Frame {
@@ -219,7 +233,7 @@ impl FrameFilter {
             ..frame
         };
         if frame.pass {
-            out.extend_from_slice(header);
+            out.extend_from_slice(raw);
         }
         self.phase = Phase::Payload {
             frame,
@@ -269,29 +283,6 @@ fn next_match(matched: usize, b: u8) -> usize {
         1
     } else {
         0
-    }
-}
-
-/// The whole header's size, once its first two bytes tell it.
-fn header_size(partial: &[u8]) -> Option<usize> {
-    let second = *partial.get(1)?;
-    let extended = match second & 0x7f {
-        126 => 2,
-        127 => 8,
-        _ => 0,
-    };
-    let mask = if second & 0x80 != 0 { 4 } else { 0 };
-    Some(2 + extended + mask)
-}
-
-/// The payload length a complete header announces.
-fn payload_len(header: &[u8]) -> u64 {
-    match header[1] & 0x7f {
-        126 => u64::from(u16::from_be_bytes([header[2], header[3]])),
-        127 => header[2..10]
-            .iter()
-            .fold(0u64, |n, b| (n << 8) | u64::from(*b)),
-        short => u64::from(short),
     }
 }
 
@@ -416,6 +407,16 @@ mod tests {
         input.extend_from_slice(&[b'x'; 36]);
         assert_eq!(run(&mut f, &input, 5), input);
         assert_eq!(f.frames, 0);
+    }
+
+    #[test]
+    fn a_reserved_opcode_leaves_the_rest_to_the_library_untouched() {
+        let mut input = UPGRADE.to_vec();
+        input.extend(frame(true, 3, &[b'x'; 20]));
+        input.extend(frame(true, 1, &[b'y'; 20]));
+        let mut f = FrameFilter::new(10);
+        assert_eq!(run(&mut f, &input, 3), input);
+        assert!(!f.unfinished());
     }
 
     #[test]
