@@ -344,6 +344,11 @@ mod tests {
     use nostr::prelude::{Keys, Kind, SecretKey, Signature, Timestamp};
 
     fn event(n: u8) -> Event {
+        sized(n, 0)
+    }
+
+    /// Event `n` with `len` bytes of content.
+    fn sized(n: u8, len: usize) -> Event {
         let sk = SecretKey::from_slice(&[n.max(1); 32]).unwrap();
         let pk = Keys::new(sk).public_key();
         let sig = Signature::from_slice(&[1u8; 64]).unwrap();
@@ -353,7 +358,7 @@ mod tests {
             Timestamp::from_secs(1),
             Kind::from_u16(1),
             [],
-            "",
+            "x".repeat(len),
             sig,
         )
     }
@@ -487,27 +492,15 @@ mod tests {
     #[test]
     fn a_size_notice_sets_the_largest_aside_and_larger_ones_are_not_offered() {
         let mut o = Outbox::new(10, 10);
-        let big = |n: u8, len: usize| {
-            let e = event(n);
-            Event::new(
-                e.id,
-                e.pubkey,
-                e.created_at,
-                e.kind,
-                [],
-                "x".repeat(len),
-                e.sig,
-            )
-        };
         o.push(event(1));
-        o.push(big(2, 5_000));
-        o.push(big(3, 3_000));
+        o.push(sized(2, 5_000));
+        o.push(sized(3, 3_000));
         let t = Time::from_secs(1);
         assert_eq!(send_all(&mut o, t).len(), 3);
         o.handle_too_large();
         assert_eq!(o.stats.set_aside, 1);
-        o.push(big(4, 6_000));
-        o.push(big(5, 1_000));
+        o.push(sized(4, 6_000));
+        o.push(sized(5, 1_000));
         assert_eq!(send_all(&mut o, t), [id(5)], "6 kB is over the limit now");
         assert_eq!(o.stats.set_aside, 2);
         assert_eq!(o.depth(), 3, "1, 3 and 5 in flight");
@@ -516,18 +509,6 @@ mod tests {
     #[test]
     fn a_stated_limit_keeps_larger_events_from_being_offered() {
         let mut o = Outbox::new(10, 10);
-        let sized = |n: u8, len: usize| {
-            let e = event(n);
-            Event::new(
-                e.id,
-                e.pubkey,
-                e.created_at,
-                e.kind,
-                [],
-                "x".repeat(len),
-                e.sig,
-            )
-        };
         o.handle_stated_limit(4_000);
         o.handle_stated_limit(8_000);
         o.push(sized(1, 5_000));
@@ -591,18 +572,6 @@ mod tests {
 
     #[test]
     fn a_large_poison_pill_lowers_the_limit_and_a_small_one_does_not() {
-        let sized = |n: u8, len: usize| {
-            let e = event(n);
-            Event::new(
-                e.id,
-                e.pubkey,
-                e.created_at,
-                e.kind,
-                [],
-                "x".repeat(len),
-                e.sig,
-            )
-        };
         let t = Time::from_secs(1);
         let strike_out = |o: &mut Outbox| {
             for _ in 0..STRIKES {
