@@ -91,12 +91,8 @@ impl HealthTracker {
         penalty: u32,
         rng: &mut impl Rng,
     ) -> Time {
-        self.failures = self.failures.saturating_add(1);
-        let since = *self.failing_since.get_or_insert(now);
-        if now.since(since) >= policy.dead_after {
-            return now + policy.dead_retry;
-        }
-        now + backoff(self.failures, penalty, policy, rng)
+        self.count_failure(now, policy)
+            .unwrap_or_else(|| now + backoff(self.failures, penalty, policy, rng))
     }
 
     /// As [`HealthTracker::record_failure`] without penalty or jitter, for
@@ -104,12 +100,16 @@ impl HealthTracker {
     /// that failed together, and one connection is no herd, so its retry
     /// schedule stays exact.
     pub(crate) fn record_failure_exact(&mut self, now: Time, policy: &BackoffPolicy) -> Time {
+        self.count_failure(now, policy)
+            .unwrap_or_else(|| now + exact_backoff(self.failures, 0, policy))
+    }
+
+    /// Counts a failure at `now`; the retry time if that makes the relay
+    /// dead (failing for `dead_after`), else `None` for a backoff.
+    fn count_failure(&mut self, now: Time, policy: &BackoffPolicy) -> Option<Time> {
         self.failures = self.failures.saturating_add(1);
         let since = *self.failing_since.get_or_insert(now);
-        if now.since(since) >= policy.dead_after {
-            return now + policy.dead_retry;
-        }
-        now + exact_backoff(self.failures, 0, policy)
+        (now.since(since) >= policy.dead_after).then(|| now + policy.dead_retry)
     }
 
     /// The relay said `rate-limited:` at `now`; returns when to try again.

@@ -17,7 +17,7 @@ use crate::sans_io::info_fetch;
 use crate::sans_io::time::Time;
 use crate::shell::connect_error::ConnectError;
 use crate::shell::dns::{Pending, Resolved};
-use crate::shell::slots::{Conn, Slot, SlotKind};
+use crate::shell::slots::{Conn, SlotKind};
 use crate::shell::ws::{HttpGet, TlsTarget, WsConnection};
 use crate::shell::{Shell, ShellTimer};
 
@@ -119,14 +119,8 @@ impl Shell {
     /// Keeps `pending` in the slot it resolves for, so dropping the slot
     /// (deadline, disconnect, shutdown) cancels a lookup still queued.
     fn hold_lookup(&mut self, token: Token, pending: Pending) {
-        if let Some(Slot {
-            kind:
-                SlotKind::Relay { conn, .. }
-                | SlotKind::OwnSink { conn, .. }
-                | SlotKind::Info { conn, .. },
-            ..
-        }) = self.slots.get_mut(token)
-            && let Conn::Resolving { lookup, .. } = conn
+        if let Some(Conn::Resolving { lookup, .. }) =
+            self.slots.get_mut(token).and_then(|s| s.kind.conn_mut())
         {
             *lookup = pending;
         }
@@ -141,11 +135,8 @@ impl Shell {
             SlotKind::Info { .. } => Transport::Http,
             _ => Transport::Ws,
         };
-        let conn = match &mut slot.kind {
-            SlotKind::Relay { conn, .. }
-            | SlotKind::OwnSink { conn, .. }
-            | SlotKind::Info { conn, .. } => conn,
-            SlotKind::Metrics(_) => return,
+        let Some(conn) = slot.kind.conn_mut() else {
+            return;
         };
         let Conn::Resolving {
             url,
@@ -195,14 +186,7 @@ impl Shell {
                 if let Some(Err(e)) = registered {
                     return self.fail_slot(token, &ConnectError::Register(e).to_string(), now);
                 }
-                if let Some(Slot {
-                    kind:
-                        SlotKind::Relay { conn, .. }
-                        | SlotKind::OwnSink { conn, .. }
-                        | SlotKind::Info { conn, .. },
-                    ..
-                }) = self.slots.get_mut(token)
-                {
+                if let Some(conn) = self.slots.get_mut(token).and_then(|s| s.kind.conn_mut()) {
                     *conn = connected;
                 }
             }

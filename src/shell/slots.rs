@@ -173,12 +173,23 @@ impl Slots {
     }
 }
 
+impl SlotKind {
+    /// The outgoing connection of a relay, sink or fetch slot (a metrics
+    /// slot is an accepted one, not a `Conn`).
+    pub(super) fn conn_mut(&mut self) -> Option<&mut Conn> {
+        match self {
+            SlotKind::Relay { conn, .. }
+            | SlotKind::OwnSink { conn, .. }
+            | SlotKind::Info { conn, .. } => Some(conn),
+            SlotKind::Metrics(_) => None,
+        }
+    }
+}
+
 fn kind_socket(kind: &mut SlotKind) -> Option<&mut TcpStream> {
     match kind {
-        SlotKind::Relay { conn, .. }
-        | SlotKind::OwnSink { conn, .. }
-        | SlotKind::Info { conn, .. } => conn.socket(),
         SlotKind::Metrics(m) => Some(m.socket()),
+        _ => kind.conn_mut().and_then(Conn::socket),
     }
 }
 
