@@ -46,8 +46,13 @@ pub(crate) struct ShellStats {
 /// The sink's view for metrics.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct SinkView {
+    /// Whether the websocket to the own relay is open; `None` for a custom
+    /// sink, which has no connection to watch.
+    pub own_relay_open: Option<bool>,
     /// Events waiting or in flight to the own relay.
     pub outbox_depth: usize,
+    /// Events the outbox holds before remote reads pause.
+    pub outbox_capacity: usize,
     /// Own-relay delivery counters.
     pub outbox: OutboxStats,
 }
@@ -272,6 +277,20 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         "Events waiting for the own relay.",
         sink.outbox_depth as u64,
     );
+    gauge(
+        &mut out,
+        "grasp_sync_outbox_capacity",
+        "Events the outbox holds before reads from remote relays pause.",
+        sink.outbox_capacity as u64,
+    );
+    if let Some(open) = sink.own_relay_open {
+        gauge(
+            &mut out,
+            "grasp_sync_own_relay_connected",
+            "1 while the websocket to the own relay is open.",
+            u64::from(open),
+        );
+    }
     counter_labeled(
         &mut out,
         "grasp_sync_sink_events_total",

@@ -231,7 +231,9 @@ impl Shell {
     pub(super) fn sink_view(&self) -> SinkView {
         match &self.sink {
             SinkState::OwnRelay(own) => SinkView {
+                own_relay_open: Some(own.client.is_open()),
                 outbox_depth: own.client.outbox_depth(),
+                outbox_capacity: own.client.outbox_capacity(),
                 outbox: own.client.outbox_stats(),
             },
             SinkState::Custom(_) => SinkView::default(),

@@ -167,6 +167,11 @@ impl OwnRelayClient {
         self.outbox.depth()
     }
 
+    /// Events the outbox holds at most.
+    pub(crate) fn outbox_capacity(&self) -> usize {
+        self.outbox.capacity()
+    }
+
     /// Delivery counters.
     pub(crate) fn outbox_stats(&self) -> OutboxStats {
         self.outbox.stats

@@ -130,6 +130,11 @@ impl Outbox {
         self.depth() >= self.capacity
     }
 
+    /// Events it holds at most before the caller must stop taking more.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Events waiting or in flight.
     pub(crate) fn depth(&self) -> usize {
         self.queue.len() + self.inflight.len()
