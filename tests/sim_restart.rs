@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use grasp_sync::{Config, Engine, SavedLimits, SavedRelay, SavedState};
+use grasp_sync::{Config, Engine, SavedLimits, SavedRelay, SavedState, Time};
 use nostr::prelude::*;
 use support::*;
 
@@ -56,6 +56,11 @@ fn ran_for_hours() -> (Sim, Event) {
 /// the state back if `resume`. Relays forget the old connections; their
 /// REQ and NEG-OPEN records restart empty so they show the new engine only.
 fn restart(sim: &mut Sim, downtime: Duration, resume: bool) {
+    restart_with(sim, restart_config(), downtime, resume);
+}
+
+/// [`restart`] with the new engine's `config`.
+fn restart_with(sim: &mut Sim, config: Config, downtime: Duration, resume: bool) {
     let saved = sim.engine.save_state(sim.now, sim.now.as_secs());
     let saved = SavedState::decode(&saved.encode()).expect("own encoding decodes");
     for relay in sim.relays.values_mut() {
@@ -66,7 +71,7 @@ fn restart(sim: &mut Sim, downtime: Duration, resume: bool) {
     sim.connected.clear();
     sim.connects.clear();
     sim.now = sim.now + downtime;
-    sim.engine = Engine::new(restart_config(), sim.now).expect("valid config");
+    sim.engine = Engine::new(config, sim.now).expect("valid config");
     if resume {
         sim.engine.restore_state(sim.now, sim.now.as_secs(), saved);
     }
@@ -124,6 +129,41 @@ fn a_dead_relay_is_retried_at_its_time_not_at_the_restart() {
     assert!(
         connects_to(&fresh, DEAD) >= 1,
         "without the state it is tried at once (the difference under test)"
+    );
+}
+
+/// A bootstrap relay is asked to connect by the new engine at once; a
+/// saved retry time takes that back.
+#[test]
+fn a_dead_bootstrap_relay_waits_for_its_retry_too() {
+    let mut config = restart_config();
+    config.bootstrap = vec![DEAD.to_owned()];
+    let mut sim = Sim::new(config.clone());
+    sim.add_relay(DEAD).online = false;
+    sim.advance(Duration::from_secs(2 * 3_600));
+    restart_with(&mut sim, config.clone(), Duration::from_secs(60), true);
+    sim.advance(Duration::from_secs(3_600));
+    assert_eq!(connects_to(&sim, DEAD), 0, "not retried before its time");
+    restart_with(&mut sim, config, Duration::from_secs(60), false);
+    assert_eq!(connects_to(&sim, DEAD), 1, "without the state: at once");
+}
+
+/// The daily full sync keeps its schedule across a quick restart: it
+/// comes 23-25 h after the first run's, not after the restart.
+#[test]
+fn the_daily_full_sync_keeps_its_schedule() {
+    let (mut sim, _) = ran_for_hours();
+    restart(&mut sim, Duration::from_secs(60), true);
+    sim.advance(Duration::from_secs(30));
+    assert_eq!(reqs_without_since(&sim, B).1, 0, "quick, not fresh");
+    // A schedule started at the restart would be due 23 h after it at
+    // the earliest, past this.
+    let due_by = Time::from_secs(T0 + 25 * 3_600 + 60);
+    sim.advance(due_by.since(sim.now));
+    let (_, without) = reqs_without_since(&sim, B);
+    assert!(
+        without + sim.relays[B].neg_opens > 0,
+        "B's history read again by its daily sync, on the first run's schedule"
     );
 }
 

@@ -234,8 +234,10 @@ impl Engine {
         self.restore_limits(relay, &saved);
     }
 
-    /// The quick-reconnect state, only when it is whole, consistent and
-    /// still within the window: otherwise the relay gets a fresh sync.
+    /// The daily schedule, and the quick-reconnect state only when it is
+    /// whole (a quick reconnect keeps the daily schedule, so it needs
+    /// one), consistent and still within the window: otherwise the relay
+    /// gets a fresh sync.
     fn restore_connection(
         &mut self,
         relay: RelayId,
@@ -253,7 +255,11 @@ impl Engine {
         let (Some(connected), Some(lost), Some(covered)) = (connected, lost, covered) else {
             return;
         };
-        if connected > lost || now.since(lost) > window || state.last_connected.is_some() {
+        if connected > lost
+            || now.since(lost) > window
+            || state.last_connected.is_some()
+            || state.daily_due.is_none()
+        {
             return;
         }
         state.last_connected = Some(connected);
@@ -298,10 +304,9 @@ impl Engine {
         if state.status == Status::Connecting {
             state.status = Status::Disconnected;
             state.epoch = state.epoch.wrapping_add(1);
-            self.actions.retain(|a| {
-                !matches!(a, Action::Connect { relay: r, .. } | Action::FetchInfo { relay: r, .. } if *r == relay)
-            });
-            self.relays[relay.index()].info_asked = false;
+            state.info_asked = false;
+            self.actions.retain(|a| !connects(a, relay));
+            self.stats.connects = self.stats.connects.saturating_sub(1);
         }
         info!(
             "{}: failing before the restart; next try in {:?}",
@@ -335,11 +340,12 @@ impl Engine {
         let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX).clamp(1, page);
         state.result_cap =
             ResultCap::from_parts(l.result_cap.map(clamp), l.result_floor.map_or(0, clamp));
-        state.neg = match saved.negentropy {
-            None => NegSupport::Unknown,
-            Some(true) => NegSupport::Supported,
-            Some(false) => NegSupport::Unsupported,
-        };
+        // Only "does not" is taken: it saves a failed NEG-OPEN per job. A
+        // saved "does" would stop a relay's failures from ever turning
+        // negentropy off for it, so it must be shown again.
+        if saved.negentropy == Some(false) {
+            state.neg = NegSupport::Unsupported;
+        }
     }
 
     /// A target `item` newly added on `relay`: true when the relay had it
@@ -349,5 +355,14 @@ impl Engine {
             .confirmed
             .get(&relay)
             .is_some_and(|set| set.contains(&self.item_hash(item)))
+    }
+}
+
+/// True for the actions that open a connection to `relay` (its connect,
+/// its NIP-11 fetch).
+fn connects(action: &Action, relay: RelayId) -> bool {
+    match action {
+        Action::Connect { relay: r, .. } | Action::FetchInfo { relay: r, .. } => *r == relay,
+        _ => false,
     }
 }
