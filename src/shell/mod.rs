@@ -740,7 +740,11 @@ impl Shell {
         };
         let state = self.engine.save_state(now, self.clock.unix_secs());
         match state_file::save(path, &state) {
-            Ok(()) => debug!("state of {} relays saved", state.relays.len()),
+            Ok(bytes) => info!(
+                "state file: {} relays, {bytes} bytes, written in {} ms",
+                state.relays.len(),
+                self.clock.now().since(now).as_millis()
+            ),
             Err(e) => warn!("state file {}: {e}", path.display()),
         }
     }
