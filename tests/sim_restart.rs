@@ -264,3 +264,30 @@ fn a_hostile_state_is_no_more_trusted_than_a_relay() {
     assert_eq!(connects_to(&sim, UNLISTED), 0);
     sim.check();
 }
+
+/// What is saved stays bounded whatever was restored: 2,000 relays and
+/// 100,000 confirmed-item hashes at most (README, "Restarts").
+#[test]
+fn a_saved_state_stays_bounded() {
+    let relays = (0..2_500)
+        .map(|i| SavedRelay {
+            url: format!("wss://r{i}.example"),
+            failures: 1,
+            confirmed: (0..100).collect(),
+            ..SavedRelay::default()
+        })
+        .collect();
+    let saved = SavedState {
+        saved_at: T0,
+        relays,
+    };
+    let mut sim = Sim::new(restart_config());
+    sim.engine.restore_state(sim.now, T0, saved);
+    sim.settle();
+    let again = sim.engine.save_state(sim.now, T0);
+    assert_eq!(again.relays.len(), 2_000);
+    let hashes: usize = again.relays.iter().map(|r| r.confirmed.len()).sum();
+    assert_eq!(hashes, 100_000);
+    let bytes = again.encode().len();
+    assert!(bytes < 5 * 1024 * 1024 / 2, "{bytes} bytes: under 2.5 MiB");
+}

@@ -90,25 +90,38 @@ impl Anchor {
 }
 
 impl Engine {
-    /// The state to save at `now` (`unix_now` is the wall clock then).
+    /// The state to save at `now` (`unix_now` is the wall clock then):
+    /// the [`MAX_RELAYS`] most recently useful relays, then saved relays
+    /// not known yet; confirmed items hashed for as many as
+    /// [`MAX_CONFIRMED`] allows, in that order (the cost of a save is
+    /// bounded by what is kept, not by what is known).
     pub(super) fn saved_state(&self, now: Time, unix_now: u64) -> SavedState {
         let anchor = Anchor {
             now,
             unix: unix_now,
         };
-        let mut relays: Vec<(Time, SavedRelay)> = (0..self.relays.len())
+        let mut known: Vec<(Time, RelayId, SavedRelay)> = (0..self.relays.len())
             .map(|i| RelayId(i as u32))
             .filter(|&r| r != self.own && self.index.relay_known(r))
             .filter_map(|r| self.saved_relay(r, anchor))
             .collect();
-        relays.sort_by_key(|r| std::cmp::Reverse(r.0));
-        let mut relays: Vec<SavedRelay> = relays.into_iter().map(|(_, r)| r).collect();
-        relays.extend(self.resume.waiting.values().cloned());
-        relays.truncate(MAX_RELAYS);
+        known.sort_by_key(|r| std::cmp::Reverse(r.0));
+        known.truncate(MAX_RELAYS);
         let mut budget = MAX_CONFIRMED;
-        for relay in &mut relays {
+        let mut relays = Vec::with_capacity(known.len());
+        for (_, id, mut relay) in known {
+            relay.confirmed = self.confirmed_hashes(&self.relays[id.index()], budget);
+            budget -= relay.confirmed.len();
+            relays.push(relay);
+        }
+        for waiting in self.resume.waiting.values() {
+            if relays.len() == MAX_RELAYS {
+                break;
+            }
+            let mut relay = waiting.clone();
             relay.confirmed.truncate(budget);
             budget -= relay.confirmed.len();
+            relays.push(relay);
         }
         SavedState {
             saved_at: unix_now,
@@ -116,9 +129,9 @@ impl Engine {
         }
     }
 
-    /// One relay's record with the time it was last useful (for the
-    /// order), or `None` when it taught us nothing.
-    fn saved_relay(&self, relay: RelayId, anchor: Anchor) -> Option<(Time, SavedRelay)> {
+    /// One relay's record (confirmed items left out) with the time it was
+    /// last useful (for the order), or `None` when it taught us nothing.
+    fn saved_relay(&self, relay: RelayId, anchor: Anchor) -> Option<(Time, RelayId, SavedRelay)> {
         let state = &self.relays[relay.index()];
         let now = anchor.now;
         let (mut disconnected, mut covered, mut layer1) = (
@@ -155,9 +168,9 @@ impl Engine {
                 NegSupport::Supported => Some(true),
                 NegSupport::Unsupported => Some(false),
             },
-            confirmed: self.confirmed_hashes(state),
+            confirmed: Vec::new(),
         };
-        Some((useful.unwrap_or_default(), record))
+        Some((useful.unwrap_or_default(), relay, record))
     }
 
     /// The limits `state` holds below our starting ones.
@@ -178,11 +191,13 @@ impl Engine {
         }
     }
 
-    fn confirmed_hashes(&self, state: &RelayState) -> Vec<u64> {
+    /// Hashes of at most `budget` of the items `state` confirmed.
+    fn confirmed_hashes(&self, state: &RelayState, budget: usize) -> Vec<u64> {
         let mut hashes: Vec<u64> = state
             .items
             .iter()
             .filter(|(_, s)| s.state == ItemState::Confirmed)
+            .take(budget)
             .map(|(item, _)| self.item_hash(*item))
             .collect();
         hashes.sort_unstable();
