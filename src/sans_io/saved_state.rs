@@ -70,7 +70,8 @@ pub struct SavedRelay {
     pub limits: SavedLimits,
     /// NIP-77: `Some(true)` it reconciled, `Some(false)` it does not.
     pub negentropy: Option<bool>,
-    /// Hashes of the items it had confirmed ([`item_hash`]).
+    /// Hashes of the items it had confirmed (FNV-1a of a repo's
+    /// coordinate or a root's hex id).
     pub confirmed: Vec<u64>,
 }
 
@@ -136,8 +137,8 @@ impl SavedState {
         json!({ "version": VERSION, "saved_at": self.saved_at, "relays": relays }).to_string()
     }
 
-    /// Parses the JSON form, keeping at most [`MAX_RELAYS`] relays and
-    /// [`MAX_CONFIRMED`] hashes. Any doubt is an error: a file that is
+    /// Parses the JSON form, keeping at most 2,000 relays and 100,000
+    /// hashes. Any doubt is an error: a file that is
     /// half right is not worth the risk of trusting the other half.
     pub fn decode(text: &str) -> Result<SavedState, DecodeError> {
         let root: Value =
