@@ -40,6 +40,22 @@ pub(crate) struct BackoffPolicy {
     pub rate_limit_cooldown: Duration,
 }
 
+/// Failures or refusals a saved history may claim at most.
+pub(crate) const MAX_SAVED_COUNT: u32 = 64;
+
+/// A [`HealthTracker`]'s history in engine time, for saving and restoring.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SavedHealth {
+    /// Failures since the last success.
+    pub failures: u32,
+    /// Refusals of historic work in a row.
+    pub refusals: u32,
+    /// Start of the failure streak.
+    pub failing_since: Option<Time>,
+    /// End of a rate-limit cooldown.
+    pub rate_limited_until: Option<Time>,
+}
+
 /// Failure history of one relay.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct HealthTracker {
@@ -117,6 +133,35 @@ impl HealthTracker {
         let until = now + policy.rate_limit_cooldown;
         self.rate_limited_until = Some(until);
         until
+    }
+
+    /// The history worth keeping across a restart.
+    pub(crate) fn saved(&self) -> SavedHealth {
+        SavedHealth {
+            failures: self.failures,
+            refusals: self.refusals,
+            failing_since: self.failing_since,
+            rate_limited_until: self.rate_limited_until,
+        }
+    }
+
+    /// A history saved by an earlier process, as far as it is believable
+    /// at `now`: counts capped (past [`MAX_SAVED_COUNT`] the backoff is at
+    /// its ceiling anyway), a failure streak cannot start in the future,
+    /// and no cooldown lasts longer than the policy's.
+    pub(crate) fn restored(saved: SavedHealth, now: Time, policy: &BackoffPolicy) -> Self {
+        HealthTracker {
+            failures: saved.failures.min(MAX_SAVED_COUNT),
+            refusals: saved.refusals.min(MAX_SAVED_COUNT),
+            failing_since: saved
+                .failing_since
+                .map(|t| t.min(now))
+                .filter(|_| saved.failures > 0),
+            rate_limited_until: saved
+                .rate_limited_until
+                .map(|t| t.min(now + policy.rate_limit_cooldown))
+                .filter(|&t| t > now),
+        }
     }
 
     /// Consecutive failures since the last success.
@@ -214,6 +259,29 @@ mod tests {
         assert_eq!(waits, [5, 10, 20]);
         h.record_success();
         assert_eq!(h.record_failure_exact(t0, &p), t0 + Duration::from_secs(5));
+    }
+
+    #[test]
+    fn restored_history_is_clamped_and_keeps_a_dead_relay_dead() {
+        let p = policy();
+        let mut rng = SmallRng::seed_from_u64(1);
+        let t0 = Time::from_secs(1_000_000);
+        let mut h = HealthTracker::default();
+        h.record_failure(t0, &p, 0, &mut rng);
+        let later = t0 + p.dead_after;
+        h.record_failure(later, &p, 0, &mut rng);
+        let back = HealthTracker::restored(h.saved(), later, &p);
+        assert_eq!(back.health(later, &p), Health::Dead);
+        let hostile = SavedHealth {
+            failures: u32::MAX,
+            refusals: u32::MAX,
+            failing_since: Some(t0 + Duration::from_secs(999_999)),
+            rate_limited_until: Some(Time::from_millis(u64::MAX)),
+        };
+        let h = HealthTracker::restored(hostile, t0, &p);
+        assert_eq!(h.failures(), MAX_SAVED_COUNT);
+        assert_eq!(h.health(t0 + p.rate_limit_cooldown, &p), Health::Degraded);
+        assert_eq!(h.saved().failing_since, Some(t0));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub(crate) mod relay_info;
 pub(crate) mod relay_text;
 pub(crate) mod relay_url;
 pub(crate) mod result_cap;
+pub(crate) mod saved_state;
 pub(crate) mod seen;
 pub(crate) mod service;
 pub(crate) mod subscription;

@@ -44,6 +44,16 @@ impl ResultCap {
         }
     }
 
+    /// The proven cap and the floor, for saving across a restart.
+    pub(crate) fn parts(&self) -> (Option<usize>, usize) {
+        (self.proven, self.floor)
+    }
+
+    /// A cap saved by an earlier process; the caller clamps both values.
+    pub(crate) fn from_parts(proven: Option<usize>, floor: usize) -> Self {
+        ResultCap { proven, floor }
+    }
+
     /// A page returned `count` events for one filter: the relay returns at
     /// least that many.
     pub(crate) fn observe(&mut self, count: usize) {

@@ -23,6 +23,14 @@ impl Clock {
         }
     }
 
+    /// The wall clock now, in Unix seconds: what the state file's times
+    /// are measured in, as the next process cannot read monotonic time.
+    pub(super) fn unix_secs(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    }
+
     /// The current time, on the monotonic clock since the anchor.
     pub(super) fn now(&self) -> Time {
         Time::from_millis(self.unix_ms + self.start.elapsed().as_millis() as u64)

@@ -68,6 +68,7 @@ pub(crate) mod read_budget;
 pub(crate) mod rlimit;
 pub(crate) mod sink;
 mod slots;
+mod state_file;
 pub(crate) mod tls;
 pub(crate) mod ws;
 
@@ -123,6 +124,8 @@ enum ShellTimer {
     MetricsDeadline(Token),
     /// A relay connection's unfinished message may have overstayed.
     Unfinished(Token),
+    /// Time to write the state file.
+    SaveState,
 }
 
 /// What we hold for one peer's unsent frames at most (tungstenite's buffer
@@ -196,7 +199,14 @@ impl Shell {
         let own_url = config.own_relay.clone();
         let bootstrap = config.bootstrap.clone();
         let relay_info = config.relay_info;
-        let engine = Engine::new(config, now).map_err(ShellError::Config)?;
+        let mut engine = Engine::new(config, now).map_err(ShellError::Config)?;
+        if let Some(saved) = opts
+            .state_file
+            .as_ref()
+            .and_then(|p| state_file::load(p, clock.unix_secs()))
+        {
+            engine.restore_state(now, clock.unix_secs(), saved);
+        }
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let resolver = Resolver::new(opts.dns_threads.max(1), 256, waker.clone())?;
@@ -226,6 +236,10 @@ impl Shell {
             .max_frame_size(Some(opts.max_frame_bytes));
         let mut timers = TimerWheel::new(now.as_millis());
         timers.insert((now + TRIM_EVERY).as_millis(), ShellTimer::Trim);
+        if opts.state_file.is_some() {
+            let at = now + state_file::SAVE_EVERY;
+            timers.insert(at.as_millis(), ShellTimer::SaveState);
+        }
         let (handle, commands) = ShellHandle::new(waker.clone());
         debug!("shell for {own_url} ready");
         Ok(Shell {
@@ -693,6 +707,11 @@ impl Shell {
                     }
                 }
                 ShellTimer::Unfinished(token) => self.unfinished_deadline(token, now),
+                ShellTimer::SaveState => {
+                    self.save_state(now);
+                    let at = now + state_file::SAVE_EVERY;
+                    self.timers.insert(at.as_millis(), ShellTimer::SaveState);
+                }
             }
         }
     }
@@ -713,6 +732,23 @@ impl Shell {
             .insert((now + TRIM_EVERY).as_millis(), ShellTimer::Trim);
     }
 
+    /// Writes the engine's state to the state file, if there is one: on
+    /// the loop thread, bounded and every few minutes (`state_file`).
+    fn save_state(&mut self, now: Time) {
+        let Some(path) = &self.opts.state_file else {
+            return;
+        };
+        let state = self.engine.save_state(now, self.clock.unix_secs());
+        match state_file::save(path, &state) {
+            Ok(bytes) => info!(
+                "state file: {} relays, {bytes} bytes, written in {} ms",
+                state.relays.len(),
+                self.clock.now().since(now).as_millis()
+            ),
+            Err(e) => warn!("state file {}: {e}", path.display()),
+        }
+    }
+
     // ----- shutdown -----
 
     fn begin_shutdown(&mut self, now: Time) {
@@ -720,6 +756,7 @@ impl Shell {
             return;
         }
         self.stopping = Some(now + self.opts.shutdown_timeout);
+        self.save_state(now);
         self.sink_shutdown();
         let relays: Vec<Token> = self.relay_slots.drain().map(|(_, t)| t).collect();
         for token in relays {

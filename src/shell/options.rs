@@ -1,6 +1,6 @@
 //! What an operator tunes about the shell, beside the engine's `Config`:
 //! limits (relays, frame sizes, read rate, outbox), TLS roots, DNS threads,
-//! the metrics address and the shutdown deadline.
+//! the metrics address, the shutdown deadline and the state file.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,6 +45,9 @@ pub struct ShellOptions {
     /// fragmented message begun) before it is cut: what it makes us hold
     /// for it is held this long at most.
     pub unfinished_timeout: Duration,
+    /// Where the engine's state is kept across restarts (`state_file`);
+    /// `None` starts every run fresh.
+    pub state_file: Option<PathBuf>,
 }
 
 impl Default for ShellOptions {
@@ -60,6 +63,7 @@ impl Default for ShellOptions {
             outbox_capacity: 10_000,
             max_frames_per_sec: DEFAULT_MAX_FRAMES_PER_SEC,
             unfinished_timeout: DEFAULT_UNFINISHED_TIMEOUT,
+            state_file: None,
         }
     }
 }

@@ -35,7 +35,7 @@
 //! every event either among the stored results (before `EOSE`) or live
 //! (after it), never both and never neither.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -239,6 +239,7 @@ impl TestRelay {
                 next_conn: 0,
             }),
             req_count: AtomicUsize::new(0),
+            reqs: Mutex::new(VecDeque::new()),
             rejected: AtomicUsize::new(0),
             info_served: AtomicUsize::new(0),
             info_requests: AtomicUsize::new(0),
@@ -307,6 +308,11 @@ impl TestRelay {
     /// `REQ`s received since start, refused ones included.
     pub fn req_count(&self) -> usize {
         self.shared.req_count.load(Ordering::SeqCst)
+    }
+
+    /// The filters of the last [`REQS_KEPT`] `REQ`s received, oldest first.
+    pub fn reqs(&self) -> Vec<Vec<Filter>> {
+        lock(&self.shared.reqs).iter().cloned().collect()
     }
 
     /// Client connections open now (counted from TCP accept, so a client
@@ -422,12 +428,17 @@ impl Drop for TestRelay {
     }
 }
 
+/// `REQ`s whose filters a relay keeps for [`TestRelay::reqs`].
+pub const REQS_KEPT: usize = 1_000;
+
 /// State shared by the handle, the acceptor and the connection threads.
 struct Shared {
     opts: RelayOptions,
     injector: Injector,
     state: Mutex<State>,
     req_count: AtomicUsize,
+    /// The filters of the last [`REQS_KEPT`] `REQ`s, oldest first.
+    reqs: Mutex<VecDeque<Vec<Filter>>>,
     /// Client `EVENT`s refused for a bad id or signature.
     rejected: AtomicUsize,
     /// NIP-11 documents served.
@@ -446,6 +457,16 @@ struct Shared {
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// Keeps a REQ's filters for [`TestRelay::reqs`], dropping the oldest
+    /// past [`REQS_KEPT`].
+    fn keep_req(&self, filters: &[Filter]) {
+        let mut reqs = lock(&self.reqs);
+        if reqs.len() == REQS_KEPT {
+            reqs.pop_front();
+        }
+        reqs.push_back(filters.to_vec());
     }
 
     fn stopping(&self) -> bool {
@@ -972,6 +993,7 @@ impl Connection<'_> {
 
     fn on_req(&self, sub: String, filters: Vec<Filter>) {
         self.shared.req_count.fetch_add(1, Ordering::SeqCst);
+        self.shared.keep_req(&filters);
         // Made up (and signed) before taking the lock other threads wait on.
         let answer = self.shared.injector.answer(&sub, &filters, &self.faults);
         let mut state = self.shared.state();

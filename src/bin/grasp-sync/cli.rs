@@ -337,6 +337,15 @@ static FLAGS: &[Flag] = &[
         help: "On SIGTERM, time to flush before exiting anyway.",
     },
     Flag {
+        name: "state-file",
+        kind: Kind::Single("<path>", |o, v| {
+            o.shell.state_file = Some(path(v)?);
+            Ok(())
+        }),
+        default: "none (every start is fresh)",
+        help: "Keep what the engine learned of each relay here across restarts (written every few minutes and at shutdown; a bad file is set aside as PATH.bad-<time>).",
+    },
+    Flag {
         name: "auth-key-file",
         kind: Kind::Single("<path>", |o, v| {
             o.config.auth_keys =
@@ -773,6 +782,24 @@ mod tests {
         assert_eq!(o.shell.shutdown_timeout, Duration::from_secs(3));
         assert_eq!(c.seed, u64::MAX);
         assert!(o.seed_given);
+    }
+
+    #[test]
+    fn state_file_from_flag_or_variable() {
+        let own = ["--own-relay", OWN];
+        assert_eq!(run(&own, &[]).shell.state_file, None);
+        let by_flag = run(
+            &[own[0], own[1], "--state-file", "/var/lib/g/state.json"],
+            &[],
+        );
+        let by_env = run(&own, &[("GRASP_SYNC_STATE_FILE", "/var/lib/g/state.json")]);
+        for o in [by_flag, by_env] {
+            assert_eq!(
+                o.shell.state_file,
+                Some(PathBuf::from("/var/lib/g/state.json"))
+            );
+        }
+        assert!(error(&[own[0], own[1], "--state-file", ""], &[]).contains("--state-file"));
     }
 
     #[test]

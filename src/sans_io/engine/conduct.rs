@@ -108,6 +108,11 @@ impl Conduct {
     pub(super) fn penalties(&self) -> u32 {
         self.penalties
     }
+
+    /// Penalties an earlier process recorded (`resume`), capped by the caller.
+    pub(super) fn restore_penalties(&mut self, penalties: u32) {
+        self.penalties = penalties;
+    }
 }
 
 impl Engine {

@@ -96,11 +96,19 @@ impl Engine {
         self.ensure_relay_slots();
         let mut touched = Vec::new();
         for change in changes {
+            if change.added {
+                self.restore_relay(change.relay, now);
+            }
+            let restored = change.added && self.restored_confirmed(change.relay, change.item);
             let state = &mut self.relays[change.relay.index()];
             if change.added {
                 let slot = state.items.entry(change.item).or_insert(Slot {
                     refs: 0,
-                    state: ItemState::Queued,
+                    state: if restored {
+                        ItemState::Confirmed
+                    } else {
+                        ItemState::Queued
+                    },
                 });
                 slot.refs += 1;
                 if slot.refs == 1 && state.status == Status::Connected {

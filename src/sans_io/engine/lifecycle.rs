@@ -12,7 +12,7 @@ use log::{debug, info, warn};
 use nostr::prelude::Timestamp;
 use rand::rngs::SmallRng;
 
-use super::relay::{ItemState, MIN_MESSAGE_BYTES, Role};
+use super::relay::{ItemState, MIN_MESSAGE_BYTES, RelayState, Role};
 use super::{Action, Engine, Status, Timer};
 use crate::sans_io::health::{BackoffPolicy, HealthTracker};
 use crate::sans_io::index::RelayId;
@@ -32,6 +32,8 @@ impl Engine {
             );
             return;
         }
+        self.resume.forget(relay);
+        let state = self.relay(relay);
         // The daily full sync is a per-relay schedule that connections do
         // not reset: one due while the relay was away is done now.
         let daily_due = state.daily_due.is_some_and(|due| now >= due);
@@ -255,14 +257,7 @@ impl Engine {
             let state = self.relay(relay);
             if state.status == Status::Connected {
                 state.disconnected_at = Some(now);
-                let mut gap = state.uncovered_since.map_or(now, |t| t.min(now));
-                let mut layer1 = false;
-                // A live set cut before its EOSE covered nothing yet.
-                for sub in state.live_subs().filter(|s| !s.eose) {
-                    let (lost, from_start) = sub.uncovered_from(now);
-                    gap = gap.min(lost);
-                    layer1 |= from_start;
-                }
+                let (gap, layer1) = coverage_end(state, now);
                 state.layer1_unread |= layer1;
                 state.covered_until = Some(gap);
             }
@@ -384,6 +379,21 @@ impl Engine {
             self.dirty.push(relay);
         }
     }
+}
+
+/// Where a connected relay's live coverage would end were its connection
+/// lost at `now` (a disconnect, or a save before a restart), and whether
+/// layer 1 would then be unread: a live set cut before its EOSE covered
+/// nothing yet.
+pub(super) fn coverage_end(state: &RelayState, now: Time) -> (Time, bool) {
+    let mut gap = state.uncovered_since.map_or(now, |t| t.min(now));
+    let mut layer1 = false;
+    for sub in state.live_subs().filter(|s| !s.eose) {
+        let (lost, from_start) = sub.uncovered_from(now);
+        gap = gap.min(lost);
+        layer1 |= from_start;
+    }
+    (gap, layer1)
 }
 
 /// Rounds up to the next whole second, so the keepalive checks of thousands

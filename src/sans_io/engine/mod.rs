@@ -52,6 +52,7 @@ mod lifecycle;
 mod negentropy;
 mod relay;
 mod requests;
+mod resume;
 
 pub use conduct::Offence;
 pub use relay::ItemState;
@@ -70,6 +71,7 @@ use crate::sans_io::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex};
 use crate::sans_io::relay_info::RelayInfo;
 use crate::sans_io::relay_text::LogBudget;
 use crate::sans_io::relay_url::{UrlError, normalize};
+use crate::sans_io::saved_state::SavedState;
 use crate::sans_io::seen::Seen;
 use crate::sans_io::service::Service;
 use crate::sans_io::time::Time;
@@ -355,6 +357,8 @@ pub struct Engine {
     /// How many lines of relay text (NOTICE, CLOSED, OK reasons) each relay
     /// may still log; a relay cannot flood the log.
     log_budget: LogBudget,
+    /// What a restore left to apply as relays become known (`resume`).
+    resume: resume::Resume,
 }
 
 impl Engine {
@@ -408,6 +412,7 @@ impl Engine {
             listings: Listings::default(),
             self_since: None,
             log_budget: LogBudget::default(),
+            resume: resume::Resume::default(),
             config,
         };
         engine.ensure_relay_slots();
@@ -513,6 +518,15 @@ impl Engine {
         self.push_to_batch(now, event);
     }
 
+    /// Takes back what an earlier process saved with
+    /// [`save_state`](Engine::save_state) (`resume`); `unix_now` is the
+    /// wall clock at `now`, in Unix seconds. Call it right after
+    /// [`Engine::new`], before the first `poll_action`. Saved relays are
+    /// hints: each is applied when an announcement makes it known.
+    pub fn restore_state(&mut self, now: Time, unix_now: u64, saved: SavedState) {
+        self.restore(now, unix_now, saved);
+    }
+
     // Outputs.
 
     /// The next thing the shell must do.
@@ -609,6 +623,13 @@ impl Engine {
     /// Pending batches of a relay.
     pub fn pending_batches(&self, relay: RelayId) -> usize {
         self.relays[relay.index()].batches.len()
+    }
+
+    /// What is worth keeping across a restart, for
+    /// [`restore_state`](Engine::restore_state); `unix_now` is the wall
+    /// clock at `now`, in Unix seconds. Bounded (`saved_state`).
+    pub fn save_state(&self, now: Time, unix_now: u64) -> SavedState {
+        self.saved_state(now, unix_now)
     }
 
     /// Counters for metrics.
@@ -732,6 +753,7 @@ impl Engine {
                 && (!state.info_asked || state.info_answered)
                 && matches!(state.role, Role::Remote { bootstrap: false });
             if quiet && self.index.release_relay(relay) {
+                self.resume.forget(relay);
                 let epoch = state.epoch.wrapping_add(1);
                 let mut fresh = RelayState::new(Role::Remote { bootstrap: false }, limits);
                 fresh.epoch = epoch;

@@ -1,0 +1,383 @@
+//! Restarts: what the engine saves of each relay, and how a new engine
+//! takes it back.
+//!
+//! A restart is treated as a disconnect of every relay at the save: a
+//! relay the new process reaches within the quick-reconnect window of it
+//! catches up with `since` (the same path as a quick reconnect, through
+//! `lifecycle::connected`), one reached later gets its fresh sync. For the
+//! quick path to skip history, items must start out confirmed, so the save
+//! keeps a hash of each item a relay had confirmed, and a target the new
+//! index finds on that relay starts confirmed when its hash is there
+//! (until the relay's first connection). Health, the retry time, the daily
+//! schedule and learned limits carry over too.
+//!
+//! The saved state is input like a relay's: relays it names are only hints
+//! (applied when an announcement makes the relay known), the own relay is
+//! never taken (its self-subscription rebuilds the index from scratch),
+//! every time is clamped to what could be true at the restore, and limits
+//! only ever lower ours.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use log::info;
+
+use super::negentropy::NegSupport;
+use super::relay::{ItemState, MIN_MESSAGE_BYTES, RelayState};
+use super::{Action, Engine, Status, Timer, lifecycle};
+use crate::sans_io::health::{HealthTracker, SavedHealth};
+use crate::sans_io::index::{Item, RelayId};
+use crate::sans_io::relay_url::normalize;
+use crate::sans_io::result_cap::ResultCap;
+use crate::sans_io::saved_state::{
+    MAX_CONFIRMED, MAX_RELAYS, SavedLimits, SavedRelay, SavedState, item_hash,
+};
+use crate::sans_io::time::Time;
+
+/// Penalties a saved relay may claim at most (each quadruples its backoff,
+/// which is capped long before this).
+const MAX_SAVED_PENALTIES: u32 = 16;
+
+/// What a restore left to apply later.
+#[derive(Debug, Default)]
+pub(super) struct Resume {
+    /// Saved relays not known yet, by normalized URL: taken when an
+    /// announcement lists them, and saved again meanwhile.
+    waiting: HashMap<String, SavedRelay>,
+    /// The restore's `(now, unix seconds)`, to convert waiting relays' times.
+    anchor: Option<(Time, u64)>,
+    /// Hashes of the items each relay had confirmed; new targets found here
+    /// start confirmed, until the relay's first connection.
+    confirmed: HashMap<RelayId, HashSet<u64>>,
+}
+
+impl Resume {
+    /// `relay` connected (or its id was released): targets found on it
+    /// from now on are new.
+    pub(super) fn forget(&mut self, relay: RelayId) {
+        self.confirmed.remove(&relay);
+    }
+}
+
+/// Converts between engine time and Unix seconds around one instant.
+#[derive(Debug, Clone, Copy)]
+struct Anchor {
+    now: Time,
+    unix: u64,
+}
+
+impl Anchor {
+    fn to_unix(self, t: Time) -> u64 {
+        if t <= self.now {
+            self.unix.saturating_sub(self.now.since(t).as_secs())
+        } else {
+            self.unix.saturating_add(t.since(self.now).as_secs())
+        }
+    }
+
+    /// A saved time in engine time, `None` past `latest` (seconds, at
+    /// most `now` for what has happened).
+    fn to_time(self, unix: Option<u64>, latest: Time) -> Option<Time> {
+        let unix = unix?;
+        let t = if unix <= self.unix {
+            self.now
+                .saturating_sub(Duration::from_secs(self.unix - unix))
+        } else {
+            self.now + Duration::from_secs(unix - self.unix)
+        };
+        Some(t.min(latest))
+    }
+}
+
+impl Engine {
+    /// The state to save at `now` (`unix_now` is the wall clock then):
+    /// the [`MAX_RELAYS`] most recently useful relays, then saved relays
+    /// not known yet; confirmed items hashed for as many as
+    /// [`MAX_CONFIRMED`] allows, in that order (the cost of a save is
+    /// bounded by what is kept, not by what is known).
+    pub(super) fn saved_state(&self, now: Time, unix_now: u64) -> SavedState {
+        let anchor = Anchor {
+            now,
+            unix: unix_now,
+        };
+        let mut known: Vec<(Time, RelayId, SavedRelay)> = (0..self.relays.len())
+            .map(|i| RelayId(i as u32))
+            .filter(|&r| r != self.own && self.index.relay_known(r))
+            .filter_map(|r| self.saved_relay(r, anchor))
+            .collect();
+        known.sort_by_key(|r| std::cmp::Reverse(r.0));
+        known.truncate(MAX_RELAYS);
+        let mut budget = MAX_CONFIRMED;
+        let mut relays = Vec::with_capacity(known.len());
+        for (_, id, mut relay) in known {
+            relay.confirmed = self.confirmed_hashes(&self.relays[id.index()], budget);
+            budget -= relay.confirmed.len();
+            relays.push(relay);
+        }
+        for waiting in self.resume.waiting.values() {
+            if relays.len() == MAX_RELAYS {
+                break;
+            }
+            let mut relay = waiting.clone();
+            relay.confirmed.truncate(budget);
+            budget -= relay.confirmed.len();
+            relays.push(relay);
+        }
+        SavedState {
+            saved_at: unix_now,
+            relays,
+        }
+    }
+
+    /// One relay's record (confirmed items left out) with the time it was
+    /// last useful (for the order), or `None` when it taught us nothing.
+    fn saved_relay(&self, relay: RelayId, anchor: Anchor) -> Option<(Time, RelayId, SavedRelay)> {
+        let state = &self.relays[relay.index()];
+        let now = anchor.now;
+        let (mut disconnected, mut covered, mut layer1) = (
+            state.disconnected_at,
+            state.covered_until,
+            state.layer1_unread,
+        );
+        if state.status == Status::Connected {
+            let (gap, cut) = lifecycle::coverage_end(state, now);
+            (disconnected, covered, layer1) = (Some(now), Some(gap), layer1 || cut);
+        }
+        let health = state.health.saved();
+        let useful = disconnected.or(state.last_connected);
+        if useful.is_none() && health == SavedHealth::default() && state.retry_at.is_none() {
+            return None;
+        }
+        let unix = |t: Option<Time>| t.map(|t| anchor.to_unix(t));
+        let record = SavedRelay {
+            url: self.relay_url(relay).to_owned(),
+            last_connected: unix(state.last_connected),
+            disconnected: unix(disconnected),
+            covered_until: unix(covered),
+            layer1_unread: layer1,
+            next_full_sync: unix(state.daily_due),
+            failures: health.failures,
+            refusals: health.refusals,
+            failing_since: unix(health.failing_since),
+            rate_limited_until: unix(health.rate_limited_until),
+            retry_at: unix(state.retry_at),
+            penalties: state.conduct.penalties(),
+            limits: self.saved_limits(state),
+            negentropy: match state.neg {
+                NegSupport::Unknown => None,
+                NegSupport::Supported => Some(true),
+                NegSupport::Unsupported => Some(false),
+            },
+            confirmed: Vec::new(),
+        };
+        Some((useful.unwrap_or_default(), relay, record))
+    }
+
+    /// The limits `state` holds below our starting ones.
+    fn saved_limits(&self, state: &RelayState) -> SavedLimits {
+        let ours = self.starting_limits();
+        let l = &state.limits;
+        let below = |theirs: usize, ours: usize| (theirs < ours).then_some(theirs as u64);
+        let (cap, floor) = state.result_cap.parts();
+        SavedLimits {
+            subscriptions: below(l.subscriptions, ours.subscriptions),
+            filters: below(l.filters_per_req, ours.filters_per_req),
+            message_bytes: below(l.message_bytes, ours.message_bytes),
+            page_limit: below(l.page_limit, ours.page_limit),
+            tag_values: below(l.tag_values, ours.tag_values),
+            kinds: below(l.kinds, ours.kinds),
+            result_cap: cap.map(|c| c as u64),
+            result_floor: (floor > 0).then_some(floor as u64),
+        }
+    }
+
+    /// Hashes of at most `budget` of the items `state` confirmed.
+    fn confirmed_hashes(&self, state: &RelayState, budget: usize) -> Vec<u64> {
+        let mut hashes: Vec<u64> = state
+            .items
+            .iter()
+            .filter(|(_, s)| s.state == ItemState::Confirmed)
+            .take(budget)
+            .map(|(item, _)| self.item_hash(*item))
+            .collect();
+        hashes.sort_unstable();
+        hashes
+    }
+
+    fn item_hash(&self, item: Item) -> u64 {
+        match item {
+            Item::Repo(repo) => item_hash(self.index.repo_coord(repo)),
+            Item::Root(root) => item_hash(&self.index.root_event(root).to_hex()),
+        }
+    }
+
+    /// Takes back `saved` at `now` (`unix_now` is the wall clock then):
+    /// relays known now at once, the others when they become known.
+    pub(super) fn restore(&mut self, now: Time, unix_now: u64, saved: SavedState) {
+        self.resume.anchor = Some((now, unix_now));
+        let mut taken = 0;
+        for relay in saved.relays.into_iter().take(MAX_RELAYS) {
+            let Ok(url) = normalize(&relay.url) else {
+                continue;
+            };
+            if self.service.names(&url) || self.resume.waiting.contains_key(&url) {
+                continue;
+            }
+            taken += 1;
+            self.resume.waiting.insert(url.clone(), relay);
+            if let Some(id) = self.index.relay_id(&url) {
+                self.restore_relay(id, now);
+            }
+        }
+        info!("restored the state of {taken} relays");
+    }
+
+    /// Applies `relay`'s saved state if one waits for it (once).
+    pub(super) fn restore_relay(&mut self, relay: RelayId, now: Time) {
+        if self.resume.waiting.is_empty() || relay == self.own {
+            return;
+        }
+        let Some(saved) = self.resume.waiting.remove(self.index.relay_url(relay)) else {
+            return;
+        };
+        let Some((at, unix)) = self.resume.anchor else {
+            return;
+        };
+        let anchor = Anchor { now: at, unix };
+        self.restore_connection(relay, &saved, anchor, now);
+        self.restore_health(relay, &saved, anchor, now);
+        self.restore_limits(relay, &saved);
+    }
+
+    /// The daily schedule, and the quick-reconnect state only when it is
+    /// whole (a quick reconnect keeps the daily schedule, so it needs
+    /// one), consistent and still within the window: otherwise the relay
+    /// gets a fresh sync.
+    fn restore_connection(
+        &mut self,
+        relay: RelayId,
+        saved: &SavedRelay,
+        anchor: Anchor,
+        now: Time,
+    ) {
+        let window = self.config.quick_reconnect;
+        let daily_max = self.config.daily_max;
+        let state = &mut self.relays[relay.index()];
+        state.daily_due = anchor.to_time(saved.next_full_sync, now + daily_max);
+        let connected = anchor.to_time(saved.last_connected, now);
+        let lost = anchor.to_time(saved.disconnected, now);
+        let covered = anchor.to_time(saved.covered_until, now);
+        let (Some(connected), Some(lost), Some(covered)) = (connected, lost, covered) else {
+            return;
+        };
+        if connected > lost
+            || now.since(lost) > window
+            || state.last_connected.is_some()
+            || state.daily_due.is_none()
+        {
+            return;
+        }
+        state.last_connected = Some(connected);
+        state.disconnected_at = Some(lost);
+        state.covered_until = Some(covered.min(lost));
+        state.layer1_unread = saved.layer1_unread;
+        // Called before the relay's first targets are added (`diff`), so
+        // the hashes apply as targets arrive.
+        if !saved.confirmed.is_empty() {
+            let hashes = saved.confirmed.iter().copied().collect();
+            self.resume.confirmed.insert(relay, hashes);
+        }
+    }
+
+    /// Failures, retry time and penalties: a dead relay stays dead until
+    /// its retry. A retry asked by the saved state cancels a connect this
+    /// engine already asked for the relay and has not handed out yet.
+    fn restore_health(&mut self, relay: RelayId, saved: &SavedRelay, anchor: Anchor, now: Time) {
+        let policy = self.policy;
+        let longest = policy
+            .dead_retry
+            .max(policy.max)
+            .max(policy.rate_limit_cooldown);
+        let health = SavedHealth {
+            failures: saved.failures,
+            refusals: saved.refusals,
+            failing_since: anchor.to_time(saved.failing_since, now),
+            rate_limited_until: anchor.to_time(saved.rate_limited_until, now + longest),
+        };
+        let retry = anchor
+            .to_time(saved.retry_at, now + longest)
+            .filter(|&t| t > now);
+        let state = &mut self.relays[relay.index()];
+        state.health = HealthTracker::restored(health, now, &policy);
+        state
+            .conduct
+            .restore_penalties(saved.penalties.min(MAX_SAVED_PENALTIES));
+        let Some(retry) = retry else {
+            return;
+        };
+        state.retry_at = Some(retry);
+        if state.status == Status::Connecting {
+            state.status = Status::Disconnected;
+            state.epoch = state.epoch.wrapping_add(1);
+            state.info_asked = false;
+            self.actions.retain(|a| !connects(a, relay));
+            self.stats.connects = self.stats.connects.saturating_sub(1);
+        }
+        info!(
+            "{}: failing before the restart; next try in {:?}",
+            self.relay_url(relay),
+            retry.since(now)
+        );
+        self.arm(retry, Timer::Reconnect(relay));
+    }
+
+    /// Learned limits, each only lowering ours and never below its floor.
+    fn restore_limits(&mut self, relay: RelayId, saved: &SavedRelay) {
+        let l = saved.limits;
+        let state = &mut self.relays[relay.index()];
+        let limits = &mut state.limits;
+        let lower = |ours: &mut usize, theirs: Option<u64>, floor: usize| {
+            if let Some(t) = theirs {
+                *ours = (*ours).min(usize::try_from(t).unwrap_or(usize::MAX).max(floor));
+            }
+        };
+        lower(&mut limits.subscriptions, l.subscriptions, 1);
+        lower(&mut limits.filters_per_req, l.filters, 1);
+        lower(
+            &mut limits.message_bytes,
+            l.message_bytes,
+            MIN_MESSAGE_BYTES,
+        );
+        lower(&mut limits.page_limit, l.page_limit, 1);
+        lower(&mut limits.tag_values, l.tag_values, 1);
+        lower(&mut limits.kinds, l.kinds, 1);
+        let page = limits.page_limit;
+        let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX).clamp(1, page);
+        state.result_cap =
+            ResultCap::from_parts(l.result_cap.map(clamp), l.result_floor.map_or(0, clamp));
+        // Only "does not" is taken: it saves a failed NEG-OPEN per job. A
+        // saved "does" would stop a relay's failures from ever turning
+        // negentropy off for it, so it must be shown again.
+        if saved.negentropy == Some(false) {
+            state.neg = NegSupport::Unsupported;
+        }
+    }
+
+    /// A target `item` newly added on `relay`: true when the relay had it
+    /// confirmed before the restart and has not connected since.
+    pub(super) fn restored_confirmed(&self, relay: RelayId, item: Item) -> bool {
+        self.resume
+            .confirmed
+            .get(&relay)
+            .is_some_and(|set| set.contains(&self.item_hash(item)))
+    }
+}
+
+/// True for the actions that open a connection to `relay` (its connect,
+/// its NIP-11 fetch).
+fn connects(action: &Action, relay: RelayId) -> bool {
+    match action {
+        Action::Connect { relay: r, .. } | Action::FetchInfo { relay: r, .. } => *r == relay,
+        _ => false,
+    }
+}
