@@ -98,6 +98,14 @@ impl EngineProcess {
         )
         .stdin(Stdio::null())
         .stdout(Stdio::null());
+        // The demo's engine is configured by its flags alone: an operator's
+        // GRASP_SYNC_* settings (a state file, say) would change what the
+        // demo checks.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("GRASP_SYNC_") {
+                cmd.env_remove(name);
+            }
+        }
         let mut files = Vec::new();
         if let Some(pem) = ca_pem {
             let file = TempFile::write("ca.pem", pem)?;
