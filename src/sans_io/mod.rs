@@ -26,6 +26,7 @@ pub(crate) mod relay_url;
 pub(crate) mod result_cap;
 pub(crate) mod seen;
 pub(crate) mod service;
+pub(crate) mod shard;
 pub(crate) mod subscription;
 pub(crate) mod time;
 pub(crate) mod timer;
