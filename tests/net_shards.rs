@@ -58,7 +58,10 @@ fn two_shards_cover_every_relay_exactly_once_and_sync_everything() {
     let connected = |e: &Running| e.metric("grasp_sync_relays{status=\"connected\"}") as usize;
     assert!(
         wait_for(30, || missing(&own, &expected) == 0
-            && engines.iter().zip(&owned).all(|(e, &n)| connected(e) == n + 1)),
+            && engines
+                .iter()
+                .zip(&owned)
+                .all(|(e, &n)| connected(e) == n + 1)),
         "{} of {} events missing; connected {:?}, owned {owned:?} (+1 own each)",
         missing(&own, &expected),
         expected.len(),

@@ -144,7 +144,10 @@ mod tests {
             // Balanced enough that no shard idles: each within 25% of fair.
             let fair = 2000 / count as usize;
             for n in per_shard {
-                assert!(n * 4 > fair * 3 && n * 4 < fair * 5, "{count}: {n} vs {fair}");
+                assert!(
+                    n * 4 > fair * 3 && n * 4 < fair * 5,
+                    "{count}: {n} vs {fair}"
+                );
             }
         }
     }

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use grasp_sync::normalize_relay_url as normalize;
-use grasp_sync::{Config, ShellOptions, Shard};
+use grasp_sync::{Config, Shard, ShellOptions};
 
 /// Smallest accepted frame size: below this not even a REQ fits.
 const MIN_FRAME_BYTES: u64 = 1024;

@@ -43,12 +43,12 @@ pub use engine_process::EngineCounters;
 pub use restart::RestartSummary;
 
 use engine_process::EngineProcess;
-use shards::EngineSet;
 use grasp_sync::testing::cert::{CA_PEM, LEAF_KEY_PEM, LEAF_PEM};
 use grasp_sync::testing::farm::{FarmOptions, RelayFarm, RelayProfile};
 use grasp_sync::testing::limits::ValueCaps;
 use grasp_sync::testing::relay::server_tls_config;
 use scenario::{Scenario, generate};
+use shards::EngineSet;
 
 /// Demo parameters (`grasp-sync demo --relays N --repos M --events K --seed S`).
 #[derive(Debug, Clone)]

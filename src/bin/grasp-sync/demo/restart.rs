@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use nostr::prelude::{Event, EventId};
 
 use super::engine_process::EngineCounters;
-use super::shards::EngineSet;
 use super::print_progress;
+use super::shards::EngineSet;
 use grasp_sync::testing::farm::RelayFarm;
 
 /// How the restart went.

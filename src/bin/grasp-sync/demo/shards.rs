@@ -65,6 +65,9 @@ impl EngineSet {
         self.engines
             .into_iter()
             .map(EngineProcess::stop)
-            .fold(Some(0), |first, code| if first == Some(0) { code } else { first })
+            .fold(
+                Some(0),
+                |first, code| if first == Some(0) { code } else { first },
+            )
     }
 }
