@@ -62,12 +62,8 @@ impl EngineSet {
     /// SIGTERM to every shard; the first exit code that is not 0 (`None`
     /// if one had to be killed), else `Some(0)`.
     pub fn stop(self) -> Option<i32> {
-        self.engines
-            .into_iter()
-            .map(EngineProcess::stop)
-            .fold(
-                Some(0),
-                |first, code| if first == Some(0) { code } else { first },
-            )
+        // Every shard is stopped, whatever the others answered.
+        let codes: Vec<Option<i32>> = self.engines.into_iter().map(EngineProcess::stop).collect();
+        codes.into_iter().find(|&c| c != Some(0)).unwrap_or(Some(0))
     }
 }
