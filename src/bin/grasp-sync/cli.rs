@@ -640,7 +640,7 @@ pub fn help_text() -> String {
          [--metrics <ip:port>] [--allow-private-addresses] [OPTIONS]\n",
     );
     out.push_str(
-        "  grasp-sync demo [--relays N] [--repos M] [--events K] [--seed S] [--chaos]   \
+        "  grasp-sync demo [--relays N] [--repos M] [--events K] [--seed S] [--chaos] [--shards N]   \
          (run the engine against simulated relays; --chaos: a third misbehave)\n\n",
     );
     out.push_str(
