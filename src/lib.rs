@@ -106,6 +106,7 @@ pub use sans_io::index::{Item, RelayId, RepoId, RootId};
 pub use sans_io::relay_info::RelayInfo;
 pub use sans_io::relay_url::{UrlError, normalize as normalize_relay_url};
 pub use sans_io::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState};
+pub use sans_io::shard::{Shard, shard_of};
 pub use sans_io::time::Time;
 pub use shell::key_file::{KeyFileError, read_key_file};
 pub use shell::sink::Sink;

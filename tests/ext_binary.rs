@@ -113,3 +113,56 @@ fn sigterm_exits_cleanly_within_the_deadline() {
         "sockets closed"
     );
 }
+
+#[test]
+fn version_prints_the_name_and_the_crate_version() {
+    for flag in ["--version", "-V"] {
+        let out = Command::new(BIN).arg(flag).output().unwrap();
+        assert!(out.status.success(), "{flag}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("grasp-sync {}\n", env!("CARGO_PKG_VERSION")),
+            "{flag}"
+        );
+    }
+    assert_eq!(env!("CARGO_PKG_VERSION"), "0.1.0");
+}
+
+/// `--metrics 127.0.0.1:0` lets the kernel pick the port and says which on
+/// stdout, so nobody has to pick a free port and race for it; the page
+/// names the shard.
+#[test]
+fn metrics_on_port_zero_reports_the_address_it_got() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["--own-relay", &own.url(), "--allow-private-addresses"])
+        .args(["--metrics", "127.0.0.1:0", "--shard", "1/3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: std::net::SocketAddr = line
+        .strip_prefix("grasp-sync: metrics on ")
+        .unwrap_or_else(|| panic!("first stdout line: {line:?}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert_ne!(addr.port(), 0);
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut page = String::new();
+    s.read_to_string(&mut page).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        page.contains("\ngrasp_sync_shard{index=\"1\",count=\"3\"} 1\n"),
+        "{page}"
+    );
+}

@@ -35,10 +35,12 @@ fn demo_syncs_everything_and_prints_the_summary_line() {
             "restart_fetched",
             "restart_received",
             "restart_seconds",
+            "shards",
         ]
     );
     let get = |k: &str| fields.iter().find(|(n, _)| *n == k).unwrap().1;
     assert_eq!(get("relays"), "6");
+    assert_eq!(get("shards"), "1");
     assert_eq!(get("missing"), "0");
     assert_eq!(get("expected"), get("synced"));
     assert!(get("expected").parse::<u64>().unwrap() > 100);
@@ -48,7 +50,24 @@ fn demo_syncs_everything_and_prints_the_summary_line() {
     );
 }
 
-/// A numeric field of the summary line.
+/// `--shards 2`: two engines over one own relay split the remote relays
+/// and together lose nothing, first run and restart alike.
+#[test]
+fn demo_with_two_shards_syncs_everything() {
+    let stdout = run_demo(&["--relays", "8", "--seed", "4", "--shards", "2"]);
+    let last = stdout.lines().last().unwrap_or_default();
+    assert_eq!(field(last, "shards"), 2);
+    assert_eq!(field(last, "missing"), 0);
+    assert_eq!(field(last, "restart_needed"), field(last, "restart_synced"));
+    // Summed over the shards: each remote relay at most once, plus the own
+    // relay once per shard (a relay both shards held would pass it).
+    let engine = stdout
+        .lines()
+        .find(|l| l.starts_with("demo: engine:"))
+        .expect("engine line");
+    assert!(field(engine, "relays_connected") <= 8 + 2, "{engine}");
+}
+
 /// Runs the demo with `args` (after `demo`); returns its stdout, which
 /// must end in success.
 fn run_demo(args: &[&str]) -> String {
@@ -66,6 +85,7 @@ fn run_demo(args: &[&str]) -> String {
     stdout
 }
 
+/// A numeric field of a demo line.
 fn field(line: &str, key: &str) -> u64 {
     line.split(' ')
         .find_map(|kv| kv.strip_prefix(&format!("{key}=")))

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use nostr::prelude::Keys;
 
+use crate::sans_io::shard::Shard;
+
 /// Engine configuration. `Config::new(own_relay)` gives the defaults.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -130,6 +132,9 @@ pub struct Config {
     /// hostile relay from forwarding the own relay's challenge. A separate
     /// key closes that: remote relays never see a signature by it.
     pub own_relay_auth_keys: Option<Keys>,
+    /// The share of remote relays this engine connects to (`--shard I/N`);
+    /// the default, 0/1, is every relay. The own relay is never sharded.
+    pub shard: Shard,
 }
 
 impl Config {
@@ -181,6 +186,7 @@ impl Config {
             ],
             seed: 0,
             own_relay_auth_keys: None,
+            shard: Shard::default(),
         }
     }
 }

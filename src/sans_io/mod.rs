@@ -27,6 +27,7 @@ pub(crate) mod result_cap;
 pub(crate) mod saved_state;
 pub(crate) mod seen;
 pub(crate) mod service;
+pub(crate) mod shard;
 pub(crate) mod subscription;
 pub(crate) mod time;
 pub(crate) mod timer;

@@ -79,6 +79,7 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         pending += engine.pending_batches(relay);
     }
     let s = engine.stats();
+    shard_info(&mut out, engine);
     gauge_labeled(
         &mut out,
         "grasp_sync_relays",
@@ -312,6 +313,23 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         &[("in", shell.bytes_in), ("out", shell.bytes_out)],
     );
     out
+}
+
+/// `grasp_sync_shard{index,count} 1`: which share of the relays this
+/// engine serves, so one dashboard can sum or tell apart N shards.
+fn shard_info(out: &mut String, engine: &Engine) {
+    let shard = engine.shard();
+    header(
+        out,
+        "grasp_sync_shard",
+        "This engine's shard (--shard index/count); always 1.",
+        "gauge",
+    );
+    let (index, count) = (shard.index(), shard.count());
+    let _ = writeln!(
+        out,
+        "grasp_sync_shard{{index=\"{index}\",count=\"{count}\"}} 1"
+    );
 }
 
 fn header(out: &mut String, name: &str, help: &str, kind: &str) {

@@ -71,7 +71,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -82,12 +82,12 @@ use nostr::prelude::{
     ClientMessage, Event, EventId, Filter, MatchEventOptions, RelayMessage, SubscriptionId,
     Timestamp,
 };
-use rand::SeedableRng;
 use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use slab::Slab;
 use tungstenite::handshake::MidHandshake;
-use tungstenite::handshake::server::{NoCallback, ServerHandshake};
+use tungstenite::handshake::server::{Callback, ErrorResponse, Request, Response, ServerHandshake};
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{HandshakeError, Message, WebSocket};
 
@@ -236,6 +236,13 @@ pub struct RelayProfile {
 pub struct FarmStats {
     /// Client connections open now, counted from TCP accept.
     pub connections: usize,
+    /// Websocket connections open now that came through
+    /// [`RelayFarm::own_url`]: this farm's own clients. On a busy machine
+    /// a client of another test run can reach one of the farm's
+    /// OS-picked ports (its relay was on that port before); it is in
+    /// `connections` but not here, so tests that count their clients
+    /// count this.
+    pub own_connections: usize,
     /// `REQ`s received, refused ones included.
     pub reqs: u64,
     /// `EVENT`s received from clients, invalid ones included.
@@ -273,6 +280,7 @@ pub struct FarmStats {
 #[derive(Debug, Default)]
 struct Counters {
     connections: AtomicUsize,
+    own_connections: AtomicUsize,
     reqs: AtomicU64,
     events_received: AtomicU64,
     events_stored: AtomicU64,
@@ -318,6 +326,8 @@ enum Command {
 /// panics if it is out of range, like slice indexing.
 pub struct RelayFarm {
     ports: Vec<u16>,
+    /// The secret of [`RelayFarm::own_url`].
+    token: Arc<str>,
     tls: bool,
     commands: Sender<Command>,
     waker: Waker,
@@ -384,6 +394,7 @@ impl RelayFarm {
             .write_buffer_size(0)
             .max_write_buffer_size(MAX_WRITE_BUFFER);
         let tls = opts.tls.is_some();
+        let token: Arc<str> = format!("{:016x}", SmallRng::from_entropy().r#gen::<u64>()).into();
         let farm = Farm {
             poll,
             relays,
@@ -398,12 +409,14 @@ impl RelayFarm {
             counters: Arc::clone(&counters),
             next_generation: 0,
             rng: SmallRng::from_entropy(),
+            token: Arc::clone(&token),
         };
         let thread = thread::Builder::new()
             .name("relay-farm".to_owned())
             .spawn(move || farm.run())?;
         Ok(RelayFarm {
             ports,
+            token,
             tls,
             commands,
             waker,
@@ -437,6 +450,13 @@ impl RelayFarm {
         } else {
             format!("ws://127.0.0.1:{port}")
         }
+    }
+
+    /// Relay `relay`'s URL with this farm's secret in the query
+    /// (`/?farm=...`): connections made through it are counted in
+    /// [`FarmStats::own_connections`], stray ones are not.
+    pub fn own_url(&self, relay: usize) -> String {
+        format!("{}/?farm={}", self.url(relay), self.token)
     }
 
     /// Stores `events` in relay `relay` without delivering them live (for
@@ -494,6 +514,7 @@ impl RelayFarm {
         let c = &self.counters;
         FarmStats {
             connections: c.connections.load(Ordering::Relaxed),
+            own_connections: c.own_connections.load(Ordering::Relaxed),
             reqs: c.reqs.load(Ordering::Relaxed),
             events_received: c.events_received.load(Ordering::Relaxed),
             events_stored: c.events_stored.load(Ordering::Relaxed),
@@ -636,7 +657,7 @@ enum Phase {
     /// consumed) before any handshake.
     Sniffing(Stream),
     /// TLS and websocket handshakes in flight.
-    Handshaking(MidHandshake<ServerHandshake<Stream, NoCallback>>),
+    Handshaking(MidHandshake<ServerHandshake<Stream, OwnClient>>),
     /// Websocket open.
     Open(WebSocket<Stream>),
     /// Transient, while the phase is being replaced.
@@ -655,10 +676,37 @@ enum Out {
     },
 }
 
+/// The handshake callback that marks a connection (and counts it in
+/// [`FarmStats::own_connections`]) when its request carries the farm's
+/// token, as [`RelayFarm::own_url`] puts it.
+struct OwnClient {
+    token: Arc<str>,
+    own: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+}
+
+impl Callback for OwnClient {
+    fn on_request(self, request: &Request, response: Response) -> Result<Response, ErrorResponse> {
+        let query = request.uri().query().unwrap_or_default();
+        if query
+            .split('&')
+            .any(|kv| kv.strip_prefix("farm=") == Some(&*self.token))
+        {
+            self.own.store(true, Ordering::Relaxed);
+            self.counters
+                .own_connections
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(response)
+    }
+}
+
 /// One client connection.
 struct Conn {
     relay: usize,
     generation: u32,
+    /// Set by the handshake when the client came through `own_url`.
+    own: Arc<AtomicBool>,
     phase: Phase,
     /// Open subscriptions.
     subs: HashMap<SubscriptionId, Vec<Filter>>,
@@ -779,6 +827,8 @@ struct Farm {
     next_generation: u32,
     /// Draws NIP-42 challenges.
     rng: SmallRng,
+    /// The secret of [`RelayFarm::own_url`].
+    token: Arc<str>,
 }
 
 impl Farm {
@@ -964,6 +1014,8 @@ impl Farm {
 
     /// Registers an accepted connection and starts its handshake.
     fn add_conn(&mut self, relay: usize, mut tcp: TcpStream) {
+        let own = Arc::new(AtomicBool::new(false));
+        let own_client = self.own_client(&own);
         let entry = self.conns.vacant_entry();
         let key = entry.key();
         if key >= INDEX_LIMIT {
@@ -1002,7 +1054,7 @@ impl Farm {
         let phase = if self.relays[relay].profile.nip11 && self.tls.is_none() {
             Phase::Sniffing(stream)
         } else {
-            match Farm::start_handshake(stream, self.ws_config) {
+            match Farm::start_handshake(stream, self.ws_config, own_client) {
                 Some(phase) => phase,
                 None => return,
             }
@@ -1011,6 +1063,7 @@ impl Farm {
         let mut conn = Conn {
             relay,
             generation,
+            own,
             phase,
             subs: HashMap::new(),
             negs: NegSessions::default(),
@@ -1034,9 +1087,18 @@ impl Farm {
         self.drive(key);
     }
 
+    /// What recognizes a client of [`RelayFarm::own_url`] at its handshake.
+    fn own_client(&self, own: &Arc<AtomicBool>) -> OwnClient {
+        OwnClient {
+            token: Arc::clone(&self.token),
+            own: Arc::clone(own),
+            counters: Arc::clone(&self.counters),
+        }
+    }
+
     /// Sets a websocket handshake up (nothing is read yet), or fails.
-    fn start_handshake(stream: Stream, config: WebSocketConfig) -> Option<Phase> {
-        match tungstenite::accept_with_config(stream, Some(config)) {
+    fn start_handshake(stream: Stream, config: WebSocketConfig, own: OwnClient) -> Option<Phase> {
+        match tungstenite::accept_hdr_with_config(stream, own, Some(config)) {
             Ok(ws) => Some(Phase::Open(ws)),
             Err(HandshakeError::Interrupted(mid)) => Some(Phase::Handshaking(mid)),
             Err(HandshakeError::Failure(e)) => {
@@ -1051,9 +1113,10 @@ impl Farm {
     /// other request goes on to the websocket handshake (true); an
     /// incomplete head waits for more bytes (false).
     fn sniff(&mut self, key: usize) -> bool {
-        let Some(relay) = self.conns.get(key).map(|c| c.relay) else {
+        let Some((relay, own)) = self.conns.get(key).map(|c| (c.relay, Arc::clone(&c.own))) else {
             return false;
         };
+        let own_client = self.own_client(&own);
         let limitation = self.limitation(relay);
         let ws_config = self.ws_config;
         let Some(conn) = self.conns.get_mut(key) else {
@@ -1085,7 +1148,7 @@ impl Farm {
                 else {
                     return false;
                 };
-                match Farm::start_handshake(stream, ws_config) {
+                match Farm::start_handshake(stream, ws_config, own_client) {
                     Some(phase) => {
                         if let Some(conn) = self.conns.get_mut(key) {
                             conn.phase = phase;
@@ -1515,6 +1578,11 @@ impl Farm {
             let _ = tcp.shutdown(Shutdown::Both);
         }
         self.counters.connections.fetch_sub(1, Ordering::Relaxed);
+        if conn.own.load(Ordering::Relaxed) {
+            self.counters
+                .own_connections
+                .fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Cuts every connection (on stop).

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use grasp_sync::normalize_relay_url as normalize;
-use grasp_sync::{Config, ShellOptions};
+use grasp_sync::{Config, Shard, ShellOptions};
 
 /// Smallest accepted frame size: below this not even a REQ fits.
 const MIN_FRAME_BYTES: u64 = 1024;
@@ -145,7 +145,18 @@ static FLAGS: &[Flag] = &[
             Ok(())
         }),
         default: "off",
-        help: "Serve metrics over HTTP on this address.",
+        help: "Serve metrics over HTTP on this address; port 0 picks a free port, printed on stdout as `grasp-sync: metrics on ADDR`.",
+    },
+    Flag {
+        name: "shard",
+        kind: Kind::Single("<I/N>", |o, v| {
+            o.config.shard = Shard::parse(v).ok_or_else(|| {
+                format!("invalid value {v:?} (expected I/N with 0 <= I < N, e.g. 0/2)")
+            })?;
+            Ok(())
+        }),
+        default: "0/1",
+        help: "Connect only to the remote relays of shard I of N (a stable hash of each URL); N engines with one own relay cover every relay once.",
     },
     Flag {
         name: "allow-private-addresses",
@@ -638,7 +649,7 @@ pub fn help_text() -> String {
          [--metrics <ip:port>] [--allow-private-addresses] [OPTIONS]\n",
     );
     out.push_str(
-        "  grasp-sync demo [--relays N] [--repos M] [--events K] [--seed S] [--chaos]   \
+        "  grasp-sync demo [--relays N] [--repos M] [--events K] [--seed S] [--chaos] [--shards N]   \
          (run the engine against simulated relays; --chaos: a third misbehave)\n\n",
     );
     out.push_str(
@@ -720,6 +731,7 @@ mod tests {
         ("domain", "git.example.com:8443"),
         ("bootstrap", "wss://boot.example/"),
         ("metrics", "127.0.0.1:9100"),
+        ("shard", "2/3"),
         ("batch-window-ms", "250"),
         ("backoff-base-secs", "7"),
         ("backoff-max-secs", "600"),
@@ -755,6 +767,7 @@ mod tests {
         assert_eq!(c.domain.as_deref(), Some("git.example.com:8443"));
         assert_eq!(c.bootstrap, vec!["wss://boot.example".to_owned()]);
         assert_eq!(o.shell.metrics, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(c.shard, Shard::new(2, 3).unwrap());
         assert!(o.shell.allow_private_addresses);
         assert!(!c.self_subscribe);
         assert_eq!(c.batch_window, Duration::from_millis(250));
@@ -1062,6 +1075,11 @@ mod tests {
                 &["--own-relay", OWN, "--domain", "wss://a.example"],
                 &[],
                 "--domain: invalid value \"wss://a.example\" (expected host[:port] without scheme or path)",
+            ),
+            (
+                &["--own-relay", OWN, "--shard", "2/2"],
+                &[],
+                "--shard: invalid value \"2/2\" (expected I/N with 0 <= I < N, e.g. 0/2)",
             ),
             (
                 &["--own-relay", OWN, "--metrics", "localhost:9100"],

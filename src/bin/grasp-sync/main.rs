@@ -3,6 +3,7 @@
 mod cli;
 mod demo;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use grasp_sync::{Shell, ShellHandle, SinkTarget};
@@ -75,6 +76,7 @@ fn run(mut options: Options) -> ExitCode {
             .map_or(0, |d| d.as_nanos() as u64);
         options.config.seed = nanos ^ (u64::from(std::process::id()) << 32);
     }
+    let shard = options.config.shard;
     let shell = match Shell::new(options.config, options.shell, SinkTarget::OwnRelay) {
         Ok(s) => s,
         Err(e) => {
@@ -88,6 +90,13 @@ fn run(mut options: Options) -> ExitCode {
     }
     if let Some(addr) = shell.metrics_addr() {
         log::info!("metrics on http://{addr}/metrics");
+        // On stdout too, so whoever asked for port 0 (the demo, tests) can
+        // read the port the kernel picked instead of racing for one.
+        // Ignored if stdout is closed: the metrics still serve.
+        let _ = writeln!(std::io::stdout(), "grasp-sync: metrics on {addr}");
+    }
+    if shard.count() > 1 {
+        log::info!("shard {shard}: connecting only to this shard's relays");
     }
     match shell.run() {
         Ok(()) => ExitCode::SUCCESS,

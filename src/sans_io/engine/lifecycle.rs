@@ -294,12 +294,16 @@ impl Engine {
         }
     }
 
-    /// True when `relay` should be connected: own (self-subscribing), bootstrap, or targeted.
+    /// True when `relay` should be connected: own (self-subscribing), or
+    /// a bootstrap or targeted relay of this engine's shard.
     pub(super) fn wants_connection(&self, relay: RelayId) -> bool {
         let state = &self.relays[relay.index()];
         match state.role {
             Role::Own => self.config.self_subscribe,
-            Role::Remote { bootstrap } => bootstrap || !state.items.is_empty(),
+            Role::Remote { bootstrap } => {
+                (bootstrap || !state.items.is_empty())
+                    && self.config.shard.owns(self.relay_url(relay))
+            }
         }
     }
 

@@ -421,11 +421,10 @@ impl Engine {
             engine.relays[relay.index()].role = Role::Remote { bootstrap: true };
         }
         engine.arm(now + engine.config.disconnect_check, Timer::DisconnectCheck);
-        if engine.config.self_subscribe {
-            engine.connect(own, now);
-        }
-        for relay in bootstrap {
-            engine.connect(relay, now);
+        for relay in std::iter::once(own).chain(bootstrap) {
+            if engine.wants_connection(relay) {
+                engine.connect(relay, now);
+            }
         }
         Ok(engine)
     }
@@ -554,6 +553,11 @@ impl Engine {
     /// The normalized URL of a relay.
     pub fn relay_url(&self, relay: RelayId) -> &str {
         self.index.relay_url(relay)
+    }
+
+    /// The share of remote relays this engine connects to.
+    pub fn shard(&self) -> crate::sans_io::shard::Shard {
+        self.config.shard
     }
 
     /// The own relay's id.

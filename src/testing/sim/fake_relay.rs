@@ -353,7 +353,8 @@ impl FakeRelay {
         if tagged && self.authed && self.restricted_after_auth {
             return closed("restricted: members only");
         }
-        if let Some(reason) = self.close_next.pop_front_if(|_| tagged) {
+        // Not `pop_front_if`: it needs Rust 1.93, above the crate's rust-version.
+        if let Some(reason) = tagged.then(|| self.close_next.pop_front()).flatten() {
             return closed(&reason);
         }
         // eventstore's value caps: a refused filter is queried for nothing.

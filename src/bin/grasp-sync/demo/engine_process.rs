@@ -7,14 +7,16 @@
 //! NIP-42 key in files (`--extra-ca-file`, `--auth-key-file`), written
 //! only readable by us and deleted when the child is gone.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use grasp_sync::Shard;
 use nostr::prelude::Keys;
 
 /// Longest the counters are given to settle after the last event arrived.
@@ -22,6 +24,12 @@ const SETTLE_MAX: Duration = Duration::from_secs(5);
 
 /// Two scrapes this far apart that agree mean the engine went quiet.
 const SETTLE_STEP: Duration = Duration::from_millis(500);
+
+/// Longest the engine may take to print the metrics address it bound.
+const METRICS_ADDR_WAIT: Duration = Duration::from_secs(30);
+
+/// What the engine prints on stdout before the address its metrics got.
+const METRICS_LINE: &str = "grasp-sync: metrics on ";
 
 /// A running engine child.
 pub struct EngineProcess {
@@ -59,22 +67,21 @@ pub struct EngineCounters {
 }
 
 impl EngineProcess {
-    /// Starts `grasp-sync --own-relay <own> ...` with demo timings; trusts
-    /// `ca_pem` when given and answers NIP-42 challenges with `auth_key`
-    /// when given.
+    /// Starts `grasp-sync --own-relay <own> --shard <shard> ...` with demo
+    /// timings; trusts `ca_pem` when given and answers NIP-42 challenges
+    /// with `auth_key` when given. Its metrics listen on a port the kernel
+    /// picks (`127.0.0.1:0`), read back from the line the engine prints:
+    /// a port picked here and released would be free for any other
+    /// process on a busy machine to take before the engine binds it.
     pub fn spawn(
         own: &str,
         relays: usize,
         seed: u64,
         ca_pem: Option<&str>,
         auth_key: Option<&Keys>,
+        shard: Shard,
     ) -> Result<EngineProcess, String> {
         let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
-            .port();
-        let metrics = SocketAddr::from(([127, 0, 0, 1], port));
         let mut cmd = Command::new(exe);
         cmd.args([
             "--own-relay",
@@ -91,13 +98,13 @@ impl EngineProcess {
             "--seed",
             &seed.to_string(),
         ])
-        .args(["--metrics", &metrics.to_string()])
+        .args(["--metrics", "127.0.0.1:0", "--shard", &shard.to_string()])
         .env(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()),
         )
         .stdin(Stdio::null())
-        .stdout(Stdio::null());
+        .stdout(Stdio::piped());
         // The demo's engine is configured by its flags alone: an operator's
         // GRASP_SYNC_* settings (a state file, say) would change what the
         // demo checks.
@@ -117,14 +124,20 @@ impl EngineProcess {
             cmd.arg("--auth-key-file").arg(&file.path);
             files.push(file);
         }
-        let child = cmd
+        let mut child = cmd
             .spawn()
             .map_err(|e| format!("starting the engine: {e}"))?;
-        Ok(EngineProcess {
+        let stdout = child.stdout.take();
+        // The child is killed on drop if its address never comes.
+        let mut process = EngineProcess {
             child,
-            metrics,
+            metrics: SocketAddr::from(([127, 0, 0, 1], 0)),
             _files: files,
-        })
+        };
+        process.metrics = stdout
+            .ok_or("the engine's stdout is not piped")
+            .and_then(|out| metrics_addr(out).ok_or("the engine printed no metrics address"))?;
+        Ok(process)
     }
 
     /// The counters so far (zeros if the metrics cannot be read).
@@ -283,6 +296,25 @@ impl Drop for TempFile {
         // Already gone is fine: the goal is no file left.
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// The address in the engine's `grasp-sync: metrics on ADDR` line, read
+/// from its stdout on a thread (a blocking read has no deadline; the wait
+/// here has). The thread keeps draining stdout afterwards, so the engine
+/// never blocks on a full pipe, and ends when the engine does.
+fn metrics_addr(stdout: ChildStdout) -> Option<SocketAddr> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if !sent && let Some(addr) = line.strip_prefix(METRICS_LINE) {
+                sent = true;
+                let _ = tx.send(addr.trim().parse::<SocketAddr>().ok());
+            }
+        }
+    });
+    rx.recv_timeout(METRICS_ADDR_WAIT).ok().flatten()
 }
 
 /// The value of metric `name` (with its labels) in Prometheus text.

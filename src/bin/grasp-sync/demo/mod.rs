@@ -30,6 +30,7 @@ mod chaos;
 mod engine_process;
 mod restart;
 mod scenario;
+mod shards;
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -47,6 +48,7 @@ use grasp_sync::testing::farm::{FarmOptions, RelayFarm, RelayProfile};
 use grasp_sync::testing::limits::ValueCaps;
 use grasp_sync::testing::relay::server_tls_config;
 use scenario::{Scenario, generate};
+use shards::EngineSet;
 
 /// Demo parameters (`grasp-sync demo --relays N --repos M --events K --seed S`).
 #[derive(Debug, Clone)]
@@ -71,6 +73,9 @@ pub struct DemoOptions {
     /// read by REQ). Default: one per 20 relays, at most 8, and none with
     /// `--chaos` (see [`DemoOptions::busy_issues`]).
     pub busy: Option<usize>,
+    /// Engines run side by side, one per shard (`--shard I/N`) of the
+    /// remote relays, over the one own relay.
+    pub shards: u32,
 }
 
 impl DemoOptions {
@@ -102,6 +107,7 @@ impl Default for DemoOptions {
             idle: 0,
             chaos: false,
             busy: None,
+            shards: 1,
         }
     }
 }
@@ -132,6 +138,8 @@ pub struct DemoSummary {
     pub relay_neg_errors: u64,
     /// The engine restart.
     pub restart: RestartSummary,
+    /// Engines run side by side, one per shard.
+    pub shards: u32,
 }
 
 impl DemoSummary {
@@ -150,7 +158,7 @@ impl DemoSummary {
             "demo: relays={} expected={} synced={} missing={missing} seconds={:.1} peak_rss_kib={} reqs={}{chaos} \
              neg_sessions={} neg_rounds={} neg_ids_fetched={} neg_fallbacks={} relay_neg_errors={} auth_attempts={} \
              auth_rejected={} restart_needed={} restart_synced={} restart_fetched={} restart_received={} \
-             restart_seconds={:.1}",
+             restart_seconds={:.1} shards={}",
             self.relays,
             self.expected,
             self.synced,
@@ -169,6 +177,7 @@ impl DemoSummary {
             r.counters.neg_ids_fetched,
             r.counters.events_received,
             r.seconds,
+            self.shards,
         )
     }
 
@@ -218,11 +227,12 @@ pub fn parse_args(args: &[String]) -> Result<DemoOptions, String> {
             "--timeout-secs" => opts.timeout = Duration::from_secs(value("seconds")?.max(1)),
             "--idle-secs" => opts.idle = value("seconds")?,
             "--busy" => opts.busy = Some(value("an integer")? as usize),
+            "--shards" => opts.shards = value("a positive integer")?.clamp(1, 64) as u32,
             "--tls" if inline.is_none() => opts.tls = true,
             "--chaos" if inline.is_none() => opts.chaos = true,
             _ => {
                 return Err(format!(
-                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls --chaos --busy)"
+                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls --chaos --busy --shards)"
                 ));
             }
         }
@@ -295,13 +305,16 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
     // challenge, as public relays requiring AUTH do.
     let auth_key = Keys::generate();
     let spawn = || {
-        EngineProcess::spawn(
-            &own_url,
-            n,
-            opts.seed,
-            opts.tls.then_some(CA_PEM),
-            Some(&auth_key),
-        )
+        EngineSet::spawn(opts.shards, |shard| {
+            EngineProcess::spawn(
+                &own_url,
+                n,
+                opts.seed.wrapping_add(u64::from(shard.index())),
+                opts.tls.then_some(CA_PEM),
+                Some(&auth_key),
+                shard,
+            )
+        })
     };
     let engine = spawn()?;
     let started = Instant::now();
@@ -382,6 +395,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         counters,
         relay_neg_errors: stats.neg_errors,
         restart,
+        shards: opts.shards,
     };
     match summary.chaos_failure() {
         Some(failure) => {
@@ -485,7 +499,7 @@ struct Idle {
 }
 
 /// Lets the engine sit idle for `secs` and measures its memory and CPU.
-fn measure_idle(engine: &EngineProcess, secs: u64) -> Option<Idle> {
+fn measure_idle(engine: &EngineSet, secs: u64) -> Option<Idle> {
     if secs == 0 {
         return None;
     }
@@ -512,7 +526,7 @@ struct Progress {
 /// midway, and reports progress until everything arrived or time is up.
 fn drive(
     farm: &RelayFarm,
-    engine: &EngineProcess,
+    engine: &EngineSet,
     scenario: &Scenario,
     deadline: Instant,
     started: Instant,

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use nostr::prelude::{Event, EventId};
 
-use super::engine_process::{EngineCounters, EngineProcess};
+use super::engine_process::EngineCounters;
 use super::print_progress;
+use super::shards::EngineSet;
 use grasp_sync::testing::farm::RelayFarm;
 
 /// How the restart went.
@@ -41,7 +42,7 @@ pub fn run(
     farm: &RelayFarm,
     down: &[(usize, Event)],
     timeout: Duration,
-    spawn: impl FnOnce() -> Result<EngineProcess, String>,
+    spawn: impl FnOnce() -> Result<EngineSet, String>,
 ) -> Result<RestartSummary, String> {
     for (relay, event) in down {
         farm.publish(*relay, event.clone());
