@@ -45,7 +45,14 @@ struct Listing {
     request: u64,
     filter: Filter,
     held: Vec<(EventId, Timestamp)>,
-    ids: HashSet<EventId>,
+    /// Ids listed at the current page's `until`: the only second a page
+    /// can repeat (everything above it was asked before, everything below
+    /// is new). A set over every listed id would cost more than the
+    /// listing itself.
+    boundary: HashSet<EventId>,
+    /// Ids of the current page at its oldest second so far: the next
+    /// page's boundary when it asks from that second.
+    at_oldest: HashSet<EventId>,
     /// Events in the current page.
     page: usize,
     /// Ids new to this listing in the current page.
@@ -111,7 +118,8 @@ impl Listings {
                 request,
                 filter,
                 held: Vec::new(),
-                ids: HashSet::new(),
+                boundary: HashSet::new(),
+                at_oldest: HashSet::new(),
                 page: 0,
                 fresh: 0,
                 oldest: None,
@@ -136,15 +144,7 @@ impl Listings {
                 event,
             } => {
                 let l = self.pending.get_mut(subscription_id.as_str())?;
-                l.page += 1;
-                if l.ids.insert(event.id) {
-                    l.held.push((event.id, event.created_at));
-                    l.fresh += 1;
-                }
-                l.oldest = Some(
-                    l.oldest
-                        .map_or(event.created_at, |o| o.min(event.created_at)),
-                );
+                l.on_event(event.id, event.created_at);
                 Some(ListStep::Send(Vec::new()))
             }
             RelayMessage::EndOfStoredEvents(sub) => self.on_eose(sub.as_str()),
@@ -203,12 +203,50 @@ impl Listings {
                 close,
             });
         };
+        let at_oldest = std::mem::take(&mut l.at_oldest);
+        if l.until == Some(until) {
+            l.boundary.extend(at_oldest);
+        } else if l.oldest == Some(until) {
+            l.boundary = at_oldest;
+        } else {
+            // One second below the page: nothing there was listed yet.
+            l.boundary.clear();
+        }
         l.page = 0;
         l.fresh = 0;
         l.oldest = None;
         l.until = Some(until);
         let next = req(sub, &l.filter, Some(until));
         Some(ListStep::Send(vec![close, next]))
+    }
+}
+
+impl Listing {
+    /// One event of the current page: kept unless an earlier page listed
+    /// it (only events at `until` can be repeats; a relay sending events
+    /// above `until` repeats what it sent before).
+    fn on_event(&mut self, id: EventId, at: Timestamp) {
+        self.page += 1;
+        let fresh = match self.until {
+            Some(until) if at > until => false,
+            Some(until) if at == until => self.boundary.insert(id),
+            _ => !self.at_oldest.contains(&id),
+        };
+        if fresh {
+            self.held.push((id, at));
+            self.fresh += 1;
+        }
+        match self.oldest {
+            Some(oldest) if at > oldest => {}
+            Some(oldest) if at == oldest => {
+                self.at_oldest.insert(id);
+            }
+            _ => {
+                self.oldest = Some(at);
+                self.at_oldest.clear();
+                self.at_oldest.insert(id);
+            }
+        }
     }
 }
 
