@@ -1,12 +1,14 @@
 //! One listing of the sink per filter, shared by every job that asks it
 //! while it is in use.
 //!
-//! Relays that hold the same repos get the same historic filters, so after
-//! a restart the sink was asked to list the same filter once per relay
-//! (the chaos demo's restart listed twelve times its history). Jobs now
-//! join the listing of a filter already asked or answered, keyed by the
-//! filter's canonical JSON, and the listing is dropped once no job needs
-//! it any more.
+//! Relays that hold the same repos ask for the same events, so after a
+//! restart the sink listed each repo's events once per relay holding it
+//! (the chaos demo's restart listed twelve times its history). A relay's
+//! packed filters name many repos, and no two relays pack the same ones,
+//! so a filter is listed in parts, one per value of its widest tag
+//! ([`parts`]): one repo or root each, the same for every relay. Jobs join
+//! the listing of a part already asked or answered, keyed by its canonical
+//! JSON, and the listing is dropped once no job needs it any more.
 //!
 //! A shared listing can be older than the job that uses it. What the sink
 //! took since then is either an event this engine passed to it, or one the
@@ -15,11 +17,11 @@
 //! (`negentropy`). Anything else only costs a duplicate fetch, never a
 //! loss.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nostr::prelude::{EventId, Timestamp};
+use nostr::prelude::{EventId, Filter, Timestamp};
 
 use crate::sans_io::index::RelayId;
 use crate::sans_io::time::Time;
@@ -29,6 +31,28 @@ pub(super) type Held = Arc<[(EventId, Timestamp)]>;
 
 /// A job's place waiting for a listing: relay, job id, filter index.
 pub(super) type Waiter = (RelayId, u64, usize);
+
+/// `filter` as filters of one value each of its widest tag: together
+/// they match exactly what it matches (a tag's values are alternatives),
+/// and each is what any relay's filter for that repo or root asks.
+pub(super) fn parts(filter: &Filter) -> Vec<Filter> {
+    let widest = filter
+        .generic_tags
+        .iter()
+        .max_by_key(|(_, values)| values.len());
+    let Some((tag, values)) = widest.filter(|(_, values)| values.len() > 1) else {
+        return vec![filter.clone()];
+    };
+    values
+        .iter()
+        .map(|value| {
+            let mut part = filter.clone();
+            part.generic_tags
+                .insert(*tag, BTreeSet::from([value.clone()]));
+            part
+        })
+        .collect()
+}
 
 /// What a job asking for a filter's listing gets.
 #[derive(Debug, PartialEq, Eq)]
@@ -158,6 +182,7 @@ impl ListingCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nostr::prelude::{Kind, SingleLetterTag};
 
     const T: Time = Time::from_secs(1_000);
     const STALE: Duration = Duration::from_secs(60);
@@ -195,6 +220,26 @@ mod tests {
         c.release(|_| false);
         assert_eq!(c.len(), 0, "dropped once the last user is done");
         assert_eq!(c.join(key(), w(4, 1), T, STALE), Join::Ask(1));
+    }
+
+    #[test]
+    fn a_filter_is_listed_in_parts_of_one_value_of_its_widest_tag() {
+        let a = SingleLetterTag::LOWERCASE_A;
+        let filter = Filter::new()
+            .kind(Kind::from_u16(1621))
+            .custom_tags(a, ["x", "y", "z"])
+            .hashtag("t");
+        let parts = parts(&filter);
+        assert_eq!(parts.len(), 3);
+        for (part, value) in parts.iter().zip(["x", "y", "z"]) {
+            let want = Filter::new()
+                .kind(Kind::from_u16(1621))
+                .custom_tag(a, value)
+                .hashtag("t");
+            assert_eq!(part.as_json(), want.as_json());
+        }
+        let single = Filter::new().custom_tag(a, "x");
+        assert_eq!(super::parts(&single), [single]);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::borrow::Cow;
 use log::{debug, info};
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
-use super::listing_cache::{Held, Join, ListingCache};
+use super::listing_cache::{Held, Join, ListingCache, parts};
 use super::neg_turns::Turns;
 use super::{Action, Engine, Status, Timer};
 use crate::sans_io::filters::Encoded;
@@ -89,9 +89,10 @@ pub(super) struct NegJob {
     work: Vec<WorkRef>,
     /// The chunk's filters (without `limit`), reconciled one at a time.
     filters: Vec<Filter>,
-    /// What the sink holds for each filter, as its answers come in (shared
+    /// What the sink holds for each part of each filter (`listing_cache`):
+    /// the filter's index and the part's listing as it comes in (shared
     /// with other jobs, held until the job ends).
-    held: Vec<Option<Held>>,
+    held: Vec<(usize, Option<Held>)>,
     /// The filter being reconciled.
     current: usize,
     /// The session of the current filter.
@@ -156,21 +157,22 @@ impl Engine {
                 f
             })
             .collect();
-        let mut held = vec![None; filters.len()];
+        let mut held = Vec::new();
         let stale_after = self.listing_timeout();
         for (i, filter) in filters.iter().enumerate() {
-            let key = filter.as_json();
-            match self
-                .listings
-                .cache
-                .join(key, (relay, id, i), now, stale_after)
-            {
-                Join::Ready(listed) => held[i] = Some(listed),
-                Join::Wait => {}
-                Join::Ask(request) => {
-                    let filter = filter.clone();
-                    self.actions
-                        .push_back(Action::ListLocal { request, filter });
+            for part in parts(filter) {
+                let waiter = (relay, id, held.len());
+                let key = part.as_json();
+                match self.listings.cache.join(key, waiter, now, stale_after) {
+                    Join::Ready(listed) => held.push((i, Some(listed))),
+                    Join::Wait => held.push((i, None)),
+                    Join::Ask(request) => {
+                        held.push((i, None));
+                        self.actions.push_back(Action::ListLocal {
+                            request,
+                            filter: part,
+                        });
+                    }
                 }
             }
         }
@@ -224,7 +226,7 @@ impl Engine {
                 continue;
             };
             job.progress = now;
-            if let Some(slot) = job.held.get_mut(i) {
+            if let Some((_, slot)) = job.held.get_mut(i) {
                 *slot = Some(listed.clone());
             }
             self.job_listed(relay, id);
@@ -240,10 +242,15 @@ impl Engine {
         let Some(job) = self.relays[relay.index()].neg_jobs.get(&id) else {
             return;
         };
-        if job.held.iter().any(Option::is_none) {
+        if job.held.iter().any(|(_, h)| h.is_none()) {
             return;
         }
-        if job.held.iter().flatten().all(|h| h.is_empty()) {
+        if job
+            .held
+            .iter()
+            .filter_map(|(_, h)| h.as_ref())
+            .all(|h| h.is_empty())
+        {
             // Not a failure: counted apart from fallbacks.
             debug!("{}: nothing held locally; REQ", self.relay_url(relay));
             return self.requeue_job(relay, id, ToReq::NothingHeld);
@@ -259,10 +266,16 @@ impl Engine {
         let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
             return;
         };
-        let filter = &job.filters[job.current];
-        let held = job.held[job.current].as_deref().unwrap_or_default();
-        let started =
-            Reconciliation::start(&format!("{id:x}"), filter, held.iter().copied(), limit);
+        let current = job.current;
+        let filter = &job.filters[current];
+        let held = job
+            .held
+            .iter()
+            .filter(|(i, _)| *i == current)
+            .filter_map(|(_, h)| h.as_deref())
+            .flatten()
+            .copied();
+        let started = Reconciliation::start(&format!("{id:x}"), filter, held, limit);
         match started {
             Ok((session, open)) => {
                 if let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) {
