@@ -5,12 +5,17 @@
 //! already stored. Where the relay speaks negentropy, each packed chunk of
 //! historic work becomes a job instead of a REQ:
 //!
+//! 0. **Turn**: at most `Config::neg_jobs_at_once` jobs run over all
+//!    relays; a relay finding no room waits its turn with its work queued
+//!    (`neg_turns`).
 //! 1. **Listing**: the shell asks the sink what it holds for the chunk's
-//!    filter (`Action::ListLocal`, answered by `handle_local_list`).
+//!    filters, in parts shared with other jobs (`listing_cache`;
+//!    `Action::ListLocal`, answered by `handle_local_list`).
 //! 2. **Reconciling**: one `NEG-OPEN`/`NEG-MSG` exchange per filter
 //!    ([`Reconciliation`]), gathering the ids the relay has and we lack.
-//! 3. **Fetching**: those ids by `ids` REQs, which complete the chunk's
-//!    batches exactly like the REQ path does at EOSE.
+//! 3. **Fetching**: those ids not seen since the listing, by `ids` REQs,
+//!    which complete the chunk's batches exactly like the REQ path does at
+//!    EOSE.
 //!
 //! Anything short of that falls back to REQ + pagination for the job: a
 //! sink that cannot list, nothing held locally (negentropy would only add a

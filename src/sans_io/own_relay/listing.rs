@@ -366,6 +366,34 @@ mod tests {
         assert_eq!(ids, want);
     }
 
+    /// Only the ids of the page boundary's second are remembered: a page
+    /// repeating that second, or (against NIP-01) events above `until`,
+    /// lists nothing twice.
+    #[test]
+    fn repeats_at_or_above_until_are_listed_once() {
+        let keys = Keys::generate();
+        let events: Vec<_> = (0..4).map(|i| event(&keys, 100 + i)).collect();
+        let mut l = Listings::default();
+        l.start(9, Filter::new().kind(Kind::from_u16(1621)));
+        let step = page(&mut l, "list0", &[&events[3], &events[2], &events[1]]);
+        assert_eq!(until_of(&step), "101");
+        // 103 and 102 lie above `until`; 101 is the boundary, 100 is new.
+        let step = page(
+            &mut l,
+            "list0",
+            &[&events[3], &events[2], &events[1], &events[0]],
+        );
+        assert_eq!(until_of(&step), "100");
+        let ListStep::Done { held, .. } = page(&mut l, "list0", &[&events[0]]) else {
+            panic!("done");
+        };
+        let mut ids: Vec<_> = held.iter().map(|(id, _)| *id).collect();
+        ids.sort();
+        let mut want: Vec<_> = events.iter().map(|e| e.id).collect();
+        want.sort();
+        assert_eq!(ids, want, "each once");
+    }
+
     #[test]
     fn an_empty_page_or_since_ends_the_listing() {
         let keys = Keys::generate();
