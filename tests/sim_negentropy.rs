@@ -45,7 +45,12 @@ fn ids_asked(sim: &Sim) -> usize {
 
 /// REQs that re-read history by tag (the REQ path).
 fn tag_reqs(sim: &Sim) -> usize {
-    sim.reqs(A)
+    tag_reqs_on(sim, A)
+}
+
+/// REQs to `url` that re-read history by tag.
+fn tag_reqs_on(sim: &Sim, url: &str) -> usize {
+    sim.reqs(url)
         .iter()
         .filter(|(_, fs)| {
             fs.iter()
@@ -227,4 +232,166 @@ fn a_neg_msg_exchange_that_never_converges_ends_in_req_paging() {
         assert!(tag_reqs(&sim) >= 1, "history re-read by REQ");
         sim.engine.check_invariants().unwrap();
     }
+}
+
+/// Relay URLs `wss://r{i}.example` for `i` in `0..n`.
+fn urls(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("wss://r{i}.example")).collect()
+}
+
+/// One repo per relay in `urls`, each with `n` comments on its relay, of
+/// which the own relay lacks `missing`; returns (all comments, missing).
+fn repos_per_relay(
+    sim: &mut Sim,
+    urls: &[String],
+    n: usize,
+    missing: usize,
+) -> (Vec<Event>, Vec<Event>) {
+    let owner = keys(1);
+    let own = sim.own.clone();
+    let (mut all, mut gone) = (Vec::new(), Vec::new());
+    for (r, url) in urls.iter().enumerate() {
+        sim.add_relay(url).negentropy = NegMode::Supported;
+        let d = format!("r{r}");
+        let coord = coord(&owner, &d);
+        for i in 0..n {
+            let c = repo_comment(&owner, &coord, T0 - 1_000 + i as u64, &format!("{d} c{i}"));
+            sim.seed(url, &c);
+            if i < missing {
+                gone.push(c.clone());
+            } else {
+                sim.seed(&own, &c);
+            }
+            all.push(c);
+        }
+        sim.publish(&own, &announcement(&owner, &d, &[url], T0));
+    }
+    (all, gone)
+}
+
+/// Issue 14, item 2: after a restart thousands of relays started their
+/// jobs at once, each holding the sink's listings and a session. Now at
+/// most `neg_jobs_at_once` run; the others wait their turn, none is failed
+/// for waiting, and every missing id is still fetched by negentropy.
+#[test]
+fn at_most_k_jobs_run_at_once_and_every_missing_id_is_still_fetched() {
+    let mut config = config();
+    config.neg_jobs_at_once = 3;
+    let mut sim = Sim::new(config);
+    let urls = urls(40);
+    let (all, gone) = repos_per_relay(&mut sim, &urls, 20, 2);
+    sim.advance(Duration::from_secs(30));
+    assert!(sim.missing(&all).is_empty(), "{}", sim.missing(&all).len());
+    let stats = sim.engine.stats();
+    assert!(
+        (1..=3).contains(&stats.neg_jobs_peak),
+        "{} jobs at once",
+        stats.neg_jobs_peak
+    );
+    assert_eq!(
+        stats.neg_ids_fetched,
+        gone.len() as u64,
+        "exactly the missing"
+    );
+    assert_eq!(stats.neg_fallbacks, 0);
+    let sessions = sim.relays[urls[0].as_str()].neg_opens;
+    assert!(sessions >= 1);
+    for url in &urls {
+        assert_eq!(sim.relays[url.as_str()].neg_opens, sessions, "{url}");
+        assert_eq!(tag_reqs_on(&sim, url), 0, "{url} re-read by REQ");
+    }
+    sim.engine.check_invariants().unwrap();
+}
+
+/// A relay waiting for its turn holds no job, so no deadline runs for it:
+/// two silent relays hold the only two turns for the whole `neg_timeout`,
+/// and the relays behind them still reconcile (no fallback, no re-read
+/// by REQ) once the turns free up.
+#[test]
+fn waiting_for_a_turn_behind_silent_relays_fails_no_one() {
+    let mut config = config();
+    config.neg_jobs_at_once = 2;
+    let mut sim = Sim::new(config);
+    let urls = urls(12);
+    let (all, gone) = repos_per_relay(&mut sim, &urls, 10, 1);
+    for url in &urls[..2] {
+        sim.relay(url).negentropy = NegMode::Silent;
+    }
+    sim.advance(Duration::from_secs(120));
+    assert!(sim.missing(&all).is_empty(), "{}", sim.missing(&all).len());
+    let stats = sim.engine.stats();
+    assert!(stats.neg_jobs_peak <= 2, "{} at once", stats.neg_jobs_peak);
+    assert_eq!(stats.neg_fallbacks, 2, "only the silent relays fell back");
+    let sessions = sim.relays[urls[2].as_str()].neg_opens;
+    assert!(sessions >= 1);
+    for url in &urls[2..] {
+        assert_eq!(sim.relays[url.as_str()].neg_opens, sessions, "{url}");
+        assert_eq!(tag_reqs_on(&sim, url), 0, "{url} re-read by REQ");
+    }
+    // The ten that reconciled fetched just their missing one each; the
+    // silent ones re-read their history by REQ.
+    assert_eq!(stats.neg_ids_fetched, gone.len() as u64 - 2);
+    assert_eq!(sim.connects.len(), urls.len() + 1, "no one reconnected");
+    sim.engine.check_invariants().unwrap();
+}
+
+/// Issue 14, item 2: relays holding the same repo ask the sink for the
+/// same filters; the chaos demo's restart listed twelve times its history.
+/// Jobs asking a filter while another job uses its listing share it.
+#[test]
+fn relays_asking_the_same_filter_share_one_listing() {
+    let mut sim = Sim::new(config());
+    let comments = same_repo_on(&mut sim, &RELAYS);
+    sim.advance(Duration::from_secs(30));
+    assert!(sim.missing(&comments).is_empty());
+    // One session per filter on each relay, one listing per filter.
+    let filters = sim.relays[RELAYS[0]].neg_opens;
+    assert!(filters >= 1);
+    for url in RELAYS {
+        assert_eq!(sim.relays[url].neg_opens, filters, "{url}");
+        assert_eq!(tag_reqs_on(&sim, url), 0, "{url} re-read by REQ");
+    }
+    assert_eq!(sim.lists_asked, filters, "one listing for three relays");
+    sim.engine.check_invariants().unwrap();
+}
+
+/// A listing can be older than what the engine has passed to the sink
+/// since (shared, or asked before a fetch's events arrived). Ids already
+/// seen are not fetched again: one job at a time over three relays holding
+/// the same three missing events fetches each once.
+#[test]
+fn ids_seen_since_the_listing_are_not_fetched_again() {
+    let mut config = config();
+    config.neg_jobs_at_once = 1;
+    let mut sim = Sim::new(config);
+    let comments = same_repo_on(&mut sim, &RELAYS);
+    sim.advance(Duration::from_secs(30));
+    assert!(sim.missing(&comments).is_empty());
+    assert_eq!(sim.engine.stats().neg_ids_fetched, 3);
+    assert_eq!(sim.engine.stats().neg_fallbacks, 0);
+    sim.engine.check_invariants().unwrap();
+}
+
+const RELAYS: [&str; 3] = ["wss://a.example", "wss://b.example", "wss://c.example"];
+
+/// One repo on every relay of `relays`, with the same 50 comments on each;
+/// the own relay lacks the first three. Returns the comments.
+fn same_repo_on(sim: &mut Sim, relays: &[&str]) -> Vec<Event> {
+    let owner = keys(1);
+    let coord = coord(&owner, "r");
+    let own = sim.own.clone();
+    let comments: Vec<Event> = (0..50)
+        .map(|i| repo_comment(&owner, &coord, T0 - 1_000 + i, &format!("c{i}")))
+        .collect();
+    for &url in relays {
+        sim.add_relay(url).negentropy = NegMode::Supported;
+        for c in &comments {
+            sim.seed(url, c);
+        }
+    }
+    for c in &comments[3..] {
+        sim.seed(&own, c);
+    }
+    sim.publish(&own, &announcement(&owner, "r", relays, T0));
+    comments
 }

@@ -105,6 +105,10 @@ pub struct Config {
     /// A negentropy job making no progress this long falls back to REQ
     /// (and a relay that never answered is taken as not supporting it).
     pub neg_timeout: Duration,
+    /// Negentropy jobs in flight at most, over all relays: each holds the
+    /// sink's listings and a session's copy of one; the rest wait their
+    /// turn with their work queued.
+    pub neg_jobs_at_once: usize,
     /// Fetch each remote relay's NIP-11 document once and start from the
     /// limits it publishes.
     pub relay_info: bool,
@@ -178,6 +182,7 @@ impl Config {
             auth_keys: None,
             negentropy: true,
             neg_timeout: Duration::from_secs(15),
+            neg_jobs_at_once: 64,
             relay_info: true,
             max_pages: 10_000,
             seen_capacity: 100_000,

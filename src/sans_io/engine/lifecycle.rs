@@ -271,7 +271,7 @@ impl Engine {
         if let Some(timer) = daily {
             self.timers.cancel(timer);
         }
-        self.forget_lists(relay, None);
+        self.neg_jobs_dropped(relay, now);
     }
 
     pub(super) fn on_reconnect_timer(&mut self, relay: RelayId, now: Time) {
@@ -331,6 +331,7 @@ impl Engine {
             self.requeue_all(relay);
         }
         self.schedule_daily(relay, now);
+        self.neg_jobs_dropped(relay, now);
     }
 
     /// A full sync started at `now`: the next is due in 23–25 h.

@@ -49,6 +49,8 @@ mod conduct;
 mod diff;
 mod inbound;
 mod lifecycle;
+mod listing_cache;
+mod neg_turns;
 mod negentropy;
 mod relay;
 mod requests;
@@ -229,6 +231,9 @@ pub struct Stats {
     pub neg_fallbacks: u64,
     /// Negentropy jobs sent to REQ because the sink held nothing for them.
     pub neg_skipped: u64,
+    /// The most negentropy jobs ever in flight at once, over all relays
+    /// (bounded by `Config::neg_jobs_at_once`).
+    pub neg_jobs_peak: u64,
 }
 
 /// Why the engine could not start.
@@ -409,7 +414,7 @@ impl Engine {
             next_sub: 0,
             dirty: Vec::new(),
             stats: Stats::default(),
-            listings: Listings::default(),
+            listings: Listings::new(config.neg_jobs_at_once),
             self_since: None,
             log_budget: LogBudget::default(),
             resume: resume::Resume::default(),

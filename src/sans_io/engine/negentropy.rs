@@ -5,12 +5,17 @@
 //! already stored. Where the relay speaks negentropy, each packed chunk of
 //! historic work becomes a job instead of a REQ:
 //!
+//! 0. **Turn**: at most `Config::neg_jobs_at_once` jobs run over all
+//!    relays; a relay finding no room waits its turn with its work queued
+//!    (`neg_turns`).
 //! 1. **Listing**: the shell asks the sink what it holds for the chunk's
-//!    filter (`Action::ListLocal`, answered by `handle_local_list`).
+//!    filters, in parts shared with other jobs (`listing_cache`;
+//!    `Action::ListLocal`, answered by `handle_local_list`).
 //! 2. **Reconciling**: one `NEG-OPEN`/`NEG-MSG` exchange per filter
 //!    ([`Reconciliation`]), gathering the ids the relay has and we lack.
-//! 3. **Fetching**: those ids by `ids` REQs, which complete the chunk's
-//!    batches exactly like the REQ path does at EOSE.
+//! 3. **Fetching**: those ids not seen since the listing, by `ids` REQs,
+//!    which complete the chunk's batches exactly like the REQ path does at
+//!    EOSE.
 //!
 //! Anything short of that falls back to REQ + pagination for the job: a
 //! sink that cannot list, nothing held locally (negentropy would only add a
@@ -19,11 +24,12 @@
 //! or no answer within `neg_timeout`) is remembered and never asked again.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 
 use log::{debug, info};
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
+use super::listing_cache::{Held, Join, ListingCache, parts};
+use super::neg_turns::Turns;
 use super::{Action, Engine, Status, Timer};
 use crate::sans_io::filters::Encoded;
 use crate::sans_io::index::RelayId;
@@ -49,23 +55,24 @@ pub(super) enum NegSupport {
     Unsupported,
 }
 
-/// The engine's side of the sink's listings.
+/// The engine's side of the sink's listings, and the jobs in flight.
 #[derive(Debug)]
 pub(super) struct Listings {
     /// The sink can list what it holds (until it says it cannot).
     sink_lists: bool,
-    /// Open `ListLocal` requests: relay, negentropy job, filter index.
-    open: HashMap<u64, (RelayId, u64, usize)>,
-    /// The id of the next `ListLocal` request.
-    next: u64,
+    /// Listings in use, shared by the jobs asking the same filter.
+    cache: ListingCache,
+    /// Jobs in flight over all relays, and whose turn is next.
+    turns: Turns,
 }
 
-impl Default for Listings {
-    fn default() -> Self {
+impl Listings {
+    /// At most `jobs` negentropy jobs at once.
+    pub(super) fn new(jobs: usize) -> Self {
         Listings {
             sink_lists: true,
-            open: HashMap::new(),
-            next: 0,
+            cache: ListingCache::default(),
+            turns: Turns::new(jobs),
         }
     }
 }
@@ -87,9 +94,10 @@ pub(super) struct NegJob {
     work: Vec<WorkRef>,
     /// The chunk's filters (without `limit`), reconciled one at a time.
     filters: Vec<Filter>,
-    /// What the sink holds for each filter, as its answers come in (taken
-    /// when the filter's session starts).
-    held: Vec<Option<Vec<(EventId, Timestamp)>>>,
+    /// What the sink holds for each part of each filter (`listing_cache`):
+    /// the filter's index and the part's listing as it comes in (shared
+    /// with other jobs, held until the job ends).
+    held: Vec<(usize, Option<Held>)>,
     /// The filter being reconciled.
     current: usize,
     /// The session of the current filter.
@@ -123,8 +131,17 @@ impl Engine {
             && self.relays[relay.index()].neg != NegSupport::Unsupported
     }
 
-    /// Starts a job for packed chunks `work` with their REQ `filters`:
-    /// asks the sink for what it holds of each filter.
+    /// True when `relay` may start a negentropy job now. Otherwise it waits
+    /// for its turn (`neg_turns`) with its work queued, which nothing times
+    /// out; the scheduler runs again when the turn comes.
+    pub(super) fn neg_admit(&mut self, relay: RelayId) -> bool {
+        self.prune_turns();
+        self.listings.turns.admit(relay)
+    }
+
+    /// Starts a job for packed chunks `work` with their REQ `filters`
+    /// (admitted by [`Engine::neg_admit`]): joins or asks the sink's listing
+    /// of each filter. Called by the scheduler, so nothing here schedules.
     pub(super) fn start_neg_job(
         &mut self,
         relay: RelayId,
@@ -134,6 +151,9 @@ impl Engine {
     ) {
         let id = self.next_sub;
         self.next_sub += 1;
+        self.listings.turns.started(relay, id);
+        let in_flight = self.listings.turns.in_flight() as u64;
+        self.stats.neg_jobs_peak = self.stats.neg_jobs_peak.max(in_flight);
         let filters: Vec<Filter> = filters
             .into_iter()
             .map(|e| {
@@ -142,17 +162,28 @@ impl Engine {
                 f
             })
             .collect();
+        let mut held = Vec::new();
+        let stale_after = self.listing_timeout();
         for (i, filter) in filters.iter().enumerate() {
-            let request = self.listings.next;
-            self.listings.next += 1;
-            self.listings.open.insert(request, (relay, id, i));
-            let filter = filter.clone();
-            self.actions
-                .push_back(Action::ListLocal { request, filter });
+            for part in parts(filter) {
+                let waiter = (relay, id, held.len());
+                let key = part.as_json();
+                match self.listings.cache.join(key, waiter, now, stale_after) {
+                    Join::Ready(listed) => held.push((i, Some(listed))),
+                    Join::Wait => held.push((i, None)),
+                    Join::Ask(request) => {
+                        held.push((i, None));
+                        self.actions.push_back(Action::ListLocal {
+                            request,
+                            filter: part,
+                        });
+                    }
+                }
+            }
         }
         let job = NegJob {
             work,
-            held: vec![None; filters.len()],
+            held,
             filters,
             current: 0,
             session: None,
@@ -167,54 +198,94 @@ impl Engine {
             now + self.config.neg_timeout,
             Timer::NegTimeout(relay, epoch, id),
         );
+        self.job_listed(relay, id);
     }
 
-    /// The sink's answer to listing request `request`: the job waiting for
-    /// it reconciles once every filter of it is listed.
+    /// How long a job waits for the sink's listings: they wait in line at
+    /// the own relay behind other jobs', which is not the remote's silence.
+    fn listing_timeout(&self) -> std::time::Duration {
+        self.config
+            .neg_timeout
+            .saturating_mul(LISTING_TIMEOUT_FACTOR)
+    }
+
+    /// The sink's answer to listing request `request`: every job waiting
+    /// for it reconciles once all its filters are listed.
     pub(super) fn local_listed(
         &mut self,
         now: Time,
         request: u64,
         held: Option<Vec<(EventId, Timestamp)>>,
     ) {
-        let Some((relay, id, i)) = self.listings.open.remove(&request) else {
-            return;
-        };
         let Some(held) = held else {
             info!("the sink cannot list what it holds; negentropy off");
             self.listings.sink_lists = false;
-            return self.job_to_req(relay, id, ToReq::Failed, now);
+            for (relay, id, _) in self.listings.cache.unanswerable() {
+                self.requeue_job(relay, id, ToReq::Failed);
+            }
+            return self.after_jobs_ended(now);
         };
-        let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
-            return;
-        };
-        job.progress = now;
-        if let Some(slot) = job.held.get_mut(i) {
-            *slot = Some(held);
+        let (listed, waiters) = self.listings.cache.answered(request, held);
+        for (relay, id, i) in waiters {
+            let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
+                continue;
+            };
+            job.progress = now;
+            if let Some((_, slot)) = job.held.get_mut(i) {
+                *slot = Some(listed.clone());
+            }
+            self.job_listed(relay, id);
         }
-        if job.held.iter().any(Option::is_none) {
-            return;
-        }
-        if job.held.iter().flatten().all(Vec::is_empty) {
-            // Nothing to reconcile against: a plain REQ costs less. Not a
-            // failure: counted apart from fallbacks.
-            debug!("{}: nothing held locally; REQ", self.relay_url(relay));
-            return self.job_to_req(relay, id, ToReq::NothingHeld, now);
-        }
-        self.open_session(relay, id, now);
+        drop(listed);
+        self.after_jobs_ended(now);
     }
 
-    /// Sends `NEG-OPEN` for the job's current filter.
-    fn open_session(&mut self, relay: RelayId, id: u64, now: Time) {
+    /// Once every filter of the job is listed: to REQ if the sink holds
+    /// nothing for any (negentropy would only add a round), else the first
+    /// session. Schedules nothing itself: its callers flush.
+    fn job_listed(&mut self, relay: RelayId, id: u64) {
+        let Some(job) = self.relays[relay.index()].neg_jobs.get(&id) else {
+            return;
+        };
+        if job.held.iter().any(|(_, h)| h.is_none()) {
+            return;
+        }
+        if job
+            .held
+            .iter()
+            .filter_map(|(_, h)| h.as_ref())
+            .all(|h| h.is_empty())
+        {
+            // Not a failure: counted apart from fallbacks.
+            debug!("{}: nothing held locally; REQ", self.relay_url(relay));
+            return self.requeue_job(relay, id, ToReq::NothingHeld);
+        }
+        self.open_session(relay, id);
+    }
+
+    /// Sends `NEG-OPEN` for the job's current filter. The job keeps its
+    /// share of the listing until it ends, so jobs of other relays asking
+    /// the same filter meanwhile use it too.
+    fn open_session(&mut self, relay: RelayId, id: u64) {
         let limit = self.relays[relay.index()].limits.message_bytes;
         let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
             return;
         };
-        let filter = job.filters[job.current].clone();
-        let held = job.held[job.current].take().unwrap_or_default();
-        match Reconciliation::start(&format!("{id:x}"), &filter, held, limit) {
+        let current = job.current;
+        let filter = &job.filters[current];
+        let held = job
+            .held
+            .iter()
+            .filter(|(i, _)| *i == current)
+            .filter_map(|(_, h)| h.as_deref())
+            .flatten()
+            .copied();
+        let started = Reconciliation::start(&format!("{id:x}"), filter, held, limit);
+        match started {
             Ok((session, open)) => {
-                job.session = Some(session);
+                if let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) {
+                    job.session = Some(session);
+                }
                 self.stats.neg_sessions += 1;
                 self.actions.push_back(Action::Send {
                     relay,
@@ -223,10 +294,9 @@ impl Engine {
             }
             Err(e) => {
                 debug!("{}: {e:?}; REQ", self.relay_url(relay));
-                self.job_to_req(relay, id, ToReq::Failed, now);
+                self.requeue_job(relay, id, ToReq::Failed);
             }
         }
-        self.flush(now);
     }
 
     /// A `NEG-MSG` or `NEG-ERR` from `relay`.
@@ -323,25 +393,31 @@ impl Engine {
             return self.job_to_req(relay, id, ToReq::Failed, now);
         }
         if job.current < job.filters.len() {
-            return self.open_session(relay, id, now);
+            self.open_session(relay, id);
+            return self.after_jobs_ended(now);
         }
         let Some(job) = self.relay(relay).neg_jobs.remove(&id) else {
             return;
         };
         self.fetch_needed(relay, job, now);
+        self.after_jobs_ended(now);
     }
 
     /// Fetches the missing ids, one `ids` REQ per filter (relays cap the
-    /// results of one REQ, not of one filter). The REQs wait for free
-    /// subscription slots in the follow-up page queue like any historic
-    /// page: thousands of missing ids after a long downtime must not open
-    /// more REQs than the relay allows, or its refusals fail the job. Each
-    /// REQ carries the job's chunks, and their batches count one
+    /// results of one REQ, not of one filter). An id already seen was
+    /// passed to the sink, or came from the own relay's live stream, since
+    /// the listing was made (a listing shared between jobs can predate
+    /// both): fetching it again would only bring a duplicate. The REQs wait
+    /// for free subscription slots in the follow-up page queue like any
+    /// historic page: thousands of missing ids after a long downtime must
+    /// not open more REQs than the relay allows, or its refusals fail the
+    /// job. Each REQ carries the job's chunks, and their batches count one
     /// completion per REQ, so the batches confirm when the last fetch
     /// reaches EOSE.
     fn fetch_needed(&mut self, relay: RelayId, mut job: NegJob, now: Time) {
         job.need.sort_unstable();
         job.need.dedup();
+        job.need.retain(|id| !self.seen.contains(id));
         self.stats.neg_ids_fetched += job.need.len() as u64;
         info!(
             "{}: negentropy found {} events missing",
@@ -379,12 +455,19 @@ impl Engine {
         self.flush(now);
     }
 
-    /// Moves a job's chunks to the REQ path, for reason `why`.
+    /// Moves a job's chunks to the REQ path, for reason `why`, and lets
+    /// waiting relays have its room.
     fn job_to_req(&mut self, relay: RelayId, id: u64, why: ToReq, now: Time) {
+        self.requeue_job(relay, id, why);
+        self.after_jobs_ended(now);
+    }
+
+    /// Moves a job's chunks to the front of the relay's queue, marked for
+    /// REQ; schedules nothing (the scheduler calls this).
+    fn requeue_job(&mut self, relay: RelayId, id: u64, why: ToReq) {
         let Some(job) = self.relay(relay).neg_jobs.remove(&id) else {
             return;
         };
-        self.forget_lists(relay, Some(id));
         match why {
             ToReq::NothingHeld => self.stats.neg_skipped += 1,
             ToReq::Failed => self.stats.neg_fallbacks += 1,
@@ -402,14 +485,44 @@ impl Engine {
             state.work.push_front(work);
         }
         self.dirty.push(relay);
-        self.flush(now);
     }
 
-    /// Drops unanswered `ListLocal` requests of `relay` (of job `id`, or all).
-    pub(super) fn forget_lists(&mut self, relay: RelayId, id: Option<u64>) {
+    /// `relay`'s jobs are gone (its connection, or a daily sync, cleared
+    /// them): their listings and room are released.
+    pub(super) fn neg_jobs_dropped(&mut self, relay: RelayId, now: Time) {
+        self.relay(relay).neg_jobs.clear();
+        self.after_jobs_ended(now);
+    }
+
+    /// After jobs ended: drops the listings and room they held, schedules
+    /// what they moved, and gives the room to the relays waiting for it.
+    fn after_jobs_ended(&mut self, now: Time) {
+        let relays = &self.relays;
+        let alive = |relay: RelayId, id: u64| {
+            relays
+                .get(relay.index())
+                .is_some_and(|s| s.neg_jobs.contains_key(&id))
+        };
         self.listings
-            .open
-            .retain(|_, (r, j, _)| *r != relay || id.is_some_and(|id| id != *j));
+            .cache
+            .release(|&(relay, id, _)| !alive(relay, id));
+        self.flush(now);
+        self.prune_turns();
+        while let Some(relay) = self.listings.turns.next_turn() {
+            self.schedule(relay, now);
+            self.listings.turns.end_turn();
+            self.flush(now);
+        }
+    }
+
+    /// Forgets the room of jobs that no longer exist.
+    fn prune_turns(&mut self) {
+        let relays = &self.relays;
+        self.listings.turns.retain(|relay, id| {
+            relays
+                .get(relay.index())
+                .is_some_and(|s| s.neg_jobs.contains_key(&id))
+        });
     }
 
     /// No progress on a job within `neg_timeout`: a relay that never
@@ -423,14 +536,9 @@ impl Engine {
         let Some(job) = state.neg_jobs.get(&id) else {
             return;
         };
-        // Listings wait in line at the own relay behind every other relay's
-        // (thousands after a restart): that is not the remote's silence.
         let timeout = match job.session {
             Some(_) => self.config.neg_timeout,
-            None => self
-                .config
-                .neg_timeout
-                .saturating_mul(LISTING_TIMEOUT_FACTOR),
+            None => self.listing_timeout(),
         };
         if now < job.progress + timeout {
             let at = job.progress + timeout;

@@ -44,8 +44,12 @@ impl Engine {
                 .work
                 .front()
                 .is_some_and(|w| state.neg_bypass.contains(&w.batch));
+            let neg = !bypass && self.negentropy_usable(relay);
+            if neg && !self.neg_admit(relay) {
+                break;
+            }
             let (chunks, filters) = self.take_packed_chunks(relay);
-            if !bypass && self.negentropy_usable(relay) {
+            if neg {
                 self.start_neg_job(relay, chunks, filters, now);
                 continue;
             }

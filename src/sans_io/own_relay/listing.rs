@@ -45,7 +45,14 @@ struct Listing {
     request: u64,
     filter: Filter,
     held: Vec<(EventId, Timestamp)>,
-    ids: HashSet<EventId>,
+    /// Ids listed at the current page's `until`: the only second a page
+    /// can repeat (everything above it was asked before, everything below
+    /// is new). A set over every listed id would cost more than the
+    /// listing itself.
+    boundary: HashSet<EventId>,
+    /// Ids of the current page at its oldest second so far: the next
+    /// page's boundary when it asks from that second.
+    at_oldest: HashSet<EventId>,
     /// Events in the current page.
     page: usize,
     /// Ids new to this listing in the current page.
@@ -111,7 +118,8 @@ impl Listings {
                 request,
                 filter,
                 held: Vec::new(),
-                ids: HashSet::new(),
+                boundary: HashSet::new(),
+                at_oldest: HashSet::new(),
                 page: 0,
                 fresh: 0,
                 oldest: None,
@@ -136,15 +144,7 @@ impl Listings {
                 event,
             } => {
                 let l = self.pending.get_mut(subscription_id.as_str())?;
-                l.page += 1;
-                if l.ids.insert(event.id) {
-                    l.held.push((event.id, event.created_at));
-                    l.fresh += 1;
-                }
-                l.oldest = Some(
-                    l.oldest
-                        .map_or(event.created_at, |o| o.min(event.created_at)),
-                );
+                l.on_event(event.id, event.created_at);
                 Some(ListStep::Send(Vec::new()))
             }
             RelayMessage::EndOfStoredEvents(sub) => self.on_eose(sub.as_str()),
@@ -203,12 +203,50 @@ impl Listings {
                 close,
             });
         };
+        let at_oldest = std::mem::take(&mut l.at_oldest);
+        if l.until == Some(until) {
+            l.boundary.extend(at_oldest);
+        } else if l.oldest == Some(until) {
+            l.boundary = at_oldest;
+        } else {
+            // One second below the page: nothing there was listed yet.
+            l.boundary.clear();
+        }
         l.page = 0;
         l.fresh = 0;
         l.oldest = None;
         l.until = Some(until);
         let next = req(sub, &l.filter, Some(until));
         Some(ListStep::Send(vec![close, next]))
+    }
+}
+
+impl Listing {
+    /// One event of the current page: kept unless an earlier page listed
+    /// it (only events at `until` can be repeats; a relay sending events
+    /// above `until` repeats what it sent before).
+    fn on_event(&mut self, id: EventId, at: Timestamp) {
+        self.page += 1;
+        let fresh = match self.until {
+            Some(until) if at > until => false,
+            Some(until) if at == until => self.boundary.insert(id),
+            _ => !self.at_oldest.contains(&id),
+        };
+        if fresh {
+            self.held.push((id, at));
+            self.fresh += 1;
+        }
+        match self.oldest {
+            Some(oldest) if at > oldest => {}
+            Some(oldest) if at == oldest => {
+                self.at_oldest.insert(id);
+            }
+            _ => {
+                self.oldest = Some(at);
+                self.at_oldest.clear();
+                self.at_oldest.insert(id);
+            }
+        }
     }
 }
 
@@ -326,6 +364,34 @@ mod tests {
         let mut want = vec![same[0].id, same[1].id, older[0].id, older[1].id];
         want.sort();
         assert_eq!(ids, want);
+    }
+
+    /// Only the ids of the page boundary's second are remembered: a page
+    /// repeating that second, or (against NIP-01) events above `until`,
+    /// lists nothing twice.
+    #[test]
+    fn repeats_at_or_above_until_are_listed_once() {
+        let keys = Keys::generate();
+        let events: Vec<_> = (0..4).map(|i| event(&keys, 100 + i)).collect();
+        let mut l = Listings::default();
+        l.start(9, Filter::new().kind(Kind::from_u16(1621)));
+        let step = page(&mut l, "list0", &[&events[3], &events[2], &events[1]]);
+        assert_eq!(until_of(&step), "101");
+        // 103 and 102 lie above `until`; 101 is the boundary, 100 is new.
+        let step = page(
+            &mut l,
+            "list0",
+            &[&events[3], &events[2], &events[1], &events[0]],
+        );
+        assert_eq!(until_of(&step), "100");
+        let ListStep::Done { held, .. } = page(&mut l, "list0", &[&events[0]]) else {
+            panic!("done");
+        };
+        let mut ids: Vec<_> = held.iter().map(|(id, _)| *id).collect();
+        ids.sort();
+        let mut want: Vec<_> = events.iter().map(|e| e.id).collect();
+        want.sort();
+        assert_eq!(ids, want, "each once");
     }
 
     #[test]

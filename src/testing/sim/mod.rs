@@ -85,6 +85,8 @@ pub struct Sim {
     pub sink: Sink,
     /// How the own relay answers `ListLocal`.
     pub listing: Listing,
+    /// `ListLocal` requests the engine made.
+    pub lists_asked: usize,
     /// Every ingested event with the relay URL it came from ([`Sink::Stores`]).
     pub ingested: Vec<(String, nostr::prelude::Event)>,
     /// Every Connect action seen, with its time.
@@ -120,6 +122,7 @@ impl Sim {
             inbox: VecDeque::new(),
             sink: Sink::Stores,
             listing: Listing::Held,
+            lists_asked: 0,
             ingested: Vec::new(),
             connects: Vec::new(),
             pings: 0,
@@ -266,6 +269,7 @@ impl Sim {
                 }
             }
             Action::ListLocal { request, filter } => {
+                self.lists_asked += 1;
                 let held = match self.listing {
                     Listing::Held => Some(self.held(&filter)),
                     Listing::Empty => Some(Vec::new()),

@@ -76,6 +76,10 @@ pub fn run(
     let seconds = started.elapsed().as_secs_f64();
     let counters = engine.settled_counters();
     let (peak_rss_kib, _) = engine.rss_kib();
+    println!(
+        "demo: restart: peak_rss_kib={peak_rss_kib} own_relay_listed={} (events the own relay listed for negentropy)",
+        counters.sink_listed
+    );
     let code = engine.stop();
     if code != Some(0) {
         return Err(format!(

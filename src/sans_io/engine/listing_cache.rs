@@ -1,0 +1,262 @@
+//! One listing of the sink per filter, shared by every job that asks it
+//! while it is in use.
+//!
+//! Relays that hold the same repos ask for the same events, so after a
+//! restart the sink listed each repo's events once per relay holding it
+//! (the chaos demo's restart listed twelve times its history). A relay's
+//! packed filters name many repos, and no two relays pack the same ones,
+//! so a filter is listed in parts, one per value of its widest tag
+//! ([`parts`]): one repo or root each, the same for every relay. Jobs join
+//! the listing of a part already asked or answered, keyed by its canonical
+//! JSON, and the listing is dropped once no job needs it any more.
+//!
+//! A shared listing can be older than the job that uses it. What the sink
+//! took since then is either an event this engine passed to it, or one the
+//! own relay's live stream (the self-subscription) delivered: both are in
+//! the engine's seen set, and the job drops seen ids from what it fetches
+//! (`negentropy`). Anything else only costs a duplicate fetch, never a
+//! loss.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nostr::prelude::{EventId, Filter, Timestamp};
+
+use crate::sans_io::index::RelayId;
+use crate::sans_io::time::Time;
+
+/// What the sink holds for one filter.
+pub(super) type Held = Arc<[(EventId, Timestamp)]>;
+
+/// A job's place waiting for a listing: relay, job id, filter index.
+pub(super) type Waiter = (RelayId, u64, usize);
+
+/// `filter` as filters of one value each of its widest tag: together
+/// they match exactly what it matches (a tag's values are alternatives),
+/// and each is what any relay's filter for that repo or root asks.
+pub(super) fn parts(filter: &Filter) -> Vec<Filter> {
+    let widest = filter
+        .generic_tags
+        .iter()
+        .max_by_key(|(_, values)| values.len());
+    let Some((tag, values)) = widest.filter(|(_, values)| values.len() > 1) else {
+        return vec![filter.clone()];
+    };
+    values
+        .iter()
+        .map(|value| {
+            let mut part = filter.clone();
+            part.generic_tags
+                .insert(*tag, BTreeSet::from([value.clone()]));
+            part
+        })
+        .collect()
+}
+
+/// What a job asking for a filter's listing gets.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Join {
+    /// The listing is there already.
+    Ready(Held),
+    /// Ask the sink, with this request id.
+    Ask(u64),
+    /// Asked already: the answer comes to every waiter.
+    Wait,
+}
+
+#[derive(Debug)]
+struct Entry {
+    request: u64,
+    asked: Time,
+    held: Option<Held>,
+    waiting: Vec<Waiter>,
+}
+
+/// The listings in use, by filter JSON.
+#[derive(Debug, Default)]
+pub(super) struct ListingCache {
+    entries: HashMap<String, Entry>,
+    /// Open requests to the sink, to their filter's key.
+    open: HashMap<u64, String>,
+    next: u64,
+}
+
+impl ListingCache {
+    /// `waiter` needs the listing of the filter whose JSON is `key`. A
+    /// request unanswered for `stale_after` is asked again (the sink may
+    /// have lost it with its connection).
+    pub(super) fn join(
+        &mut self,
+        key: String,
+        waiter: Waiter,
+        now: Time,
+        stale_after: Duration,
+    ) -> Join {
+        if let Some(e) = self.entries.get_mut(&key) {
+            match &e.held {
+                // In use by another job: the same window.
+                Some(held) if Arc::strong_count(held) > 1 => return Join::Ready(held.clone()),
+                // No one uses it any more: too old to trust, asked again.
+                Some(_) => {}
+                None if now < e.asked + stale_after => {
+                    e.waiting.push(waiter);
+                    return Join::Wait;
+                }
+                None => {}
+            }
+        }
+        let request = self.next;
+        self.next += 1;
+        let waiting = match self.entries.remove(&key) {
+            Some(old) => {
+                self.open.remove(&old.request);
+                old.waiting
+            }
+            None => Vec::new(),
+        };
+        let mut entry = Entry {
+            request,
+            asked: now,
+            held: None,
+            waiting,
+        };
+        entry.waiting.push(waiter);
+        self.open.insert(request, key.clone());
+        self.entries.insert(key, entry);
+        Join::Ask(request)
+    }
+
+    /// The sink answered `request`: the listing and who waited for it
+    /// (empty for a request no longer open).
+    pub(super) fn answered(
+        &mut self,
+        request: u64,
+        held: Vec<(EventId, Timestamp)>,
+    ) -> (Held, Vec<Waiter>) {
+        let held: Held = held.into();
+        let Some(entry) = self
+            .open
+            .remove(&request)
+            .and_then(|key| self.entries.get_mut(&key))
+        else {
+            return (held, Vec::new());
+        };
+        entry.held = Some(held.clone());
+        (held, std::mem::take(&mut entry.waiting))
+    }
+
+    /// The sink cannot list: every waiter of every request, which will
+    /// never be answered.
+    pub(super) fn unanswerable(&mut self) -> Vec<Waiter> {
+        self.open.clear();
+        let entries = std::mem::take(&mut self.entries);
+        entries.into_values().flat_map(|e| e.waiting).collect()
+    }
+
+    /// Forgets the waiters `gone` names (jobs that ended), then every
+    /// listing no one needs any more: answered ones no job holds, and
+    /// asked ones no job waits for.
+    pub(super) fn release(&mut self, mut gone: impl FnMut(&Waiter) -> bool) {
+        let open = &mut self.open;
+        self.entries.retain(|_, e| {
+            e.waiting.retain(|w| !gone(w));
+            let used = match &e.held {
+                Some(held) => Arc::strong_count(held) > 1,
+                None => !e.waiting.is_empty(),
+            };
+            if !used {
+                open.remove(&e.request);
+            }
+            used
+        });
+    }
+
+    /// Listings kept.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{Kind, SingleLetterTag};
+
+    const T: Time = Time::from_secs(1_000);
+    const STALE: Duration = Duration::from_secs(60);
+
+    fn w(relay: u32, job: u64) -> Waiter {
+        (RelayId(relay), job, 0)
+    }
+
+    fn item(n: u8) -> (EventId, Timestamp) {
+        (
+            EventId::from_byte_array([n; 32]),
+            Timestamp::from_secs(n as u64),
+        )
+    }
+
+    #[test]
+    fn two_jobs_asking_one_filter_share_one_listing_until_both_are_done() {
+        let mut c = ListingCache::default();
+        let key = || r#"{"kinds":[1621]}"#.to_owned();
+        assert_eq!(c.join(key(), w(1, 1), T, STALE), Join::Ask(0));
+        assert_eq!(c.join(key(), w(2, 7), T, STALE), Join::Wait);
+        let (held, waiters) = c.answered(0, vec![item(1)]);
+        assert_eq!(waiters, [w(1, 1), w(2, 7)]);
+        let (a, b) = (held.clone(), held.clone());
+        drop(held);
+        // A third job in the same window gets it without asking.
+        let Join::Ready(third) = c.join(key(), w(3, 2), T, STALE) else {
+            panic!("shared");
+        };
+        assert_eq!(&*third, &[item(1)]);
+        drop((a, b));
+        c.release(|_| false);
+        assert_eq!(c.len(), 1, "the third job still holds it");
+        drop(third);
+        c.release(|_| false);
+        assert_eq!(c.len(), 0, "dropped once the last user is done");
+        assert_eq!(c.join(key(), w(4, 1), T, STALE), Join::Ask(1));
+    }
+
+    #[test]
+    fn a_filter_is_listed_in_parts_of_one_value_of_its_widest_tag() {
+        let a = SingleLetterTag::LOWERCASE_A;
+        let filter = Filter::new()
+            .kind(Kind::from_u16(1621))
+            .custom_tags(a, ["x", "y", "z"])
+            .hashtag("t");
+        let parts = parts(&filter);
+        assert_eq!(parts.len(), 3);
+        for (part, value) in parts.iter().zip(["x", "y", "z"]) {
+            let want = Filter::new()
+                .kind(Kind::from_u16(1621))
+                .custom_tag(a, value)
+                .hashtag("t");
+            assert_eq!(part.as_json(), want.as_json());
+        }
+        let single = Filter::new().custom_tag(a, "x");
+        assert_eq!(super::parts(&single), [single]);
+    }
+
+    #[test]
+    fn ended_jobs_and_stale_requests_are_not_waited_for() {
+        let mut c = ListingCache::default();
+        let key = || "f".to_owned();
+        assert_eq!(c.join(key(), w(1, 1), T, STALE), Join::Ask(0));
+        c.release(|waiter| waiter.0 == RelayId(1));
+        assert_eq!(c.len(), 0, "no one waits: dropped");
+        let (_, waiters) = c.answered(0, vec![]);
+        assert!(waiters.is_empty(), "a late answer reaches no one");
+        assert_eq!(c.join(key(), w(2, 1), T, STALE), Join::Ask(1));
+        // Unanswered too long: asked again, the first waiter kept.
+        assert_eq!(c.join(key(), w(3, 1), T + STALE, STALE), Join::Ask(2));
+        let (_, waiters) = c.answered(1, vec![]);
+        assert!(waiters.is_empty(), "the stale request is no longer open");
+        let (_, waiters) = c.answered(2, vec![]);
+        assert_eq!(waiters, [w(2, 1), w(3, 1)]);
+    }
+}
