@@ -104,7 +104,7 @@ use crate::shell::read_budget::{
     GLOBAL_FRAMES_PER_SEC, READ_BUDGET, ReadEnd, ReadRate, read_relay,
 };
 use crate::shell::slots::{Conn, Slot, SlotKind, Slots};
-use crate::shell::ws::{Deadline, GetEvent, WsConnection, WsEvent};
+use crate::shell::ws::{Deadline, GetEvent, READ_BUFFER_BYTES, WsConnection, WsEvent};
 
 /// The poll token of the `Waker` (DNS answers, handle commands). Slot
 /// tokens never reach it or `METRICS` (see `slots`).
@@ -176,6 +176,8 @@ pub struct Shell {
     stats: ShellStats,
     stopping: Option<Time>,
     scratch: Vec<WsEvent>,
+    /// The one buffer every relay socket is read into (see `ws`).
+    read_buf: Box<[u8]>,
     /// Frames all remote relays may still read this second.
     global_rate: ReadRate,
     /// Sockets were busy since the last trim.
@@ -250,6 +252,7 @@ impl Shell {
             stats: ShellStats::default(),
             stopping: None,
             scratch: Vec::new(),
+            read_buf: vec![0; READ_BUFFER_BYTES].into_boxed_slice(),
             global_rate: ReadRate::new(GLOBAL_FRAMES_PER_SEC, now),
             active: false,
         })
@@ -470,13 +473,14 @@ impl Shell {
                 } else if sink_full && *relay != own {
                     if !ws.is_open() {
                         // No frame is read: the handshake meets its deadline.
-                        ws.on_ready(&mut out, 0, now);
+                        ws.on_ready(&mut out, 0, now, &mut self.read_buf);
                     }
                     defer = Some(*relay);
                 } else {
                     let trusted = *relay == own;
                     let global = &mut self.global_rate;
-                    let end = read_relay(ws, rate, global, trusted, now, &mut out);
+                    let buf = &mut self.read_buf;
+                    let end = read_relay(ws, rate, global, trusted, now, &mut out, buf);
                     // The own relay's data is never cut for its pace.
                     if !trusted && let Some(due) = ws.deadline_to_arm(self.opts.unfinished_timeout)
                     {
@@ -498,7 +502,7 @@ impl Shell {
             }
             Some(SlotKind::OwnSink {
                 conn: Conn::Ws(ws), ..
-            }) => again = ws.on_ready(&mut out, READ_BUDGET, now),
+            }) => again = ws.on_ready(&mut out, READ_BUDGET, now, &mut self.read_buf),
             Some(SlotKind::Info {
                 conn: Conn::Http(get),
                 ..
