@@ -57,8 +57,8 @@ impl WsWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tungstenite::protocol::frame::coding::{Data, OpCode};
     use tungstenite::protocol::frame::FrameHeader;
+    use tungstenite::protocol::frame::coding::{Data, OpCode};
 
     /// Parses one masked frame from `wire`: its header and unmasked payload.
     fn unmask(wire: &[u8]) -> (FrameHeader, Vec<u8>) {

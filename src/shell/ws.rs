@@ -475,9 +475,11 @@ impl WsConnection {
     /// it cost.
     fn pump(&mut self, mut stream: Stream, out: &mut Vec<WsEvent>, buf: &mut [u8]) -> Phase {
         while self.budget > 0 {
-            let limit = buf
-                .len()
-                .min(usize::try_from(self.budget).unwrap_or(usize::MAX).saturating_mul(READ_BYTES_PER_UNIT));
+            let limit = buf.len().min(
+                usize::try_from(self.budget)
+                    .unwrap_or(usize::MAX)
+                    .saturating_mul(READ_BYTES_PER_UNIT),
+            );
             match stream.read(&mut buf[..limit]) {
                 // A peer that drops the TCP connection without a close
                 // frame is rude but common (restarts, crashes): not a
