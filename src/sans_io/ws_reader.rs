@@ -44,7 +44,7 @@ const MAX_CONTROL: u64 = 125;
 
 /// A message (or control frame) read from a relay.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Incoming {
+pub enum Incoming {
     /// A complete text message.
     Text(String),
     /// A complete binary message of this many bytes (its bytes are not kept).
@@ -62,7 +62,7 @@ pub(crate) enum Incoming {
 /// The relay broke the websocket protocol; the connection must end. The
 /// text is for the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Violation(pub(crate) String);
+pub struct Violation(pub String);
 
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -105,7 +105,7 @@ enum Stage {
 /// The reader of one connection's incoming frames (server to client, so
 /// unmasked), from the first byte after the upgrade response.
 #[derive(Debug)]
-pub(crate) struct WsReader {
+pub struct WsReader {
     /// Largest data message taken, bytes.
     cap: u64,
     stage: Stage,
@@ -124,7 +124,7 @@ pub(crate) struct WsReader {
 impl WsReader {
     /// A reader whose data messages over `cap` bytes are skipped (or, when
     /// fragmented, a violation).
-    pub(crate) fn new(cap: usize) -> WsReader {
+    pub fn new(cap: usize) -> WsReader {
         WsReader {
             cap: cap as u64,
             stage: empty_header(),
@@ -138,11 +138,7 @@ impl WsReader {
 
     /// Reads `input`, appending what it completes to `out`. After a close
     /// frame the rest is ignored; after a violation every call fails.
-    pub(crate) fn handle_bytes(
-        &mut self,
-        input: &[u8],
-        out: &mut Vec<Incoming>,
-    ) -> Result<(), Violation> {
+    pub fn handle_bytes(&mut self, input: &[u8], out: &mut Vec<Incoming>) -> Result<(), Violation> {
         let mut i = 0;
         loop {
             let rest = &input[i..];
@@ -163,12 +159,12 @@ impl WsReader {
 
     /// Frames read, each costing one, plus one per [`BYTES_PER_FRAME`]
     /// bytes: what the read budget charges.
-    pub(crate) fn cost(&self) -> u64 {
+    pub fn cost(&self) -> u64 {
         self.frames + self.bytes / BYTES_PER_FRAME
     }
 
     /// True while a frame or a fragmented message is in progress.
-    pub(crate) fn unfinished(&self) -> bool {
+    pub fn unfinished(&self) -> bool {
         let mid_frame = match self.stage {
             Stage::Header { len, .. } => len > 0,
             Stage::Payload { .. } => true,
@@ -178,7 +174,7 @@ impl WsReader {
     }
 
     /// Bytes held for the unfinished message (and control frame).
-    pub(crate) fn held(&self) -> u64 {
+    pub fn held(&self) -> u64 {
         (self.text.capacity() + self.control.capacity()) as u64
     }
 

@@ -30,6 +30,7 @@ mod chaos;
 mod engine_process;
 mod restart;
 mod scenario;
+mod unfinished;
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -71,6 +72,10 @@ pub struct DemoOptions {
     /// read by REQ). Default: one per 20 relays, at most 8, and none with
     /// `--chaos` (see [`DemoOptions::busy_issues`]).
     pub busy: Option<usize>,
+    /// After converging (and idling), every relay leaves a message of
+    /// this many KiB unfinished, and the engine's RSS is measured (see
+    /// `unfinished`); 0 for none.
+    pub unfinished_kib: u64,
 }
 
 impl DemoOptions {
@@ -102,6 +107,7 @@ impl Default for DemoOptions {
             idle: 0,
             chaos: false,
             busy: None,
+            unfinished_kib: 0,
         }
     }
 }
@@ -218,11 +224,12 @@ pub fn parse_args(args: &[String]) -> Result<DemoOptions, String> {
             "--timeout-secs" => opts.timeout = Duration::from_secs(value("seconds")?.max(1)),
             "--idle-secs" => opts.idle = value("seconds")?,
             "--busy" => opts.busy = Some(value("an integer")? as usize),
+            "--unfinished-kib" => opts.unfinished_kib = value("KiB")?,
             "--tls" if inline.is_none() => opts.tls = true,
             "--chaos" if inline.is_none() => opts.chaos = true,
             _ => {
                 return Err(format!(
-                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls --chaos --busy)"
+                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls --chaos --busy --unfinished-kib)"
                 ));
             }
         }
@@ -308,6 +315,9 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
     let progress = drive(&farm, &engine, &scenario, started + opts.timeout, started);
     let converged = started.elapsed();
     let idle = measure_idle(&engine, opts.idle);
+    if opts.unfinished_kib > 0 {
+        unfinished::measure(&farm, &engine, opts.unfinished_kib);
+    }
     let (peak_rss_kib, _) = engine.rss_kib();
     let metric = |name: &str| engine.metric(name).unwrap_or(0);
     let idle_text = idle.map_or(String::new(), |i| {
