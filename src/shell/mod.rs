@@ -125,8 +125,8 @@ enum ShellTimer {
     Unfinished(Token),
 }
 
-/// What we hold for one peer's unsent frames at most (tungstenite's buffer
-/// and the backlog together), unless a frame we may send is larger: then
+/// What we hold for one peer's unsent frames at most (what the socket did
+/// not take, see `ws`), unless a frame we may send is larger: then
 /// twice the largest frame, so one can wait behind another.
 const WRITE_CAP: usize = 1 << 20;
 
