@@ -317,7 +317,10 @@ impl WsReader {
             Control::Close => {
                 let frame = close_frame(&payload).map_err(|e| self.violation(e))?;
                 out.push(Incoming::Close(frame));
+                // Nothing more is read: a message in progress never ends.
                 self.stage = Stage::Closed;
+                self.message = None;
+                self.text = Vec::new();
             }
             Control::Reserved(op) => return self.fail(format!("reserved opcode {op}")),
         }
@@ -764,6 +767,17 @@ mod tests {
         let (out, _) = read_split(&mut r, &input, &[4096]);
         assert_eq!(out.len(), 11);
         assert_eq!(r.cost(), 11 + input.len() as u64 / BYTES_PER_FRAME);
+    }
+
+    #[test]
+    fn a_close_inside_a_fragmented_message_ends_it() {
+        let mut input = short(false, 1, b"half");
+        input.extend(short(true, 0x8, b""));
+        let mut r = WsReader::new(100);
+        let (out, violation) = read_split(&mut r, &input, &[]);
+        assert_eq!((out, violation), (vec![Incoming::Close(None)], None));
+        assert!(!r.unfinished());
+        assert_eq!(r.held(), 0);
     }
 
     #[test]
