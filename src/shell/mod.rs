@@ -220,9 +220,9 @@ impl Shell {
             relay_info,
             now,
         );
+        // Only the caps are used: the frames are ours (`ws`), with no
+        // per-connection buffers to size.
         let ws_config = WebSocketConfig::default()
-            .read_buffer_size(4 * 1024)
-            .write_buffer_size(0)
             .max_write_buffer_size(WRITE_CAP.max(2 * (opts.max_frame_bytes + 14)))
             .max_message_size(Some(opts.max_frame_bytes))
             .max_frame_size(Some(opts.max_frame_bytes));
