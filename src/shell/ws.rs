@@ -148,8 +148,9 @@ impl Write for Upgrading {
 enum Phase {
     /// TCP connect in flight.
     Connecting(TcpStream),
-    /// TLS and websocket handshakes in flight.
-    Handshaking(MidHandshake<ClientHandshake<Upgrading>>),
+    /// TLS and websocket handshakes in flight (boxed: an open connection
+    /// should not carry the handshake's size).
+    Handshaking(Box<MidHandshake<ClientHandshake<Upgrading>>>),
     /// Websocket open: frames are ours.
     Open(Stream),
     /// Gone; the slot is about to be freed.
@@ -192,7 +193,9 @@ pub(crate) struct WsConnection {
     phase: Phase,
     url: String,
     tls: Option<TlsTarget>,
-    config: WebSocketConfig,
+    /// What we hold for the peer's unsent frames at most (the config's
+    /// write buffer limit).
+    write_cap: u64,
     reader: WsReader,
     /// Frames not yet taken by the socket, those queued before the
     /// websocket opened among them.
@@ -239,7 +242,7 @@ impl WsConnection {
             url: url.to_owned(),
             tls,
             reader: WsReader::new(config.max_message_size.unwrap_or(usize::MAX)),
-            config,
+            write_cap: config.max_write_buffer_size as u64,
             writer: WsWriter::default(),
             budget: 0,
             spent: 0,
@@ -285,7 +288,7 @@ impl WsConnection {
         let phase = std::mem::replace(&mut self.phase, Phase::Closed);
         self.phase = match phase {
             Phase::Connecting(tcp) => self.finish_tcp(tcp, out, buf),
-            Phase::Handshaking(mid) => self.resume(mid.handshake(), out, buf),
+            Phase::Handshaking(mid) => self.resume((*mid).handshake(), out, buf),
             Phase::Open(stream) => self.pump(stream, out, buf),
             Phase::Closed => Phase::Closed,
         };
@@ -340,11 +343,6 @@ impl WsConnection {
         self.reader.held()
     }
 
-    /// The write cap: what we hold for a peer's unsent frames at most.
-    fn write_cap(&self) -> u64 {
-        self.config.max_write_buffer_size as u64
-    }
-
     /// Queues a text frame; it leaves on this or a later flush.
     pub(crate) fn send_text(&mut self, text: String, out: &mut Vec<WsEvent>) {
         let frame = Frame::message(text.into_bytes(), OpCode::Data(Data::Text), true);
@@ -380,7 +378,7 @@ impl WsConnection {
         self.writer.queue(frame, mask());
         self.flush(out);
         let unsent = self.writer.len();
-        if unsent > self.write_cap() {
+        if unsent > self.write_cap && !matches!(self.phase, Phase::Closed) {
             out.push(WsEvent::Closed(format!(
                 "peer not reading: {unsent} bytes waiting"
             )));
@@ -458,7 +456,7 @@ impl WsConnection {
                     other => other,
                 }
             }
-            Err(HandshakeError::Interrupted(mid)) => Phase::Handshaking(mid),
+            Err(HandshakeError::Interrupted(mid)) => Phase::Handshaking(Box::new(mid)),
             Err(HandshakeError::Failure(tungstenite::Error::Http(response))) => {
                 out.push(WsEvent::Refused(response.status().as_u16()));
                 Phase::Closed
