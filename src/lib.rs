@@ -124,6 +124,7 @@ pub mod internal {
     pub use crate::sans_io::relay_url::{host_port, normalize, relay_of_clone_url};
     pub use crate::sans_io::seen::Seen;
     pub use crate::sans_io::timer::TimerWheel;
+    pub use crate::sans_io::ws_reader::{Incoming, Violation, WsReader};
     pub use crate::shell::rlimit::raise_fd_limit;
     pub use crate::shell::tls::MaybeTls;
 }

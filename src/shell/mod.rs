@@ -105,7 +105,7 @@ use crate::shell::read_budget::{
     GLOBAL_FRAMES_PER_SEC, READ_BUDGET, ReadEnd, ReadRate, read_relay,
 };
 use crate::shell::slots::{Conn, Slot, SlotKind, Slots};
-use crate::shell::ws::{Deadline, GetEvent, WsConnection, WsEvent};
+use crate::shell::ws::{Deadline, GetEvent, READ_BUFFER_BYTES, WsConnection, WsEvent};
 
 /// The poll token of the `Waker` (DNS answers, handle commands). Slot
 /// tokens never reach it or `METRICS` (see `slots`).
@@ -128,8 +128,8 @@ enum ShellTimer {
     SaveState,
 }
 
-/// What we hold for one peer's unsent frames at most (tungstenite's buffer
-/// and the backlog together), unless a frame we may send is larger: then
+/// What we hold for one peer's unsent frames at most (what the socket did
+/// not take, see `ws`), unless a frame we may send is larger: then
 /// twice the largest frame, so one can wait behind another.
 const WRITE_CAP: usize = 1 << 20;
 
@@ -179,6 +179,8 @@ pub struct Shell {
     stats: ShellStats,
     stopping: Option<Time>,
     scratch: Vec<WsEvent>,
+    /// The one buffer every relay socket is read into (see `ws`).
+    read_buf: Box<[u8]>,
     /// Frames all remote relays may still read this second.
     global_rate: ReadRate,
     /// Sockets were busy since the last trim.
@@ -228,9 +230,9 @@ impl Shell {
             relay_info,
             now,
         );
+        // Only the caps are used: the frames are ours (`ws`), with no
+        // per-connection buffers to size.
         let ws_config = WebSocketConfig::default()
-            .read_buffer_size(4 * 1024)
-            .write_buffer_size(0)
             .max_write_buffer_size(WRITE_CAP.max(2 * (opts.max_frame_bytes + 14)))
             .max_message_size(Some(opts.max_frame_bytes))
             .max_frame_size(Some(opts.max_frame_bytes));
@@ -264,6 +266,7 @@ impl Shell {
             stats: ShellStats::default(),
             stopping: None,
             scratch: Vec::new(),
+            read_buf: vec![0; READ_BUFFER_BYTES].into_boxed_slice(),
             global_rate: ReadRate::new(GLOBAL_FRAMES_PER_SEC, now),
             active: false,
         })
@@ -484,13 +487,14 @@ impl Shell {
                 } else if sink_full && *relay != own {
                     if !ws.is_open() {
                         // No frame is read: the handshake meets its deadline.
-                        ws.on_ready(&mut out, 0, now);
+                        ws.on_ready(&mut out, 0, now, &mut self.read_buf);
                     }
                     defer = Some(*relay);
                 } else {
                     let trusted = *relay == own;
                     let global = &mut self.global_rate;
-                    let end = read_relay(ws, rate, global, trusted, now, &mut out);
+                    let buf = &mut self.read_buf;
+                    let end = read_relay(ws, rate, global, trusted, now, &mut out, buf);
                     // The own relay's data is never cut for its pace.
                     if !trusted && let Some(due) = ws.deadline_to_arm(self.opts.unfinished_timeout)
                     {
@@ -512,7 +516,7 @@ impl Shell {
             }
             Some(SlotKind::OwnSink {
                 conn: Conn::Ws(ws), ..
-            }) => again = ws.on_ready(&mut out, READ_BUDGET, now),
+            }) => again = ws.on_ready(&mut out, READ_BUDGET, now, &mut self.read_buf),
             Some(SlotKind::Info {
                 conn: Conn::Http(get),
                 ..

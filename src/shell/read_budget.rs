@@ -4,7 +4,7 @@
 //! Each frame costs a JSON parse and usually a signature check (about
 //! 50 µs). Every frame counts, whatever its kind (text, binary, ping,
 //! pong, a fragment), and large ones count once more per 4 KiB
-//! (`FrameFilter::cost`), so a relay streaming binary frames or pings is
+//! (`WsReader::cost`), so a relay streaming binary frames or pings is
 //! read no faster than one streaming events. A relay that floods events as fast as it can would otherwise get
 //! as much CPU as the loop has, and a burst from one relay would delay every
 //! other relay's frames behind it. Past its allowance the shell simply stops
@@ -90,9 +90,9 @@ pub(crate) enum ReadEnd {
     Throttled(Time),
 }
 
-/// One turn of reads from a relay connection, within the turn budget and
-/// (unless `trusted`, the own relay) the connection's and all relays'
-/// per-second allowances.
+/// One turn of reads from a relay connection into `buf` (the loop's one
+/// read buffer), within the turn budget and (unless `trusted`, the own
+/// relay) the connection's and all relays' per-second allowances.
 pub(crate) fn read_relay(
     ws: &mut WsConnection,
     rate: &mut ReadRate,
@@ -100,9 +100,10 @@ pub(crate) fn read_relay(
     trusted: bool,
     now: Time,
     out: &mut Vec<WsEvent>,
+    buf: &mut [u8],
 ) -> ReadEnd {
     if trusted {
-        return match ws.on_ready(out, READ_BUDGET, now) {
+        return match ws.on_ready(out, READ_BUDGET, now, buf) {
             true => ReadEnd::More,
             false => ReadEnd::Done,
         };
@@ -114,7 +115,7 @@ pub(crate) fn read_relay(
     if allowance == 0 {
         return ReadEnd::Throttled(refill_at(rate, global, now));
     }
-    let more = ws.on_ready(out, allowance, now);
+    let more = ws.on_ready(out, allowance, now, buf);
     rate.spend(ws.spent());
     global.spend(ws.spent());
     match (more, rate.allowance(now).min(global.allowance(now)) > 0) {

@@ -1,120 +1,142 @@
 //! One client websocket over a non-blocking socket: TCP connect, optional
-//! TLS, the websocket handshake, then text frames — each step resumed on
+//! TLS, the websocket handshake, then frames — each step resumed on
 //! readiness, never blocking the loop.
 //!
-//! tungstenite does the websocket protocol; this file only sequences the
-//! phases and maps tungstenite's non-blocking semantics onto the loop: a
-//! frame written while the socket would block stays in tungstenite's buffer
-//! and goes out on the next flush, so it is never sent twice. mio readiness
-//! is edge-triggered, so reads go on until `WouldBlock` — or until the
-//! caller's frame budget is spent, in which case the caller must come back
-//! (see [`WsConnection::on_ready`]): a relay that floods faster than we
-//! read cannot keep the loop to itself.
+//! tungstenite does the handshake; after it, the frames are ours: every
+//! socket is read into one loop-wide buffer (the caller's), parsed by a
+//! [`WsReader`] that keeps only an unfinished message per connection, and
+//! every frame we send is written to the socket at once by a [`WsWriter`]
+//! that keeps only what the socket did not take. So an idle connection
+//! holds no read or write buffer of its own (tungstenite's would each stay
+//! at the largest frame the connection ever carried).
 //!
-//! Incoming bytes pass through a [`FrameFilter`] before tungstenite sees
-//! them: every frame is counted against the read budget, a message over
-//! the size cap is skipped (reported, never buffered), and an unfinished
-//! message is visible to the loop, which gives it a deadline. Outgoing
-//! bytes are counted too, so the write cap covers everything we hold for a
-//! peer: tungstenite's buffer and our backlog together.
+//! mio readiness is edge-triggered, so reads go on until `WouldBlock` — or
+//! until the caller's frame budget is spent, in which case the caller must
+//! come back (see [`WsConnection::on_ready`]): a relay that floods faster
+//! than we read cannot keep the loop to itself. Every frame is counted
+//! against that budget, a message over the size cap is skipped (reported,
+//! never buffered), and an unfinished message is visible to the loop,
+//! which gives it a deadline. Outgoing bytes not yet taken by the socket
+//! count against the write cap.
 //!
 //! [`HttpGet`] is the one other client the loop runs: the NIP-11 fetch, a
 //! single HTTP GET to the same host and port as the websocket. It shares
 //! the connect and TLS phases (so the same roots, private CAs and name
 //! checks apply) and leaves what the bytes mean to `info_fetch`.
 
+use std::cell::RefCell;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use log::debug;
 use mio::net::TcpStream;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
-use tungstenite::error::ProtocolError;
+use tungstenite::HandshakeError;
 use tungstenite::handshake::MidHandshake;
 use tungstenite::handshake::client::ClientHandshake;
 use tungstenite::protocol::WebSocketConfig;
-use tungstenite::{HandshakeError, Message, WebSocket};
+use tungstenite::protocol::frame::Frame;
+use tungstenite::protocol::frame::coding::{Data, OpCode};
 
-use crate::sans_io::frame_filter::FrameFilter;
 use crate::sans_io::info_fetch::{Progress, ResponseReader};
 use crate::sans_io::time::Time;
+use crate::sans_io::ws_reader::{Incoming, WsReader};
+use crate::sans_io::ws_writer::WsWriter;
 use crate::shell::tls::MaybeTls;
 
 /// The engine's client stream.
 pub(crate) type Stream = MaybeTls<ClientConnection, TcpStream>;
 
-/// The stream as tungstenite sees it: incoming bytes filtered and counted,
-/// outgoing bytes counted.
-pub(crate) struct Tapped {
+/// Bytes of the loop-wide read buffer the shell passes to
+/// [`WsConnection::on_ready`].
+pub(crate) const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Bytes read per unit of read budget left: a read never brings in much
+/// more than the budget pays for (a frame costs at least one unit, see
+/// `WsReader::cost`), so a turn overshoots its budget by little.
+const READ_BYTES_PER_UNIT: usize = 1024;
+
+thread_local! {
+    /// Masks for our frames. The loop is one thread; a generator per
+    /// connection would cost every connection its state.
+    static MASKS: RefCell<SmallRng> = RefCell::new(SmallRng::from_entropy());
+}
+
+/// A fresh mask for a client frame.
+fn mask() -> [u8; 4] {
+    MASKS.with(|rng| rng.borrow_mut().r#gen())
+}
+
+/// The stream as tungstenite's handshake sees it: the upgrade response and
+/// not a byte after it. What a read brought in past the response's end
+/// (frames sent right behind it) is kept for our reader.
+pub(crate) struct Upgrading {
     inner: Stream,
-    filter: FrameFilter,
-    /// Filtered bytes not yet handed to tungstenite.
-    pending: Vec<u8>,
-    /// How many of `pending` were handed.
-    pending_at: usize,
-    /// Bytes the transport took from us.
-    written: u64,
+    /// The current response line had a byte other than `\r`.
+    line_has_text: bool,
+    /// A line ended (so an empty line ends the headers).
+    line_ended: bool,
+    /// The response's headers are complete.
+    done: bool,
+    /// Bytes read past the response.
+    tail: Vec<u8>,
 }
 
-/// `pending` kept between reads at most; a larger one is freed once
-/// drained, so an idle connection holds no read-sized buffer of ours.
-const KEEP_PENDING: usize = 256;
-
-impl Tapped {
-    fn new(inner: Stream, max_frame: usize) -> Tapped {
-        Tapped {
+impl Upgrading {
+    fn new(inner: Stream) -> Upgrading {
+        Upgrading {
             inner,
-            filter: FrameFilter::new(max_frame),
-            pending: Vec::new(),
-            pending_at: 0,
-            written: 0,
+            line_has_text: false,
+            line_ended: false,
+            done: false,
+            tail: Vec::new(),
         }
     }
 
-    fn transport_mut(&mut self) -> &mut TcpStream {
-        self.inner.transport_mut()
-    }
-
-    /// Hands over filtered bytes waiting from an earlier read.
-    fn drain_pending(&mut self, buf: &mut [u8]) -> usize {
-        let n = (self.pending.len() - self.pending_at).min(buf.len());
-        buf[..n].copy_from_slice(&self.pending[self.pending_at..self.pending_at + n]);
-        self.pending_at += n;
-        if self.pending_at == self.pending.len() {
-            self.pending_at = 0;
-            self.pending.clear();
-            if self.pending.capacity() > KEEP_PENDING {
-                self.pending = Vec::new();
+    /// Length of the response's part of `bytes`, if it ends in them: the
+    /// headers end at an empty line (`\r\n` or a bare `\n`, as httparse
+    /// takes them).
+    fn response_end(&mut self, bytes: &[u8]) -> Option<usize> {
+        for (i, &b) in bytes.iter().enumerate() {
+            match b {
+                b'\n' if self.line_ended && !self.line_has_text => return Some(i + 1),
+                b'\n' => {
+                    self.line_ended = true;
+                    self.line_has_text = false;
+                }
+                b'\r' => {}
+                _ => self.line_has_text = true,
             }
         }
-        n
+        None
     }
 }
 
-impl Read for Tapped {
+impl Read for Upgrading {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            if self.pending_at < self.pending.len() || buf.is_empty() {
-                return Ok(self.drain_pending(buf));
+        if self.done {
+            // The handshake has its response; it never asks for more.
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = self.inner.read(buf)?;
+        match self.response_end(&buf[..n]) {
+            Some(end) => {
+                self.done = true;
+                self.tail.extend_from_slice(&buf[end..n]);
+                Ok(end)
             }
-            let n = self.inner.read(buf)?;
-            if n == 0 {
-                return Ok(0);
-            }
-            // Everything read may have been skipped: read on, never
-            // report an end of stream that is not one.
-            self.filter.filter(&buf[..n], &mut self.pending);
+            None => Ok(n),
         }
     }
 }
 
-impl Write for Tapped {
+impl Write for Upgrading {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.written += n as u64;
-        Ok(n)
+        self.inner.write(buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -122,25 +144,15 @@ impl Write for Tapped {
     }
 }
 
-/// Bytes a client frame of `payload` bytes takes on the wire (client frames
-/// are masked).
-fn client_frame_len(payload: usize) -> u64 {
-    let extended = match payload {
-        0..=125 => 0,
-        126..=65_535 => 2,
-        _ => 8,
-    };
-    (2 + extended + 4 + payload) as u64
-}
-
 /// Where a connection stands.
 enum Phase {
     /// TCP connect in flight.
     Connecting(TcpStream),
-    /// TLS and websocket handshakes in flight.
-    Handshaking(MidHandshake<ClientHandshake<Tapped>>),
-    /// Websocket open.
-    Open(WebSocket<Tapped>),
+    /// TLS and websocket handshakes in flight (boxed: an open connection
+    /// should not carry the handshake's size).
+    Handshaking(Box<MidHandshake<ClientHandshake<Upgrading>>>),
+    /// Websocket open: frames are ours.
+    Open(Stream),
     /// Gone; the slot is about to be freed.
     Closed,
 }
@@ -181,17 +193,14 @@ pub(crate) struct WsConnection {
     phase: Phase,
     url: String,
     tls: Option<TlsTarget>,
-    config: WebSocketConfig,
-    /// Frames queued before the websocket opened, sent on the first
-    /// flush. A frame refused by tungstenite's full buffer lands here too,
-    /// but then the write cap, counting both, is passed and the peer cut.
-    backlog: Vec<Message>,
-    /// Frame bytes in `backlog`.
-    backlog_bytes: u64,
-    /// Frame bytes handed to tungstenite so far; less what the transport
-    /// took, that is what tungstenite holds for the peer.
-    handed: u64,
-    /// Budget units (see `FrameFilter::cost`) the current `on_ready` may
+    /// What we hold for the peer's unsent frames at most (the config's
+    /// write buffer limit).
+    write_cap: u64,
+    reader: WsReader,
+    /// Frames not yet taken by the socket, those queued before the
+    /// websocket opened among them.
+    writer: WsWriter,
+    /// Budget units (see `WsReader::cost`) the current `on_ready` may
     /// still spend.
     budget: u64,
     /// Units the last `on_ready` spent.
@@ -232,10 +241,9 @@ impl WsConnection {
             phase: Phase::Connecting(stream),
             url: url.to_owned(),
             tls,
-            config,
-            backlog: Vec::new(),
-            backlog_bytes: 0,
-            handed: 0,
+            reader: WsReader::new(config.max_message_size.unwrap_or(usize::MAX)),
+            write_cap: config.max_write_buffer_size as u64,
+            writer: WsWriter::default(),
             budget: 0,
             spent: 0,
             unfinished_since: None,
@@ -249,8 +257,8 @@ impl WsConnection {
     pub(crate) fn socket(&mut self) -> Option<&mut TcpStream> {
         match &mut self.phase {
             Phase::Connecting(s) => Some(s),
-            Phase::Handshaking(m) => Some(m.get_mut().get_mut().transport_mut()),
-            Phase::Open(ws) => Some(ws.get_mut().transport_mut()),
+            Phase::Handshaking(m) => Some(m.get_mut().get_mut().inner.transport_mut()),
+            Phase::Open(stream) => Some(stream.transport_mut()),
             Phase::Closed => None,
         }
     }
@@ -260,29 +268,32 @@ impl WsConnection {
         matches!(self.phase, Phase::Open(_))
     }
 
-    /// Drives the connection after a readiness event at `now`; appends
-    /// what happened. Reads frames costing at most about `max_frames` (see
-    /// `FrameFilter::cost`: one per frame of any kind, one more per 4 KiB;
-    /// bytes already read ahead may overshoot it a little); returns true
-    /// when it stopped because of that budget, so more may be waiting and
-    /// the caller must call again (readiness will not be reported twice).
+    /// Drives the connection after a readiness event at `now`, reading
+    /// into `buf` (the loop's one read buffer); appends what happened.
+    /// Reads frames costing at most about `max_frames` (see
+    /// `WsReader::cost`: one per frame of any kind, one more per 4 KiB; a
+    /// read may overshoot it a little, see [`READ_BYTES_PER_UNIT`]);
+    /// returns true when it stopped because of that budget, so more may be
+    /// waiting and the caller must call again (readiness will not be
+    /// reported twice).
     pub(crate) fn on_ready(
         &mut self,
         out: &mut Vec<WsEvent>,
         max_frames: usize,
         now: Time,
+        buf: &mut [u8],
     ) -> bool {
         self.budget = max_frames as u64;
-        let cost_before = self.cost();
+        let cost_before = self.reader.cost();
         let phase = std::mem::replace(&mut self.phase, Phase::Closed);
         self.phase = match phase {
-            Phase::Connecting(tcp) => self.finish_tcp(tcp, out),
-            Phase::Handshaking(mid) => self.resume(mid.handshake(), out),
-            Phase::Open(ws) => self.pump(ws, out),
+            Phase::Connecting(tcp) => self.finish_tcp(tcp, out, buf),
+            Phase::Handshaking(mid) => self.resume((*mid).handshake(), out, buf),
+            Phase::Open(stream) => self.pump(stream, out, buf),
             Phase::Closed => Phase::Closed,
         };
-        self.spent = self.cost().saturating_sub(cost_before);
-        let unfinished = self.filter().is_some_and(FrameFilter::unfinished);
+        self.spent = self.reader.cost().saturating_sub(cost_before);
+        let unfinished = self.is_open() && self.reader.unfinished();
         self.unfinished_since = match (unfinished, self.unfinished_since) {
             (false, _) => None,
             (true, since) => since.or(Some(now)),
@@ -327,42 +338,15 @@ impl WsConnection {
         }
     }
 
-    /// Bytes tungstenite may hold for the unfinished message.
+    /// Bytes held for the unfinished message.
     pub(crate) fn held(&self) -> u64 {
-        self.filter().map_or(0, FrameFilter::held)
-    }
-
-    fn filter(&self) -> Option<&FrameFilter> {
-        match &self.phase {
-            Phase::Open(ws) => Some(&ws.get_ref().filter),
-            Phase::Handshaking(m) => Some(&m.get_ref().get_ref().filter),
-            _ => None,
-        }
-    }
-
-    fn cost(&self) -> u64 {
-        self.filter().map_or(0, FrameFilter::cost)
-    }
-
-    /// Frame bytes we hold for the peer: in tungstenite's buffer (handed
-    /// but not taken by the transport) and in the backlog.
-    fn unsent(&self) -> u64 {
-        let written = match &self.phase {
-            Phase::Open(ws) => ws.get_ref().written,
-            _ => 0,
-        };
-        self.handed.saturating_sub(written) + self.backlog_bytes
-    }
-
-    /// The write cap: tungstenite's buffer limit, which also bounds the
-    /// backlog, so together they never hold more than it.
-    fn write_cap(&self) -> u64 {
-        self.config.max_write_buffer_size as u64
+        self.reader.held()
     }
 
     /// Queues a text frame; it leaves on this or a later flush.
     pub(crate) fn send_text(&mut self, text: String, out: &mut Vec<WsEvent>) {
-        self.send(Message::text(text), out);
+        let frame = Frame::message(text.into_bytes(), OpCode::Data(Data::Text), true);
+        self.send(frame, out);
     }
 
     /// Queues a ping carrying a number of its own, so that only its pong
@@ -371,46 +355,30 @@ impl WsConnection {
         self.pings += 1;
         let payload = self.pings.to_be_bytes();
         self.ping_out = Some(payload);
-        self.send(Message::Ping(payload.to_vec().into()), out);
+        self.send(Frame::ping(payload.to_vec()), out);
     }
 
     /// Starts a clean close (close frame, best effort); the caller drops
     /// the connection afterwards.
     pub(crate) fn close(&mut self) {
-        if let Phase::Open(ws) = &mut self.phase {
-            let _ = ws.close(None);
-            let _ = ws.flush();
+        if self.is_open() {
+            self.writer.queue(Frame::close(None), mask());
+            self.flush(&mut Vec::new());
         }
         self.phase = Phase::Closed;
     }
 
-    fn send(&mut self, message: Message, out: &mut Vec<WsEvent>) {
-        let Phase::Open(ws) = &mut self.phase else {
-            self.hold(message, out);
+    /// Queues `frame` and sends what the socket takes, unless the peer
+    /// has left more than the write cap unread: a slow or hostile peer
+    /// must not grow our memory.
+    fn send(&mut self, frame: Frame, out: &mut Vec<WsEvent>) {
+        if matches!(self.phase, Phase::Closed) {
             return;
-        };
-        let len = client_frame_len(message.len());
-        match ws.write(message) {
-            Ok(()) => self.handed += len,
-            Err(tungstenite::Error::WriteBufferFull(m)) => self.hold(*m, out),
-            Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => {
-                out.push(WsEvent::Closed(format!("write: {e}")));
-                self.phase = Phase::Closed;
-                return;
-            }
         }
+        self.writer.queue(frame, mask());
         self.flush(out);
-    }
-
-    /// Keeps a frame for a later flush, unless the peer has left more than
-    /// the write cap unread (counting tungstenite's buffer): a slow or
-    /// hostile peer must not grow our memory.
-    fn hold(&mut self, message: Message, out: &mut Vec<WsEvent>) {
-        self.backlog_bytes += client_frame_len(message.len());
-        self.backlog.push(message);
-        let unsent = self.unsent();
-        if unsent > self.write_cap() {
+        let unsent = self.writer.len();
+        if unsent > self.write_cap && !matches!(self.phase, Phase::Closed) {
             out.push(WsEvent::Closed(format!(
                 "peer not reading: {unsent} bytes waiting"
             )));
@@ -418,41 +386,19 @@ impl WsConnection {
         }
     }
 
+    /// Writes what waits until the socket would block.
     fn flush(&mut self, out: &mut Vec<WsEvent>) {
-        let Phase::Open(ws) = &mut self.phase else {
+        let Phase::Open(stream) = &mut self.phase else {
             return;
         };
-        while !self.backlog.is_empty() {
-            let message = self.backlog.remove(0);
-            let len = client_frame_len(message.len());
-            self.backlog_bytes -= len;
-            match ws.write(message) {
-                Ok(()) => self.handed += len,
-                Err(tungstenite::Error::WriteBufferFull(m)) => {
-                    self.backlog_bytes += len;
-                    self.backlog.insert(0, *m);
-                    break;
-                }
-                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    out.push(WsEvent::Closed(format!("write: {e}")));
-                    self.phase = Phase::Closed;
-                    return;
-                }
-            }
-        }
-        match ws.flush() {
-            Ok(()) => {}
-            Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => {
-                out.push(WsEvent::Closed(format!("flush: {e}")));
-                self.phase = Phase::Closed;
-            }
+        if let Err(e) = write_out(stream, &mut self.writer) {
+            out.push(WsEvent::Closed(format!("write: {e}")));
+            self.phase = Phase::Closed;
         }
     }
 
     /// The TCP connect finished (or failed): start TLS and the websocket handshake.
-    fn finish_tcp(&mut self, tcp: TcpStream, out: &mut Vec<WsEvent>) -> Phase {
+    fn finish_tcp(&mut self, tcp: TcpStream, out: &mut Vec<WsEvent>, buf: &mut [u8]) -> Phase {
         let stream = match dial(tcp, self.tls.as_ref()) {
             Dialed::Pending(tcp) => return Phase::Connecting(tcp),
             Dialed::Failed(reason) => {
@@ -461,10 +407,14 @@ impl WsConnection {
             }
             Dialed::Ready(stream) => stream,
         };
-        let stream = Tapped::new(stream, self.config.max_frame_size.unwrap_or(usize::MAX));
-        let started = ClientHandshake::start(stream, self.request(), Some(self.config));
+        // The websocket tungstenite makes at the end is dropped at once;
+        // without buffers it allocates nothing.
+        let config = WebSocketConfig::default()
+            .read_buffer_size(0)
+            .write_buffer_size(0);
+        let started = ClientHandshake::start(Upgrading::new(stream), self.request(), Some(config));
         match started {
-            Ok(mid) => self.resume(mid.handshake(), out),
+            Ok(mid) => self.resume(mid.handshake(), out, buf),
             Err(e) => {
                 out.push(WsEvent::Closed(format!("handshake: {e}")));
                 Phase::Closed
@@ -481,25 +431,32 @@ impl WsConnection {
     fn resume(
         &mut self,
         result: Result<
-            (WebSocket<Tapped>, tungstenite::handshake::client::Response),
-            HandshakeError<ClientHandshake<Tapped>>,
+            (
+                tungstenite::WebSocket<Upgrading>,
+                tungstenite::handshake::client::Response,
+            ),
+            HandshakeError<ClientHandshake<Upgrading>>,
         >,
         out: &mut Vec<WsEvent>,
+        buf: &mut [u8],
     ) -> Phase {
         match result {
             Ok((ws, _)) => {
                 debug!("{}: websocket open", self.url);
                 out.push(WsEvent::Open);
-                self.phase = Phase::Open(ws);
+                let Upgrading { inner, tail, .. } = ws.into_inner();
+                self.phase = Phase::Open(inner);
                 self.flush(out);
-                // Data may have arrived with the handshake response.
-                let phase = std::mem::replace(&mut self.phase, Phase::Closed);
-                match phase {
-                    Phase::Open(ws) => self.pump(ws, out),
+                // Frames may have arrived with the handshake response.
+                if !tail.is_empty() {
+                    self.take_bytes(&tail, out);
+                }
+                match std::mem::replace(&mut self.phase, Phase::Closed) {
+                    Phase::Open(stream) => self.pump(stream, out, buf),
                     other => other,
                 }
             }
-            Err(HandshakeError::Interrupted(mid)) => Phase::Handshaking(mid),
+            Err(HandshakeError::Interrupted(mid)) => Phase::Handshaking(Box::new(mid)),
             Err(HandshakeError::Failure(tungstenite::Error::Http(response))) => {
                 out.push(WsEvent::Refused(response.status().as_u16()));
                 Phase::Closed
@@ -511,61 +468,109 @@ impl WsConnection {
         }
     }
 
-    /// Reads the frames available (within the budget), then flushes what
-    /// is waiting. Each read is charged what the filter saw it cost; one
-    /// served from bytes read ahead costs nothing more, and those are few.
-    fn pump(&mut self, mut ws: WebSocket<Tapped>, out: &mut Vec<WsEvent>) -> Phase {
+    /// Reads what is available (within the budget) into `buf`, then
+    /// flushes what is waiting. Each read is charged what the reader saw
+    /// it cost.
+    fn pump(&mut self, mut stream: Stream, out: &mut Vec<WsEvent>, buf: &mut [u8]) -> Phase {
         while self.budget > 0 {
-            let before = ws.get_ref().filter.cost();
-            let read = ws.read();
-            let cost = ws.get_ref().filter.cost() - before;
-            self.budget = self.budget.saturating_sub(cost);
-            let skipped = ws.get_mut().filter.take_skipped();
-            out.extend(skipped.into_iter().map(WsEvent::Oversized));
-            match read {
-                Ok(Message::Text(t)) => out.push(WsEvent::Text(t.as_str().to_owned())),
-                Ok(Message::Pong(data)) => {
-                    if self.ping_out.is_some_and(|p| data[..] == p[..]) {
-                        self.ping_out = None;
-                        out.push(WsEvent::Pong);
-                    }
-                }
-                Ok(Message::Binary(_)) | Ok(Message::Ping(_)) | Ok(Message::Frame(_)) => {}
-                Ok(Message::Close(frame)) => {
-                    let _ = ws.flush();
-                    out.push(WsEvent::Closed(format!("closed by relay: {frame:?}")));
-                    return Phase::Closed;
-                }
-                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // Nothing more is waiting; the budget is not spent.
-                    self.budget = self.budget.max(1);
-                    break;
-                }
-                // A peer that drops the TCP connection without a close frame
-                // is rude but common (restarts, crashes): not a violation.
-                Err(tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake)) => {
+            let limit = buf.len().min(
+                usize::try_from(self.budget)
+                    .unwrap_or(usize::MAX)
+                    .saturating_mul(READ_BYTES_PER_UNIT),
+            );
+            match stream.read(&mut buf[..limit]) {
+                // A peer that drops the TCP connection without a close
+                // frame is rude but common (restarts, crashes): not a
+                // violation.
+                Ok(0) => {
                     out.push(WsEvent::Closed(
                         "reset without closing handshake".to_owned(),
                     ));
                     return Phase::Closed;
                 }
-                Err(
-                    e @ (tungstenite::Error::Capacity(_)
-                    | tungstenite::Error::Protocol(_)
-                    | tungstenite::Error::Utf8(_)),
-                ) => {
-                    out.push(WsEvent::Violation(format!("read: {e}")));
-                    return Phase::Closed;
+                Ok(n) => {
+                    self.phase = Phase::Open(stream);
+                    self.take_bytes(&buf[..n], out);
+                    match std::mem::replace(&mut self.phase, Phase::Closed) {
+                        Phase::Open(s) => stream = s,
+                        other => return other,
+                    }
                 }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Nothing more is waiting; the budget is not spent.
+                    self.budget = self.budget.max(1);
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     out.push(WsEvent::Closed(format!("read: {e}")));
                     return Phase::Closed;
                 }
             }
         }
-        self.phase = Phase::Open(ws);
+        self.phase = Phase::Open(stream);
         self.flush(out);
         std::mem::replace(&mut self.phase, Phase::Closed)
+    }
+
+    /// Reads `bytes` (all of them, charged to the budget) and acts on what
+    /// they complete. May leave the connection closed.
+    fn take_bytes(&mut self, bytes: &[u8], out: &mut Vec<WsEvent>) {
+        let before = self.reader.cost();
+        let mut incoming = Vec::new();
+        let read = self.reader.handle_bytes(bytes, &mut incoming);
+        self.budget = self
+            .budget
+            .saturating_sub(self.reader.cost().saturating_sub(before));
+        for message in incoming {
+            self.on_message(message, out);
+        }
+        if let Err(violation) = read {
+            out.push(WsEvent::Violation(format!("read: {violation}")));
+            self.phase = Phase::Closed;
+        }
+    }
+
+    /// Acts on one message from the relay.
+    fn on_message(&mut self, message: Incoming, out: &mut Vec<WsEvent>) {
+        match message {
+            Incoming::Text(text) => out.push(WsEvent::Text(text)),
+            Incoming::Oversized(bytes) => out.push(WsEvent::Oversized(bytes)),
+            Incoming::Binary(_) => {}
+            Incoming::Ping(payload) => self.send(Frame::pong(payload), out),
+            Incoming::Pong(payload) => {
+                if self.ping_out.is_some_and(|p| payload[..] == p[..]) {
+                    self.ping_out = None;
+                    out.push(WsEvent::Pong);
+                }
+            }
+            Incoming::Close(frame) => {
+                // The close handshake: answer with the relay's close.
+                let reason = format!("closed by relay: {frame:?}");
+                self.writer.queue(Frame::close(frame), mask());
+                self.flush(out);
+                out.push(WsEvent::Closed(reason));
+                self.phase = Phase::Closed;
+            }
+        }
+    }
+}
+
+/// Writes `writer`'s waiting bytes to `stream` until it would block, then
+/// flushes (over TLS that sends the records rustls made).
+fn write_out(stream: &mut Stream, writer: &mut WsWriter) -> io::Result<()> {
+    while writer.len() > 0 {
+        match stream.write(writer.unsent()) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => writer.advance(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match stream.flush() {
+        Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -739,12 +744,33 @@ impl HttpGet {
 mod tests {
     use super::*;
 
+    /// Where `Upgrading` finds the response's end, fed `pieces` in order:
+    /// the offset in the piece that holds it.
+    fn response_end(pieces: &[&[u8]]) -> Option<(usize, usize)> {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let stream = MaybeTls::Plain(TcpStream::connect(addr).unwrap());
+        let mut up = Upgrading::new(stream);
+        pieces
+            .iter()
+            .enumerate()
+            .find_map(|(k, piece)| up.response_end(piece).map(|end| (k, end)))
+    }
+
     #[test]
-    fn client_frames_count_their_header_and_mask() {
-        assert_eq!(client_frame_len(0), 6);
-        assert_eq!(client_frame_len(125), 131);
-        assert_eq!(client_frame_len(126), 134);
-        assert_eq!(client_frame_len(65_535), 65_543);
-        assert_eq!(client_frame_len(65_536), 65_550);
+    fn the_upgrade_response_ends_at_its_empty_line_in_any_piece() {
+        let response = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x00";
+        let end = response.len() - 2;
+        assert_eq!(response_end(&[response]), Some((0, end)));
+        for cut in 1..response.len() {
+            let (a, b) = response.split_at(cut);
+            let found = response_end(&[a, b]).map(|(k, at)| if k == 0 { at } else { cut + at });
+            assert_eq!(found, Some(end), "cut at {cut}");
+        }
+        assert_eq!(
+            response_end(&[b"HTTP/1.1 101 OK\nUpgrade: websocket\n\nX"]),
+            Some((0, 36))
+        );
+        assert_eq!(response_end(&[b"HTTP/1.1 101 OK\r\nUpgrade: web"]), None);
     }
 }

@@ -89,6 +89,8 @@ use slab::Slab;
 use tungstenite::handshake::MidHandshake;
 use tungstenite::handshake::server::{Callback, ErrorResponse, Request, Response, ServerHandshake};
 use tungstenite::protocol::WebSocketConfig;
+use tungstenite::protocol::frame::Frame;
+use tungstenite::protocol::frame::coding::{Data as OpData, OpCode};
 use tungstenite::{HandshakeError, Message, WebSocket};
 
 use crate::shell::tls::MaybeTls;
@@ -316,6 +318,9 @@ enum Command {
         ids: Vec<EventId>,
         reply: Sender<usize>,
     },
+    Unfinished {
+        bytes: usize,
+    },
     Stop,
 }
 
@@ -507,6 +512,16 @@ impl RelayFarm {
             reply,
         });
         if sent { answer.recv().unwrap_or(0) } else { 0 }
+    }
+
+    /// Every open connection sends the first fragment (no FIN) of a text
+    /// message of `bytes` bytes and an unsolicited pong, then nothing but
+    /// control frames ([`Fault::NeverFinished`], on the whole farm: the
+    /// demo measures what unfinished messages cost). Returns at once.
+    ///
+    /// [`Fault::NeverFinished`]: super::fault::Fault::NeverFinished
+    pub fn send_unfinished(&self, bytes: usize) {
+        self.send(Command::Unfinished { bytes });
     }
 
     /// The farm's counters (atomic loads; cheap, callable from any thread).
@@ -722,6 +737,8 @@ struct Conn {
     /// tungstenite (or rustls) holds bytes the socket did not take: wait
     /// for writability before handing over more.
     blocked: bool,
+    /// A message was begun and is never finished: nothing else is sent.
+    mute: bool,
 }
 
 impl Conn {
@@ -741,6 +758,10 @@ impl Conn {
         let Phase::Open(ws) = &mut self.phase else {
             return Ok(());
         };
+        if self.mute {
+            self.out.clear();
+            self.queued = 0;
+        }
         if self.blocked {
             match ws.flush() {
                 Ok(()) => self.blocked = false,
@@ -787,6 +808,24 @@ impl Conn {
                 Ok(())
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Sends the first fragment of a `bytes`-byte text message and an
+    /// unsolicited pong; from now on the connection sends nothing else.
+    fn begin_unfinished(&mut self, bytes: usize) {
+        let Phase::Open(ws) = &mut self.phase else {
+            return;
+        };
+        self.mute = true;
+        let fragment = Frame::message(vec![b'x'; bytes], OpCode::Data(OpData::Text), false);
+        for frame in [fragment, Frame::pong(Vec::new())] {
+            if ws.write(Message::Frame(frame)).is_err() {
+                self.blocked = true;
+            }
+        }
+        if ws.flush().is_err() {
+            self.blocked = true;
         }
     }
 
@@ -914,6 +953,11 @@ impl Farm {
                         .get(relay)
                         .map_or(0, |r| ids.iter().filter(|id| r.store.contains(id)).count());
                     let _ = reply.send(count);
+                }
+                Command::Unfinished { bytes } => {
+                    for (_, conn) in self.conns.iter_mut() {
+                        conn.begin_unfinished(bytes);
+                    }
                 }
                 Command::Stop => return false,
             }
@@ -1072,6 +1116,7 @@ impl Farm {
             out: VecDeque::new(),
             queued: 0,
             blocked: false,
+            mute: false,
         };
         if let Some(challenge) = challenge {
             // Sent as soon as the websocket is open: the first thing queued.

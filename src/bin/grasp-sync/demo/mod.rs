@@ -31,6 +31,7 @@ mod engine_process;
 mod restart;
 mod scenario;
 mod shards;
+mod unfinished;
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -76,6 +77,10 @@ pub struct DemoOptions {
     /// Engines run side by side, one per shard (`--shard I/N`) of the
     /// remote relays, over the one own relay.
     pub shards: u32,
+    /// After converging (and idling), every relay leaves a message of
+    /// this many KiB unfinished, and the engine's RSS is measured (see
+    /// `unfinished`); 0 for none.
+    pub unfinished_kib: u64,
 }
 
 impl DemoOptions {
@@ -108,6 +113,7 @@ impl Default for DemoOptions {
             chaos: false,
             busy: None,
             shards: 1,
+            unfinished_kib: 0,
         }
     }
 }
@@ -228,11 +234,12 @@ pub fn parse_args(args: &[String]) -> Result<DemoOptions, String> {
             "--idle-secs" => opts.idle = value("seconds")?,
             "--busy" => opts.busy = Some(value("an integer")? as usize),
             "--shards" => opts.shards = value("a positive integer")?.clamp(1, 64) as u32,
+            "--unfinished-kib" => opts.unfinished_kib = value("KiB")?,
             "--tls" if inline.is_none() => opts.tls = true,
             "--chaos" if inline.is_none() => opts.chaos = true,
             _ => {
                 return Err(format!(
-                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls --chaos --busy --shards)"
+                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls --chaos --busy --shards --unfinished-kib)"
                 ));
             }
         }
@@ -321,6 +328,9 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
     let progress = drive(&farm, &engine, &scenario, started + opts.timeout, started);
     let converged = started.elapsed();
     let idle = measure_idle(&engine, opts.idle);
+    if opts.unfinished_kib > 0 {
+        unfinished::measure(&farm, &engine, opts.unfinished_kib);
+    }
     let (peak_rss_kib, _) = engine.rss_kib();
     let metric = |name: &str| engine.metric(name).unwrap_or(0);
     let idle_text = idle.map_or(String::new(), |i| {
