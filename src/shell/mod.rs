@@ -138,11 +138,6 @@ const WRITE_CAP: usize = 1 << 20;
 /// `unfinished_timeout`. A relay whose message would pass it is cut.
 const GLOBAL_HELD_CAP: u64 = 64 << 20;
 
-/// Unfinished messages smaller than this are not summed for the global
-/// cap (a relay's read-ahead is this order of size anyway); summing costs
-/// a pass over the connections, so only large messages pay for it.
-const HELD_WORTH_SUMMING: u64 = 64 << 10;
-
 /// How often memory freed after a burst is handed back to the OS.
 const TRIM_EVERY: Duration = Duration::from_secs(10);
 
@@ -400,6 +395,7 @@ impl Shell {
             opened: false,
             rate,
             throttled: false,
+            held: 0,
         };
         match self.start_conn(url, Transport::Ws, trusted, now, kind) {
             Ok(token) => {
@@ -473,7 +469,7 @@ impl Shell {
         let mut again = false;
         let mut fetched = GetEvent::Pending;
         let mut defer = None;
-        let mut over_held = false;
+        let mut held = None;
         match self.slots.get_mut(token).map(|s| &mut s.kind) {
             Some(SlotKind::Relay {
                 relay,
@@ -501,7 +497,7 @@ impl Shell {
                         self.timers
                             .insert(due.as_millis(), ShellTimer::Unfinished(token));
                     }
-                    over_held = !trusted && ws.held() >= HELD_WORTH_SUMMING;
+                    held = (!trusted).then(|| ws.held());
                     match end {
                         ReadEnd::Done => {}
                         ReadEnd::More => again = true,
@@ -537,27 +533,12 @@ impl Shell {
         }
         self.handle_ws_events(token, &mut out, now);
         self.scratch = out;
-        if over_held && self.held_total() > GLOBAL_HELD_CAP {
+        if let Some(held) = held
+            && self.slots.set_held(token, held) > GLOBAL_HELD_CAP
+            && held > 0
+        {
             self.fail_slot(token, "unfinished messages over the global cap", now);
         }
-    }
-
-    /// Bytes held for unfinished messages of remote relays, counting those
-    /// worth summing (see [`HELD_WORTH_SUMMING`]).
-    fn held_total(&self) -> u64 {
-        self.slots
-            .iter()
-            .filter_map(|(_, kind)| match kind {
-                SlotKind::Relay {
-                    relay,
-                    conn: Conn::Ws(ws),
-                    ..
-                } if *relay != self.engine.own_relay() => {
-                    Some(ws.held()).filter(|h| *h >= HELD_WORTH_SUMMING)
-                }
-                _ => None,
-            })
-            .sum()
     }
 
     /// An unfinished message's deadline: a relay still in the middle of

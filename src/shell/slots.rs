@@ -65,6 +65,9 @@ pub(super) enum SlotKind {
         rate: ReadRate,
         /// Reads stopped until the rate window refills (a timer is armed).
         throttled: bool,
+        /// Bytes of unfinished messages this connection holds, as last
+        /// counted into [`Slots::held_total`].
+        held: u64,
     },
     OwnSink {
         conn: Conn,
@@ -106,6 +109,10 @@ pub(super) struct Slots {
     /// connects needs at most twice the sockets the operator allowed for,
     /// never more.
     info_inflight: usize,
+    /// Bytes all remote relay connections hold for unfinished messages:
+    /// kept as a running sum, so checking the global cap costs nothing
+    /// however many relays hold a little.
+    held_total: u64,
 }
 
 impl Slots {
@@ -157,7 +164,24 @@ impl Slots {
             SlotKind::Info { .. } => self.info_inflight -= 1,
             _ => {}
         }
+        if let SlotKind::Relay { held, .. } = slot.kind {
+            self.held_total -= held;
+        }
         Some(slot.kind)
+    }
+
+    /// Records that relay slot `token` now holds `held` bytes of unfinished
+    /// messages; returns what all relay slots hold together.
+    pub(super) fn set_held(&mut self, token: Token, held: u64) -> u64 {
+        if let Some(Slot {
+            kind: SlotKind::Relay { held: counted, .. },
+            ..
+        }) = self.get_mut(token)
+        {
+            let before = std::mem::replace(counted, held);
+            self.held_total = self.held_total - before + held;
+        }
+        self.held_total
     }
 
     /// Every occupied slot's token and kind.
@@ -255,6 +279,40 @@ mod tests {
         assert_eq!(slots.info_inflight(), 1);
         slots.remove(b);
         assert_eq!(slots.info_inflight(), 0);
+    }
+
+    /// A relay connection still resolving: enough to count what it holds.
+    fn relay(relay: u32) -> SlotKind {
+        let SlotKind::Info { conn, .. } = resolving(relay) else {
+            unreachable!("resolving builds a fetch slot")
+        };
+        SlotKind::Relay {
+            relay: RelayId(relay),
+            conn,
+            opened: false,
+            rate: ReadRate::new(100, crate::sans_io::time::Time::from_millis(0)),
+            throttled: false,
+            held: 0,
+        }
+    }
+
+    #[test]
+    fn held_bytes_are_a_running_sum_that_a_removed_slot_leaves() {
+        let poll = Poll::new().unwrap();
+        let mut slots = Slots::default();
+        let tokens: Vec<Token> = (0..1000)
+            .map(|i| slots.insert(relay(i), poll.registry()).unwrap())
+            .collect();
+        // A thousand relays each holding a little add up, however small.
+        for t in &tokens {
+            slots.set_held(*t, 1000);
+        }
+        assert_eq!(slots.set_held(tokens[0], 1000), 1_000_000);
+        assert_eq!(slots.set_held(tokens[0], 0), 999_000, "a finished message");
+        slots.remove(tokens[1]);
+        slots.remove(tokens[1]);
+        assert_eq!(slots.set_held(tokens[2], 1000), 998_000, "counted out once");
+        assert_eq!(slots.set_held(tokens[1], 5000), 998_000, "a stale token");
     }
 
     #[test]
