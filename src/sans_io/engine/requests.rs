@@ -10,9 +10,11 @@
 //! live subscriptions and re-packs them, `since` reaching back over any gap.
 
 use log::{debug, info};
-use nostr::prelude::{Filter, Timestamp};
+use nostr::prelude::Timestamp;
 
-use super::relay::{ItemState, LiveMode};
+use std::collections::HashSet;
+
+use super::relay::{ItemState, Limits, LiveMode};
 use super::{Action, Engine, Status, Timer};
 use crate::sans_io::filters::{
     Encoded, REPO_FILTERS_PER_CHUNK, ROOT_FILTERS_PER_CHUNK, announcement_filter, chunk_filters,
@@ -58,8 +60,15 @@ impl Engine {
                 let state = self.relay(relay);
                 state.uncovered_since = Some(state.uncovered_since.map_or(now, |t| t.min(now)));
             }
+            let covers = (purpose == Purpose::Live).then(|| {
+                chunks
+                    .iter()
+                    .flat_map(|w| w.items.iter().copied())
+                    .collect()
+            });
             let scope = Scope::Exact;
-            self.open_subscription(relay, filters, purpose, scope, chunks, 1, now, now);
+            let id = self.open_subscription(relay, filters, purpose, scope, chunks, 1, now, now);
+            self.set_cover(relay, id, covers, false);
         }
         self.maybe_consolidate(relay, now);
     }
@@ -288,60 +297,98 @@ impl Engine {
         with_confirmed: bool,
         now: Time,
     ) {
-        let limit = self.page_limit(relay);
-        let confirmed: Vec<Item> = if with_confirmed {
-            let mut items: Vec<Item> = self.relays[relay.index()]
-                .items
-                .iter()
-                .filter(|(_, s)| s.state == ItemState::Confirmed)
-                .map(|(i, _)| *i)
-                .collect();
-            items.sort_unstable();
-            items
+        let confirmed = if with_confirmed {
+            self.confirmed_items(relay)
         } else {
             Vec::new()
         };
-        let per_id_count = self.per_id_filter_count(relay, &confirmed);
-        let state = &self.relays[relay.index()];
-        let budget = (state.limits.subscriptions / 2).max(1);
-        let fits = per_id_count < self.config.consolidation_threshold
-            && (1 + per_id_count).div_ceil(state.limits.filters_per_req) <= budget;
+        let fits = self.per_id_fits(relay, self.per_id_filter_count(relay, &confirmed));
         let mode = if fits {
             LiveMode::PerId
         } else {
             LiveMode::Wide
         };
         self.relay(relay).live_mode = mode;
-        let layer1_since = if std::mem::take(&mut self.relay(relay).layer1_unread) {
-            None
-        } else {
-            since
-        };
-        let mut filters = vec![announcement_filter(layer1_since).limit(limit)];
-        let scope = match mode {
-            LiveMode::PerId => {
-                let per_id = self.per_id_filters(relay, &confirmed, since);
-                filters.extend(per_id.into_iter().map(|f| f.limit(limit)));
-                Scope::Exact
-            }
+        let layer1_since = self.layer1_since(relay, since);
+        let (units, scope) = match mode {
+            LiveMode::PerId => (
+                self.live_units(relay, &confirmed, Some(layer1_since), since),
+                Scope::Exact,
+            ),
             LiveMode::Wide => {
                 let since = since.unwrap_or_else(|| {
                     Timestamp::from_secs(now.saturating_sub(self.config.quick_reconnect).as_secs())
                 });
-                let per_filter = self.relays[relay.index()].limits.kinds.max(1);
-                for kinds in self.config.wide_kinds.chunks(per_filter) {
-                    filters.push(wide_filter(kinds, since).limit(limit));
-                }
-                Scope::Wide
+                (self.wide_units(relay, layer1_since, since), Scope::Wide)
             }
         };
+        let groups = self.pack_units(relay, units);
         debug!(
             "{}: live set of {} filters ({mode:?})",
             self.relay_url(relay),
-            filters.len()
+            groups.iter().map(|g| g.filters.len()).sum::<usize>()
         );
-        for group in self.pack(relay, filters) {
-            self.open_subscription(relay, group, Purpose::Live, scope, Vec::new(), 1, now, now);
+        self.open_live_groups(relay, groups, scope, now);
+    }
+
+    /// Opens one live subscription per group and records what each covers.
+    fn open_live_groups(&mut self, relay: RelayId, groups: Vec<Group>, scope: Scope, now: Time) {
+        for group in groups {
+            let covers = if scope == Scope::Exact {
+                group.covers
+            } else {
+                None
+            };
+            let filters = group.filters;
+            let id = self.open_subscription(
+                relay,
+                filters,
+                Purpose::Live,
+                scope,
+                Vec::new(),
+                1,
+                now,
+                now,
+            );
+            self.set_cover(relay, id, covers, group.layer1);
+        }
+    }
+
+    /// Records what a live subscription covers (see [`Subscription::covers`]).
+    fn set_cover(&mut self, relay: RelayId, id: u64, covers: Option<Vec<Item>>, layer1: bool) {
+        if let Some(s) = self.relay(relay).subs.get_mut(&id) {
+            s.covers = covers.map(Vec::into_boxed_slice);
+            s.layer1 = layer1;
+        }
+    }
+
+    /// The relay's confirmed items, sorted (chunks then hold neighbours).
+    fn confirmed_items(&self, relay: RelayId) -> Vec<Item> {
+        let mut items: Vec<Item> = self.relays[relay.index()]
+            .items
+            .iter()
+            .filter(|(_, s)| s.state == ItemState::Confirmed)
+            .map(|(i, _)| *i)
+            .collect();
+        items.sort_unstable();
+        items
+    }
+
+    /// Whether `per_id` filters (plus Layer 1) fit the consolidation
+    /// threshold and half the relay's subscription budget.
+    fn per_id_fits(&self, relay: RelayId, per_id: usize) -> bool {
+        let limits = self.relays[relay.index()].limits;
+        per_id < self.config.consolidation_threshold
+            && (1 + per_id).div_ceil(limits.filters_per_req) <= live_budget(limits.subscriptions)
+    }
+
+    /// `since` for Layer 1 in a new live set: from the beginning when it
+    /// was refused before it was read to the end.
+    fn layer1_since(&mut self, relay: RelayId, since: Option<Timestamp>) -> Option<Timestamp> {
+        if std::mem::take(&mut self.relay(relay).layer1_unread) {
+            None
+        } else {
+            since
         }
     }
 
@@ -356,46 +403,97 @@ impl Engine {
             + roots.div_ceil(chunk) * ROOT_FILTERS_PER_CHUNK
     }
 
-    fn per_id_filters(
+    /// Layer 1 (when `layer1` is `Some(since)`) and the per-id filters of
+    /// `items` with `since`, one unit per chunk.
+    fn live_units(
         &self,
         relay: RelayId,
         items: &[Item],
+        layer1: Option<Option<Timestamp>>,
         since: Option<Timestamp>,
-    ) -> Vec<Filter> {
+    ) -> Vec<Unit> {
+        let limit = self.page_limit(relay);
         let chunk = self.chunk_size(relay);
+        let mut units = Vec::new();
+        if let Some(layer1_since) = layer1 {
+            let filter = announcement_filter(layer1_since).limit(limit);
+            units.push(Unit {
+                items: Vec::new(),
+                layer1: true,
+                filters: vec![Encoded::new(filter)],
+            });
+        }
         let (repos, roots): (Vec<Item>, Vec<Item>) =
             items.iter().partition(|i| matches!(i, Item::Repo(_)));
-        let mut filters = Vec::new();
         for part in [repos, roots] {
             for c in part.chunks(chunk) {
-                filters.extend(chunk_filters(&self.index, c, since));
+                let filters = chunk_filters(&self.index, c, since);
+                units.push(Unit {
+                    items: c.to_vec(),
+                    layer1: false,
+                    filters: filters
+                        .into_iter()
+                        .map(|f| Encoded::new(f.limit(limit)))
+                        .collect(),
+                });
             }
         }
-        filters
+        units
     }
 
-    /// Splits filters into groups that each fit one REQ of `relay`.
-    fn pack(&self, relay: RelayId, filters: Vec<Filter>) -> Vec<Vec<Encoded>> {
+    /// Layer 1 and the kind-based live filters, as many kinds per filter as
+    /// the relay takes.
+    fn wide_units(&self, relay: RelayId, layer1: Option<Timestamp>, since: Timestamp) -> Vec<Unit> {
+        let limit = self.page_limit(relay);
+        let per_filter = self.relays[relay.index()].limits.kinds.max(1);
+        let announcement = std::iter::once((true, announcement_filter(layer1)));
+        let wide = self
+            .config
+            .wide_kinds
+            .chunks(per_filter)
+            .map(|kinds| (false, wide_filter(kinds, since)));
+        announcement
+            .chain(wide)
+            .map(|(layer1, f)| Unit {
+                items: Vec::new(),
+                layer1,
+                filters: vec![Encoded::new(f.limit(limit))],
+            })
+            .collect()
+    }
+
+    /// Packs units into groups that each fit one REQ of `relay`, a unit's
+    /// filters together so its items count as covered by one subscription.
+    /// A unit too big for any REQ is split filter by filter; the groups it
+    /// lands in then cover nothing known.
+    fn pack_units(&self, relay: RelayId, units: Vec<Unit>) -> Vec<Group> {
         let limits = self.relays[relay.index()].limits;
-        let mut groups: Vec<Vec<Encoded>> = Vec::new();
-        let mut bytes = 0;
-        for filter in filters {
-            let encoded = Encoded::new(filter);
-            let size = encoded.json.len() + 1;
-            let start_new = match groups.last() {
-                None => true,
-                Some(g) => g.len() >= limits.filters_per_req || bytes + size > limits.message_bytes,
-            };
-            if start_new {
-                groups.push(Vec::new());
-                bytes = 32;
+        let mut packer = Packer {
+            limits,
+            groups: Vec::new(),
+            bytes: 0,
+        };
+        for unit in units {
+            let size: usize = unit.filters.iter().map(|f| f.json.len() + 1).sum();
+            let alone = unit.filters.len() <= limits.filters_per_req
+                && REQ_OVERHEAD + size <= limits.message_bytes;
+            if alone {
+                let g = packer.room_for(unit.filters.len(), size);
+                g.filters.extend(unit.filters);
+                if let Some(c) = g.covers.as_mut() {
+                    c.extend(unit.items);
+                }
+                g.layer1 |= unit.layer1;
+                continue;
             }
-            bytes += size;
-            if let Some(g) = groups.last_mut() {
-                g.push(encoded);
+            for filter in unit.filters {
+                let g = packer.room_for(1, filter.json.len() + 1);
+                g.filters.push(filter);
+                g.covers = None;
+                g.layer1 |= unit.layer1;
             }
         }
-        groups
+        packer.groups
     }
 
     /// Consolidates once confirmed items lack live coverage: at once when no
@@ -439,26 +537,13 @@ impl Engine {
             self.relay_url(relay)
         );
         self.stats.consolidations += 1;
-        let live: Vec<u64> = state
-            .subs
-            .iter()
-            .filter(|(_, s)| s.purpose == Purpose::Live)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in live {
-            if let Some(sub) = self.close_subscription(relay, id) {
-                self.continue_work_elsewhere(relay, sub);
-            }
-        }
+        let since = Timestamp::from_secs(since.as_secs());
         let state = self.relay(relay);
         state.consolidating = false;
         state.uncovered_since = None;
-        self.subscribe_live(
-            relay,
-            Some(Timestamp::from_secs(since.as_secs())),
-            true,
-            now,
-        );
+        if !self.extend_live_set(relay, since, now) {
+            self.resubscribe_live(relay, since, now);
+        }
         let mode = self.relays[relay.index()].live_mode;
         let state = self.relay(relay);
         if mode == LiveMode::PerId {
@@ -477,6 +562,126 @@ impl Engine {
                 .min();
         }
         self.schedule(relay, now);
+    }
+
+    /// Closes every live subscription and opens the live set anew.
+    fn resubscribe_live(&mut self, relay: RelayId, since: Timestamp, now: Time) {
+        let live: Vec<u64> = self.relays[relay.index()]
+            .subs
+            .iter()
+            .filter(|(_, s)| s.purpose == Purpose::Live)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in live {
+            if let Some(sub) = self.close_subscription(relay, id) {
+                self.continue_work_elsewhere(relay, sub);
+            }
+        }
+        self.subscribe_live(relay, Some(since), true, now);
+    }
+
+    /// Covers what a per-id live set lacks — confirmed items no live
+    /// subscription asks for, and Layer 1 if none carries it — with new
+    /// REQs, so only those items travel. The smallest live subscriptions
+    /// are merged into them (closed and asked again) only as far as the
+    /// subscription budget and the threshold require. False when the set
+    /// cannot be extended (it is or goes wide, or what a subscription
+    /// covers is unknown): the caller re-subscribes it whole.
+    fn extend_live_set(&mut self, relay: RelayId, since: Timestamp, now: Time) -> bool {
+        let state = &self.relays[relay.index()];
+        let live: Vec<(u64, &Subscription)> = state
+            .subs
+            .iter()
+            .filter(|(_, s)| s.purpose == Purpose::Live)
+            .map(|(id, s)| (*id, s))
+            .collect();
+        if state.live_mode != LiveMode::PerId || live.iter().any(|(_, s)| s.covers.is_none()) {
+            return false;
+        }
+        let confirmed = self.confirmed_items(relay);
+        if !self.per_id_fits(relay, self.per_id_filter_count(relay, &confirmed)) {
+            return false;
+        }
+        let covered: HashSet<Item> = live
+            .iter()
+            .flat_map(|(_, s)| s.covers.iter().flatten().copied())
+            .collect();
+        let uncovered: Vec<Item> = confirmed
+            .into_iter()
+            .filter(|i| !covered.contains(i))
+            .collect();
+        let need_layer1 = state.layer1_unread || !live.iter().any(|(_, s)| s.layer1);
+        // Merge candidates, smallest first: only those past EOSE (one still
+        // reading history keeps its chain).
+        let mut candidates: Vec<(usize, u64)> = live
+            .iter()
+            .filter(|(_, s)| s.eose)
+            .map(|(id, s)| (s.covers.as_ref().map_or(0, |c| c.len()), *id))
+            .collect();
+        candidates.sort_unstable();
+        let live_filters: usize = live.iter().map(|(_, s)| s.filter_count).sum();
+        let (live_count, budget) = (live.len(), live_budget(state.limits.subscriptions));
+        let layer1 = self.layer1_since(relay, Some(since));
+        let mut merged = 0;
+        loop {
+            let ids: Vec<u64> = candidates[..merged].iter().map(|(_, id)| *id).collect();
+            let (items, with_layer1) = self.merge_set(relay, &uncovered, &ids, need_layer1);
+            let units = self.live_units(relay, &items, with_layer1.then_some(layer1), Some(since));
+            let groups = self.pack_units(relay, units);
+            let state = &self.relays[relay.index()];
+            let kept: usize = live_filters
+                - ids
+                    .iter()
+                    .map(|id| state.subs[id].filter_count)
+                    .sum::<usize>();
+            let added: usize = groups.iter().map(|g| g.filters.len()).sum();
+            if live_count - merged + groups.len() <= budget
+                && kept + added <= self.config.consolidation_threshold
+            {
+                for id in ids {
+                    self.close_subscription(relay, id);
+                }
+                debug!(
+                    "{}: live set extended by {added} filters ({merged} merged)",
+                    self.relay_url(relay)
+                );
+                self.open_live_groups(relay, groups, Scope::Exact, now);
+                return true;
+            }
+            if merged == candidates.len() {
+                // Layer 1 from the beginning is still owed to the full set.
+                self.relay(relay).layer1_unread |= layer1.is_none();
+                return false;
+            }
+            merged += 1;
+        }
+    }
+
+    /// The items (sorted) and whether Layer 1 go into the new live REQs:
+    /// those uncovered plus what the merged subscriptions covered and the
+    /// relay still targets.
+    fn merge_set(
+        &self,
+        relay: RelayId,
+        uncovered: &[Item],
+        merged: &[u64],
+        need_layer1: bool,
+    ) -> (Vec<Item>, bool) {
+        let state = &self.relays[relay.index()];
+        let mut items = uncovered.to_vec();
+        let mut layer1 = need_layer1;
+        for sub in merged.iter().filter_map(|id| state.subs.get(id)) {
+            layer1 |= sub.layer1;
+            let still = sub
+                .covers
+                .iter()
+                .flatten()
+                .filter(|i| state.items.contains_key(i));
+            items.extend(still);
+        }
+        items.sort_unstable();
+        items.dedup();
+        (items, layer1)
     }
 
     /// A live subscription closed before its chain finished: its unfinished
@@ -528,5 +733,58 @@ impl Engine {
         self.dirty.push(relay);
         self.flush(now);
         self.maybe_consolidate(relay, now);
+    }
+}
+
+/// Bytes of a REQ besides its filters (`["REQ","<id>"` and `]`).
+const REQ_OVERHEAD: usize = 32;
+
+/// Live subscriptions a relay may hold: half its budget, the rest is for history.
+fn live_budget(subscriptions: usize) -> usize {
+    (subscriptions / 2).max(1)
+}
+
+/// Filters that travel in one REQ: a chunk's per-id filters (its items
+/// covered only while all of them are open), or one Layer 1 or wide filter.
+struct Unit {
+    items: Vec<Item>,
+    layer1: bool,
+    filters: Vec<Encoded>,
+}
+
+/// One REQ of a live set and what it covers.
+#[derive(Default)]
+struct Group {
+    filters: Vec<Encoded>,
+    /// `None` when part of a split unit landed here.
+    covers: Option<Vec<Item>>,
+    layer1: bool,
+}
+
+/// Greedy packing of filters into REQs within a relay's limits.
+struct Packer {
+    limits: Limits,
+    groups: Vec<Group>,
+    /// Bytes of the last group so far.
+    bytes: usize,
+}
+
+impl Packer {
+    /// The last group if `filters` more of `size` bytes fit it, else a new one.
+    fn room_for(&mut self, filters: usize, size: usize) -> &mut Group {
+        let full = self.groups.last().is_none_or(|g| {
+            g.filters.len() + filters > self.limits.filters_per_req
+                || self.bytes + size > self.limits.message_bytes
+        });
+        if full {
+            self.groups.push(Group {
+                covers: Some(Vec::new()),
+                ..Group::default()
+            });
+            self.bytes = REQ_OVERHEAD;
+        }
+        self.bytes += size;
+        let last = self.groups.len() - 1;
+        &mut self.groups[last]
     }
 }
