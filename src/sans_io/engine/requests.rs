@@ -17,8 +17,8 @@ use std::collections::HashSet;
 use super::relay::{ItemState, Limits, LiveMode};
 use super::{Action, Engine, Status, Timer};
 use crate::sans_io::filters::{
-    Encoded, REPO_FILTERS_PER_CHUNK, ROOT_FILTERS_PER_CHUNK, announcement_filter, chunk_filters,
-    close_message, req_message_encoded, self_filter, wide_filter,
+    Encoded, REPO_FILTERS_PER_CHUNK, ROOT_FILTERS_PER_CHUNK, announcement_filter,
+    chunk_filters_encoded, close_message, req_message_encoded, self_filter, wide_filter,
 };
 use crate::sans_io::index::{Item, RelayId};
 use crate::sans_io::subscription::{Purpose, Scope, Subscription, WorkRef};
@@ -144,24 +144,36 @@ impl Engine {
         true
     }
 
-    /// Pops queued chunks that fit in one REQ (at least one chunk).
+    /// Pops queued chunks that fit in one REQ (at least one chunk). Each
+    /// chunk's filters are built and serialized once: the one that did not
+    /// fit is kept for the next REQ.
     fn take_packed_chunks(&mut self, relay: RelayId) -> (Vec<WorkRef>, Vec<Encoded>) {
         self.split_front_chunk(relay);
         let limit = self.page_limit(relay);
-        let state = &self.relays[relay.index()];
-        let limits = state.limits;
+        let limits = self.relays[relay.index()].limits;
         let mut chunks = Vec::new();
         let mut filters: Vec<Encoded> = Vec::new();
-        let mut bytes = 32;
-        for work in state.work.iter() {
-            let more: Vec<Encoded> = chunk_filters(&self.index, &work.items, None)
-                .into_iter()
-                .map(|f| Encoded::new(f.limit(limit)))
-                .collect();
+        let mut bytes = REQ_OVERHEAD;
+        let mut built = self.relay(relay).built_front.take();
+        loop {
+            let state = &self.relays[relay.index()];
+            let Some(work) = state.work.get(chunks.len()) else {
+                break;
+            };
+            let more = match built.take() {
+                Some(b) if b.limit == limit && b.work == *work => b.filters,
+                _ => chunk_filters_encoded(&self.index, &work.items, None, limit),
+            };
             let more_bytes: usize = more.iter().map(|f| f.json.len() + 1).sum();
             let fits = filters.len() + more.len() <= limits.filters_per_req
                 && bytes + more_bytes <= limits.message_bytes;
             if !chunks.is_empty() && !fits {
+                let work = work.clone();
+                self.relay(relay).built_front = Some(BuiltChunk {
+                    work,
+                    limit,
+                    filters: more,
+                });
                 break;
             }
             bytes += more_bytes;
@@ -297,7 +309,7 @@ impl Engine {
         with_confirmed: bool,
         now: Time,
     ) {
-        let confirmed = if with_confirmed {
+        let mut confirmed = if with_confirmed {
             self.confirmed_items(relay)
         } else {
             Vec::new()
@@ -311,10 +323,12 @@ impl Engine {
         self.relay(relay).live_mode = mode;
         let layer1_since = self.layer1_since(relay, since);
         let (units, scope) = match mode {
-            LiveMode::PerId => (
-                self.live_units(relay, &confirmed, Some(layer1_since), since),
-                Scope::Exact,
-            ),
+            LiveMode::PerId => {
+                // Sorted, so a chunk holds neighbours (a repo's roots together).
+                confirmed.sort_unstable();
+                let units = self.live_units(relay, &confirmed, Some(layer1_since), since);
+                (units, Scope::Exact)
+            }
             LiveMode::Wide => {
                 let since = since.unwrap_or_else(|| {
                     Timestamp::from_secs(now.saturating_sub(self.config.quick_reconnect).as_secs())
@@ -362,16 +376,14 @@ impl Engine {
         }
     }
 
-    /// The relay's confirmed items, sorted (chunks then hold neighbours).
+    /// The relay's confirmed items, in no order.
     fn confirmed_items(&self, relay: RelayId) -> Vec<Item> {
-        let mut items: Vec<Item> = self.relays[relay.index()]
+        self.relays[relay.index()]
             .items
             .iter()
             .filter(|(_, s)| s.state == ItemState::Confirmed)
             .map(|(i, _)| *i)
-            .collect();
-        items.sort_unstable();
-        items
+            .collect()
     }
 
     /// Whether `per_id` filters (plus Layer 1) fit the consolidation
@@ -427,14 +439,10 @@ impl Engine {
             items.iter().partition(|i| matches!(i, Item::Repo(_)));
         for part in [repos, roots] {
             for c in part.chunks(chunk) {
-                let filters = chunk_filters(&self.index, c, since);
                 units.push(Unit {
                     items: c.to_vec(),
                     layer1: false,
-                    filters: filters
-                        .into_iter()
-                        .map(|f| Encoded::new(f.limit(limit)))
-                        .collect(),
+                    filters: chunk_filters_encoded(&self.index, c, since, limit),
                 });
             }
         }
@@ -787,4 +795,13 @@ impl Packer {
         let last = self.groups.len() - 1;
         &mut self.groups[last]
     }
+}
+
+/// A queued chunk's filters, built for a REQ they did not fit, kept for
+/// the next one (if the chunk and the page limit are still the same).
+#[derive(Debug)]
+pub(super) struct BuiltChunk {
+    work: WorkRef,
+    limit: usize,
+    filters: Vec<Encoded>,
 }
