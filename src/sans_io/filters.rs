@@ -95,9 +95,10 @@ const ROOT_LETTERS: &[SingleLetterTag] = &[
 
 /// The value lists of a chunk, in the order its filters go out.
 fn chunk_parts(index: &RepoIndex, items: &[Item]) -> Vec<ChunkPart> {
-    let mut coords = Vec::new();
-    let mut identifiers = Vec::new();
-    let mut roots = Vec::new();
+    let repos = items.iter().filter(|i| matches!(i, Item::Repo(_))).count();
+    let mut coords = Vec::with_capacity(repos);
+    let mut identifiers = Vec::with_capacity(repos);
+    let mut roots = Vec::with_capacity(items.len() - repos);
     for item in items {
         match *item {
             Item::Repo(repo) => {
