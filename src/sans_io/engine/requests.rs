@@ -6,8 +6,11 @@
 //! coverage is kept small: while the per-id filters of everything confirmed
 //! fit under the consolidation threshold, they stay open as they are;
 //! beyond that a relay's live traffic is one kind-based filter with `since`,
-//! matched against the index locally. Consolidation (GRASP-02) closes the
-//! live subscriptions and re-packs them, `since` reaching back over any gap.
+//! matched against the index locally. Consolidation (GRASP-02) covers what
+//! the live set lacks, `since` reaching back over any gap: a per-id set
+//! keeps its subscriptions and gains REQs for the new items only (merging
+//! its smallest subscriptions in when the budget requires); a wide one, or
+//! one that goes wide, is closed and re-packed whole.
 
 use log::{debug, info};
 use nostr::prelude::Timestamp;
@@ -637,11 +640,12 @@ impl Engine {
             let units = self.live_units(relay, &items, with_layer1.then_some(layer1), Some(since));
             let groups = self.pack_units(relay, units);
             let state = &self.relays[relay.index()];
-            let kept: usize = live_filters
-                - ids
-                    .iter()
-                    .map(|id| state.subs[id].filter_count)
-                    .sum::<usize>();
+            let dropped: usize = ids
+                .iter()
+                .filter_map(|id| state.subs.get(id))
+                .map(|s| s.filter_count)
+                .sum();
+            let kept = live_filters.saturating_sub(dropped);
             let added: usize = groups.iter().map(|g| g.filters.len()).sum();
             if live_count - merged + groups.len() <= budget
                 && kept + added <= self.config.consolidation_threshold
