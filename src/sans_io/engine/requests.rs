@@ -595,7 +595,8 @@ impl Engine {
     /// subscription asks for, and Layer 1 if none carries it — with new
     /// REQs, so only those items travel. The smallest live subscriptions
     /// are merged into them (closed and asked again) only as far as the
-    /// subscription budget and the threshold require. False when the set
+    /// threshold and the subscription budget require, leaving
+    /// [`FREE_LIVE_SLOTS`] free if merging allows it. False when the set
     /// cannot be extended (it is or goes wide, or what a subscription
     /// covers is unknown): the caller re-subscribes it whole.
     fn extend_live_set(&mut self, relay: RelayId, since: Timestamp, now: Time) -> bool {
@@ -632,41 +633,44 @@ impl Engine {
         candidates.sort_unstable();
         let live_filters: usize = live.iter().map(|(_, s)| s.filter_count).sum();
         let (live_count, budget) = (live.len(), live_budget(state.limits.subscriptions));
-        let layer1 = self.layer1_since(relay, Some(since));
-        let mut merged = 0;
-        loop {
-            let ids: Vec<u64> = candidates[..merged].iter().map(|(_, id)| *id).collect();
-            let (items, with_layer1) = self.merge_set(relay, &uncovered, &ids, need_layer1);
-            let units = self.live_units(relay, &items, with_layer1.then_some(layer1), Some(since));
-            let groups = self.pack_units(relay, units);
-            let state = &self.relays[relay.index()];
-            let dropped: usize = ids
-                .iter()
-                .filter_map(|id| state.subs.get(id))
-                .map(|s| s.filter_count)
-                .sum();
-            let kept = live_filters.saturating_sub(dropped);
-            let added: usize = groups.iter().map(|g| g.filters.len()).sum();
-            if live_count - merged + groups.len() <= budget
-                && kept + added <= self.config.consolidation_threshold
-            {
-                for id in ids {
-                    self.close_subscription(relay, id);
-                }
-                debug!(
-                    "{}: live set extended by {added} filters ({merged} merged)",
-                    self.relay_url(relay)
-                );
-                self.open_live_groups(relay, groups, Scope::Exact, now);
-                return true;
-            }
-            if merged == candidates.len() {
-                // Layer 1 from the beginning is still owed to the full set.
-                self.relay(relay).layer1_unread |= layer1.is_none();
-                return false;
-            }
-            merged += 1;
+        if uncovered.is_empty() && !need_layer1 {
+            return true;
         }
+        let layer1 = self.layer1_since(relay, Some(since));
+        let wish = budget.saturating_sub(FREE_LIVE_SLOTS).max(1);
+        for target in [wish, budget] {
+            for merged in 0..=candidates.len() {
+                let ids: Vec<u64> = candidates[..merged].iter().map(|(_, id)| *id).collect();
+                let (items, with_layer1) = self.merge_set(relay, &uncovered, &ids, need_layer1);
+                let units =
+                    self.live_units(relay, &items, with_layer1.then_some(layer1), Some(since));
+                let groups = self.pack_units(relay, units);
+                let state = &self.relays[relay.index()];
+                let dropped: usize = ids
+                    .iter()
+                    .filter_map(|id| state.subs.get(id))
+                    .map(|s| s.filter_count)
+                    .sum();
+                let kept = live_filters.saturating_sub(dropped);
+                let added: usize = groups.iter().map(|g| g.filters.len()).sum();
+                if live_count - merged + groups.len() <= target
+                    && kept + added <= self.config.consolidation_threshold
+                {
+                    for id in ids {
+                        self.close_subscription(relay, id);
+                    }
+                    debug!(
+                        "{}: live set extended by {added} filters ({merged} merged)",
+                        self.relay_url(relay)
+                    );
+                    self.open_live_groups(relay, groups, Scope::Exact, now);
+                    return true;
+                }
+            }
+        }
+        // Layer 1 from the beginning is still owed to the full set.
+        self.relay(relay).layer1_unread |= layer1.is_none();
+        false
     }
 
     /// The items (sorted) and whether Layer 1 go into the new live REQs:
@@ -750,6 +754,11 @@ impl Engine {
 
 /// Bytes of a REQ besides its filters (`["REQ","<id>"` and `]`).
 const REQ_OVERHEAD: usize = 32;
+
+/// Live slots a consolidation leaves free where the budget allows, so the
+/// next batches' history REQs can stay open as live ones instead of each
+/// setting off a consolidation of its own.
+const FREE_LIVE_SLOTS: usize = 2;
 
 /// Live subscriptions a relay may hold: half its budget, the rest is for history.
 fn live_budget(subscriptions: usize) -> usize {
