@@ -246,7 +246,24 @@ fn consolidation_repacks_live_filters_and_keeps_confirmed() {
 
 #[test]
 fn consolidation_sends_only_what_is_new() {
-    let mut sim = Sim::new(config());
+    consolidations_send_only_what_is_new(config());
+}
+
+#[test]
+fn consolidation_sends_only_what_is_new_within_tight_limits() {
+    let mut cfg = config();
+    cfg.max_filters_per_req = 4;
+    cfg.max_subscriptions = 10;
+    consolidations_send_only_what_is_new(cfg);
+}
+
+/// A relay with a big per-id live set gets new roots one batch window at
+/// a time: consolidations ask only the new roots (and the small live REQs
+/// merged with them), within the relay's filter limit, and live coverage
+/// of old and new roots holds.
+fn consolidations_send_only_what_is_new(cfg: grasp_sync::Config) {
+    let filters_per_req = cfg.max_filters_per_req;
+    let mut sim = Sim::new(cfg);
     sim.add_relay(A);
     let owner = keys(1);
     let ann = announcement(&owner, "repo", &[A, OWN], T0 - 10_000);
@@ -286,6 +303,8 @@ fn consolidation_sends_only_what_is_new() {
         .filter(|v| old.contains(v))
         .count();
     assert_eq!(resent, 0, "no consolidation asks the old roots again");
+    let most = sim.reqs(A).iter().map(|(_, fs)| fs.len()).max();
+    assert!(most <= Some(filters_per_req), "{most:?} filters in one REQ");
     for r in &fresh {
         let live = reply(&keys(4), r, T0 + 500, "live");
         sim.publish(A, &live);

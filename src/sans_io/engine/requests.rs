@@ -482,7 +482,6 @@ impl Engine {
         let mut packer = Packer {
             limits,
             groups: Vec::new(),
-            bytes: 0,
         };
         for unit in units {
             let size: usize = unit.filters.iter().map(|f| f.json.len() + 1).sum();
@@ -774,39 +773,47 @@ struct Unit {
 }
 
 /// One REQ of a live set and what it covers.
-#[derive(Default)]
 struct Group {
     filters: Vec<Encoded>,
+    /// Bytes of its REQ so far.
+    bytes: usize,
     /// `None` when part of a split unit landed here.
     covers: Option<Vec<Item>>,
     layer1: bool,
 }
 
-/// Greedy packing of filters into REQs within a relay's limits.
+/// First-fit packing of filters into REQs within a relay's limits: a
+/// small unit (Layer 1, a few new roots) fills a gap an earlier REQ left,
+/// so a live set needs no more REQs than it must, and a consolidation
+/// merges fewer live subscriptions to fit the budget.
 struct Packer {
     limits: Limits,
     groups: Vec<Group>,
-    /// Bytes of the last group so far.
-    bytes: usize,
 }
 
 impl Packer {
-    /// The last group if `filters` more of `size` bytes fit it, else a new one.
+    /// The first group that `filters` more of `size` bytes fit, else a new one.
     fn room_for(&mut self, filters: usize, size: usize) -> &mut Group {
-        let full = self.groups.last().is_none_or(|g| {
-            g.filters.len() + filters > self.limits.filters_per_req
-                || self.bytes + size > self.limits.message_bytes
-        });
-        if full {
-            self.groups.push(Group {
-                covers: Some(Vec::new()),
-                ..Group::default()
-            });
-            self.bytes = REQ_OVERHEAD;
-        }
-        self.bytes += size;
-        let last = self.groups.len() - 1;
-        &mut self.groups[last]
+        let limits = self.limits;
+        let fits = |g: &Group| {
+            g.filters.len() + filters <= limits.filters_per_req
+                && g.bytes + size <= limits.message_bytes
+        };
+        let at = match self.groups.iter().position(fits) {
+            Some(at) => at,
+            None => {
+                self.groups.push(Group {
+                    filters: Vec::new(),
+                    bytes: REQ_OVERHEAD,
+                    covers: Some(Vec::new()),
+                    layer1: false,
+                });
+                self.groups.len() - 1
+            }
+        };
+        let group = &mut self.groups[at];
+        group.bytes += size;
+        group
     }
 }
 
