@@ -637,8 +637,9 @@ impl Engine {
         }
         let layer1 = self.layer1_since(relay, Some(since));
         let wish = budget.saturating_sub(FREE_LIVE_SLOTS).max(1);
-        for target in [wish, budget] {
-            for merged in 0..=candidates.len() {
+        let similar = similar_sized(uncovered.len(), &candidates);
+        for (target, most) in [(wish, similar), (budget, candidates.len())] {
+            for merged in 0..=most {
                 let ids: Vec<u64> = candidates[..merged].iter().map(|(_, id)| *id).collect();
                 let (items, with_layer1) = self.merge_set(relay, &uncovered, &ids, need_layer1);
                 let units =
@@ -759,6 +760,24 @@ const REQ_OVERHEAD: usize = 32;
 /// setting off a consolidation of its own.
 const FREE_LIVE_SLOTS: usize = 2;
 
+/// How many of the merge candidates (smallest first) may be merged only to
+/// free slots: each at most twice the items gathered before it. Like the
+/// tiers of a log-structured merge, an item is then sent again a
+/// logarithmic number of times, not at every consolidation (a growing set
+/// of recent items merged into the same slot again and again would be).
+fn similar_sized(new: usize, candidates: &[(usize, u64)]) -> usize {
+    let mut gathered = new.max(1);
+    let mut similar = 0;
+    for &(size, _) in candidates {
+        if size > 2 * gathered {
+            break;
+        }
+        gathered += size;
+        similar += 1;
+    }
+    similar
+}
+
 /// Live subscriptions a relay may hold: half its budget, the rest is for history.
 fn live_budget(subscriptions: usize) -> usize {
     (subscriptions / 2).max(1)
@@ -824,4 +843,19 @@ pub(super) struct BuiltChunk {
     work: WorkRef,
     limit: usize,
     filters: Vec<Encoded>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::similar_sized;
+
+    #[test]
+    fn only_similar_sized_live_subscriptions_merge_to_free_slots() {
+        // One new item: Layer 1's empty REQ, then REQs of 1 and 2 items
+        // merge; a base of 300 items does not.
+        let candidates = [(0, 1), (1, 2), (2, 3), (300, 4)];
+        assert_eq!(similar_sized(1, &candidates), 3);
+        assert_eq!(similar_sized(0, &[(5, 1)]), 0, "5 items for none new");
+        assert_eq!(similar_sized(150, &candidates), 4);
+    }
 }
