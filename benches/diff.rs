@@ -169,6 +169,11 @@ fn build_engine(world: &World) -> EngineState {
     let started = Instant::now();
     let mut config = Config::new(OWN);
     config.self_subscribe = false;
+    // One key authors every root, a million of them and growing each step:
+    // the anti-flood caps (100,000 roots per key, a million known roots)
+    // would stop following them, and the bench would measure a smaller world.
+    config.max_roots_per_pubkey = usize::MAX;
+    config.max_known_items = usize::MAX;
     let t0 = Time::from_secs(T0);
     let mut engine = Engine::new(config, t0).expect("valid config");
     for i in 0..world.repos.len() {

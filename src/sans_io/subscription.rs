@@ -109,6 +109,12 @@ pub(crate) struct Subscription {
     pub started: Time,
     /// Filters sent, kept after [`Subscription::compact`] for limit accounting.
     pub filter_count: usize,
+    /// The items a per-id live subscription asks every filter of, so a
+    /// consolidation can tell what is already covered and send only what
+    /// is new. `None` where unknown (a chunk's filters split over REQs).
+    pub covers: Option<Box<[Item]>>,
+    /// It carries the Layer 1 (announcement) filter.
+    pub layer1: bool,
     stats: Vec<PageStats>,
     total: usize,
     /// Ids counted in this page: a relay repeating one event (thousands of
@@ -138,6 +144,8 @@ impl Subscription {
         let stats = vec![PageStats::default(); filters.len()];
         Subscription {
             filter_count: filters.len(),
+            covers: None,
+            layer1: false,
             filters,
             purpose,
             scope,

@@ -239,6 +239,8 @@ impl Engine {
             }
         }
         state.work.retain(|w| w.batch != batch);
+        // A chunk built ahead may be of this batch: never keep it idle.
+        state.built_front = None;
         self.stats.batches_failed += 1;
         info!(
             "{}: batch {batch} failed; items back to the diff",

@@ -18,6 +18,7 @@ use super::Status;
 use super::auth::Auth;
 use super::conduct::Conduct;
 use super::negentropy::{NegJob, NegSupport};
+use super::requests::BuiltChunk;
 use crate::sans_io::health::HealthTracker;
 use crate::sans_io::index::Item;
 use crate::sans_io::refusal::Refusal;
@@ -146,6 +147,8 @@ pub(super) struct RelayState {
     /// Follow-up pages waiting for a subscription slot; they go before
     /// new chunks, so chains finish first.
     pub next_pages: VecDeque<NextPage>,
+    /// The front chunk's filters, built for a REQ they did not fit.
+    pub built_front: Option<BuiltChunk>,
     pub subs: HashMap<u64, Subscription>,
     pub limits: Limits,
     /// The relay's per-filter result cap, as far as its pages showed it.
@@ -202,6 +205,7 @@ impl RelayState {
             batches: HashMap::new(),
             work: VecDeque::new(),
             next_pages: VecDeque::new(),
+            built_front: None,
             subs: HashMap::new(),
             limits,
             result_cap: ResultCap::default(),
@@ -273,6 +277,7 @@ impl RelayState {
         self.batches.clear();
         self.work.clear();
         self.next_pages.clear();
+        self.built_front = None;
         self.subs.clear();
         self.neg_jobs.clear();
         self.neg_bypass.clear();

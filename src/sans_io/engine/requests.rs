@@ -6,17 +6,22 @@
 //! coverage is kept small: while the per-id filters of everything confirmed
 //! fit under the consolidation threshold, they stay open as they are;
 //! beyond that a relay's live traffic is one kind-based filter with `since`,
-//! matched against the index locally. Consolidation (GRASP-02) closes the
-//! live subscriptions and re-packs them, `since` reaching back over any gap.
+//! matched against the index locally. Consolidation (GRASP-02) covers what
+//! the live set lacks, `since` reaching back over any gap: a per-id set
+//! keeps its subscriptions and gains REQs for the new items only (merging
+//! its smallest subscriptions in when the budget requires); a wide one, or
+//! one that goes wide, is closed and re-packed whole.
 
 use log::{debug, info};
-use nostr::prelude::{Filter, Timestamp};
+use nostr::prelude::Timestamp;
 
-use super::relay::{ItemState, LiveMode};
+use std::collections::HashSet;
+
+use super::relay::{ItemState, Limits, LiveMode};
 use super::{Action, Engine, Status, Timer};
 use crate::sans_io::filters::{
-    Encoded, REPO_FILTERS_PER_CHUNK, ROOT_FILTERS_PER_CHUNK, announcement_filter, chunk_filters,
-    close_message, req_message_encoded, self_filter, wide_filter,
+    Encoded, REPO_FILTERS_PER_CHUNK, ROOT_FILTERS_PER_CHUNK, announcement_filter,
+    chunk_filters_encoded, close_message, req_message_encoded, self_filter, wide_filter,
 };
 use crate::sans_io::index::{Item, RelayId};
 use crate::sans_io::subscription::{Purpose, Scope, Subscription, WorkRef};
@@ -62,8 +67,15 @@ impl Engine {
                 let state = self.relay(relay);
                 state.uncovered_since = Some(state.uncovered_since.map_or(now, |t| t.min(now)));
             }
+            let covers = (purpose == Purpose::Live).then(|| {
+                chunks
+                    .iter()
+                    .flat_map(|w| w.items.iter().copied())
+                    .collect()
+            });
             let scope = Scope::Exact;
-            self.open_subscription(relay, filters, purpose, scope, chunks, 1, now, now);
+            let id = self.open_subscription(relay, filters, purpose, scope, chunks, 1, now, now);
+            self.set_cover(relay, id, covers, false);
         }
         self.maybe_consolidate(relay, now);
     }
@@ -139,24 +151,36 @@ impl Engine {
         true
     }
 
-    /// Pops queued chunks that fit in one REQ (at least one chunk).
+    /// Pops queued chunks that fit in one REQ (at least one chunk). Each
+    /// chunk's filters are built and serialized once: the one that did not
+    /// fit is kept for the next REQ.
     fn take_packed_chunks(&mut self, relay: RelayId) -> (Vec<WorkRef>, Vec<Encoded>) {
         self.split_front_chunk(relay);
         let limit = self.page_limit(relay);
-        let state = &self.relays[relay.index()];
-        let limits = state.limits;
+        let limits = self.relays[relay.index()].limits;
         let mut chunks = Vec::new();
         let mut filters: Vec<Encoded> = Vec::new();
-        let mut bytes = 32;
-        for work in state.work.iter() {
-            let more: Vec<Encoded> = chunk_filters(&self.index, &work.items, None)
-                .into_iter()
-                .map(|f| Encoded::new(f.limit(limit)))
-                .collect();
+        let mut bytes = REQ_OVERHEAD;
+        let mut built = self.relay(relay).built_front.take();
+        loop {
+            let state = &self.relays[relay.index()];
+            let Some(work) = state.work.get(chunks.len()) else {
+                break;
+            };
+            let more = match built.take() {
+                Some(b) if b.limit == limit && b.work == *work => b.filters,
+                _ => chunk_filters_encoded(&self.index, &work.items, None, limit),
+            };
             let more_bytes: usize = more.iter().map(|f| f.json.len() + 1).sum();
             let fits = filters.len() + more.len() <= limits.filters_per_req
                 && bytes + more_bytes <= limits.message_bytes;
             if !chunks.is_empty() && !fits {
+                let work = work.clone();
+                self.relay(relay).built_front = Some(BuiltChunk {
+                    work,
+                    limit,
+                    filters: more,
+                });
                 break;
             }
             bytes += more_bytes;
@@ -292,60 +316,98 @@ impl Engine {
         with_confirmed: bool,
         now: Time,
     ) {
-        let limit = self.page_limit(relay);
-        let confirmed: Vec<Item> = if with_confirmed {
-            let mut items: Vec<Item> = self.relays[relay.index()]
-                .items
-                .iter()
-                .filter(|(_, s)| s.state == ItemState::Confirmed)
-                .map(|(i, _)| *i)
-                .collect();
-            items.sort_unstable();
-            items
+        let mut confirmed = if with_confirmed {
+            self.confirmed_items(relay)
         } else {
             Vec::new()
         };
-        let per_id_count = self.per_id_filter_count(relay, &confirmed);
-        let state = &self.relays[relay.index()];
-        let budget = (state.limits.subscriptions / 2).max(1);
-        let fits = per_id_count < self.config.consolidation_threshold
-            && (1 + per_id_count).div_ceil(state.limits.filters_per_req) <= budget;
+        let fits = self.per_id_fits(relay, self.per_id_filter_count(relay, &confirmed));
         let mode = if fits {
             LiveMode::PerId
         } else {
             LiveMode::Wide
         };
         self.relay(relay).live_mode = mode;
-        let layer1_since = if std::mem::take(&mut self.relay(relay).layer1_unread) {
-            None
-        } else {
-            since
-        };
-        let mut filters = vec![announcement_filter(layer1_since).limit(limit)];
-        let scope = match mode {
+        let layer1_since = self.layer1_since(relay, since);
+        let (units, scope) = match mode {
             LiveMode::PerId => {
-                let per_id = self.per_id_filters(relay, &confirmed, since);
-                filters.extend(per_id.into_iter().map(|f| f.limit(limit)));
-                Scope::Exact
+                // Sorted, so a chunk holds neighbours (a repo's roots together).
+                confirmed.sort_unstable();
+                let units = self.live_units(relay, &confirmed, Some(layer1_since), since);
+                (units, Scope::Exact)
             }
             LiveMode::Wide => {
                 let since = since.unwrap_or_else(|| {
                     Timestamp::from_secs(now.saturating_sub(self.config.quick_reconnect).as_secs())
                 });
-                let per_filter = self.relays[relay.index()].limits.kinds.max(1);
-                for kinds in self.config.wide_kinds.chunks(per_filter) {
-                    filters.push(wide_filter(kinds, since).limit(limit));
-                }
-                Scope::Wide
+                (self.wide_units(relay, layer1_since, since), Scope::Wide)
             }
         };
+        let groups = self.pack_units(relay, units);
         debug!(
             "{}: live set of {} filters ({mode:?})",
             self.relay_url(relay),
-            filters.len()
+            groups.iter().map(|g| g.filters.len()).sum::<usize>()
         );
-        for group in self.pack(relay, filters) {
-            self.open_subscription(relay, group, Purpose::Live, scope, Vec::new(), 1, now, now);
+        self.open_live_groups(relay, groups, scope, now);
+    }
+
+    /// Opens one live subscription per group and records what each covers.
+    fn open_live_groups(&mut self, relay: RelayId, groups: Vec<Group>, scope: Scope, now: Time) {
+        for group in groups {
+            let covers = if scope == Scope::Exact {
+                group.covers
+            } else {
+                None
+            };
+            let filters = group.filters;
+            let id = self.open_subscription(
+                relay,
+                filters,
+                Purpose::Live,
+                scope,
+                Vec::new(),
+                1,
+                now,
+                now,
+            );
+            self.set_cover(relay, id, covers, group.layer1);
+        }
+    }
+
+    /// Records what a live subscription covers (see [`Subscription::covers`]).
+    fn set_cover(&mut self, relay: RelayId, id: u64, covers: Option<Vec<Item>>, layer1: bool) {
+        if let Some(s) = self.relay(relay).subs.get_mut(&id) {
+            s.covers = covers.map(Vec::into_boxed_slice);
+            s.layer1 = layer1;
+        }
+    }
+
+    /// The relay's confirmed items, in no order.
+    fn confirmed_items(&self, relay: RelayId) -> Vec<Item> {
+        self.relays[relay.index()]
+            .items
+            .iter()
+            .filter(|(_, s)| s.state == ItemState::Confirmed)
+            .map(|(i, _)| *i)
+            .collect()
+    }
+
+    /// Whether `per_id` filters (plus Layer 1) fit the consolidation
+    /// threshold and half the relay's subscription budget.
+    fn per_id_fits(&self, relay: RelayId, per_id: usize) -> bool {
+        let limits = self.relays[relay.index()].limits;
+        per_id < self.config.consolidation_threshold
+            && (1 + per_id).div_ceil(limits.filters_per_req) <= live_budget(limits.subscriptions)
+    }
+
+    /// `since` for Layer 1 in a new live set: from the beginning when it
+    /// was refused before it was read to the end.
+    fn layer1_since(&mut self, relay: RelayId, since: Option<Timestamp>) -> Option<Timestamp> {
+        if std::mem::take(&mut self.relay(relay).layer1_unread) {
+            None
+        } else {
+            since
         }
     }
 
@@ -360,46 +422,92 @@ impl Engine {
             + roots.div_ceil(chunk) * ROOT_FILTERS_PER_CHUNK
     }
 
-    fn per_id_filters(
+    /// Layer 1 (when `layer1` is `Some(since)`) and the per-id filters of
+    /// `items` with `since`, one unit per chunk.
+    fn live_units(
         &self,
         relay: RelayId,
         items: &[Item],
+        layer1: Option<Option<Timestamp>>,
         since: Option<Timestamp>,
-    ) -> Vec<Filter> {
+    ) -> Vec<Unit> {
+        let limit = self.page_limit(relay);
         let chunk = self.chunk_size(relay);
+        let mut units = Vec::new();
+        if let Some(layer1_since) = layer1 {
+            let filter = announcement_filter(layer1_since).limit(limit);
+            units.push(Unit {
+                items: Vec::new(),
+                layer1: true,
+                filters: vec![Encoded::new(filter)],
+            });
+        }
         let (repos, roots): (Vec<Item>, Vec<Item>) =
             items.iter().partition(|i| matches!(i, Item::Repo(_)));
-        let mut filters = Vec::new();
         for part in [repos, roots] {
             for c in part.chunks(chunk) {
-                filters.extend(chunk_filters(&self.index, c, since));
+                units.push(Unit {
+                    items: c.to_vec(),
+                    layer1: false,
+                    filters: chunk_filters_encoded(&self.index, c, since, limit),
+                });
             }
         }
-        filters
+        units
     }
 
-    /// Splits filters into groups that each fit one REQ of `relay`.
-    fn pack(&self, relay: RelayId, filters: Vec<Filter>) -> Vec<Vec<Encoded>> {
+    /// Layer 1 and the kind-based live filters, as many kinds per filter as
+    /// the relay takes.
+    fn wide_units(&self, relay: RelayId, layer1: Option<Timestamp>, since: Timestamp) -> Vec<Unit> {
+        let limit = self.page_limit(relay);
+        let per_filter = self.relays[relay.index()].limits.kinds.max(1);
+        let announcement = std::iter::once((true, announcement_filter(layer1)));
+        let wide = self
+            .config
+            .wide_kinds
+            .chunks(per_filter)
+            .map(|kinds| (false, wide_filter(kinds, since)));
+        announcement
+            .chain(wide)
+            .map(|(layer1, f)| Unit {
+                items: Vec::new(),
+                layer1,
+                filters: vec![Encoded::new(f.limit(limit))],
+            })
+            .collect()
+    }
+
+    /// Packs units into groups that each fit one REQ of `relay`, a unit's
+    /// filters together so its items count as covered by one subscription.
+    /// A unit too big for any REQ is split filter by filter; the groups it
+    /// lands in then cover nothing known.
+    fn pack_units(&self, relay: RelayId, units: Vec<Unit>) -> Vec<Group> {
         let limits = self.relays[relay.index()].limits;
-        let mut groups: Vec<Vec<Encoded>> = Vec::new();
-        let mut bytes = 0;
-        for filter in filters {
-            let encoded = Encoded::new(filter);
-            let size = encoded.json.len() + 1;
-            let start_new = match groups.last() {
-                None => true,
-                Some(g) => g.len() >= limits.filters_per_req || bytes + size > limits.message_bytes,
-            };
-            if start_new {
-                groups.push(Vec::new());
-                bytes = 32;
+        let mut packer = Packer {
+            limits,
+            groups: Vec::new(),
+        };
+        for unit in units {
+            let size: usize = unit.filters.iter().map(|f| f.json.len() + 1).sum();
+            let alone = unit.filters.len() <= limits.filters_per_req
+                && REQ_OVERHEAD + size <= limits.message_bytes;
+            if alone {
+                let g = packer.room_for(unit.filters.len(), size);
+                g.filters.extend(unit.filters);
+                if let Some(c) = g.covers.as_mut() {
+                    c.extend(unit.items);
+                }
+                g.layer1 |= unit.layer1;
+                continue;
             }
-            bytes += size;
-            if let Some(g) = groups.last_mut() {
-                g.push(encoded);
+            for filter in unit.filters {
+                let g = packer.room_for(1, filter.json.len() + 1);
+                g.filters.push(filter);
+                g.covers = None;
+                g.layer1 |= unit.layer1;
             }
         }
-        groups
+        packer.groups
     }
 
     /// Consolidates once confirmed items lack live coverage: at once when no
@@ -443,26 +551,13 @@ impl Engine {
             self.relay_url(relay)
         );
         self.stats.consolidations += 1;
-        let live: Vec<u64> = state
-            .subs
-            .iter()
-            .filter(|(_, s)| s.purpose == Purpose::Live)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in live {
-            if let Some(sub) = self.close_subscription(relay, id) {
-                self.continue_work_elsewhere(relay, sub);
-            }
-        }
+        let since = Timestamp::from_secs(since.as_secs());
         let state = self.relay(relay);
         state.consolidating = false;
         state.uncovered_since = None;
-        self.subscribe_live(
-            relay,
-            Some(Timestamp::from_secs(since.as_secs())),
-            true,
-            now,
-        );
+        if !self.extend_live_set(relay, since, now) {
+            self.resubscribe_live(relay, since, now);
+        }
         let mode = self.relays[relay.index()].live_mode;
         let state = self.relay(relay);
         if mode == LiveMode::PerId {
@@ -481,6 +576,132 @@ impl Engine {
                 .min();
         }
         self.schedule(relay, now);
+    }
+
+    /// Closes every live subscription and opens the live set anew.
+    fn resubscribe_live(&mut self, relay: RelayId, since: Timestamp, now: Time) {
+        let live: Vec<u64> = self.relays[relay.index()]
+            .subs
+            .iter()
+            .filter(|(_, s)| s.purpose == Purpose::Live)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in live {
+            if let Some(sub) = self.close_subscription(relay, id) {
+                self.continue_work_elsewhere(relay, sub);
+            }
+        }
+        self.subscribe_live(relay, Some(since), true, now);
+    }
+
+    /// Covers what a per-id live set lacks — confirmed items no live
+    /// subscription asks for, and Layer 1 if none carries it — with new
+    /// REQs, so only those items travel. The smallest live subscriptions
+    /// are merged into them (closed and asked again) only as far as the
+    /// threshold and the subscription budget require, leaving
+    /// [`FREE_LIVE_SLOTS`] free if merging allows it. False when the set
+    /// cannot be extended (it is or goes wide, or what a subscription
+    /// covers is unknown): the caller re-subscribes it whole.
+    fn extend_live_set(&mut self, relay: RelayId, since: Timestamp, now: Time) -> bool {
+        let state = &self.relays[relay.index()];
+        let live: Vec<(u64, &Subscription)> = state
+            .subs
+            .iter()
+            .filter(|(_, s)| s.purpose == Purpose::Live)
+            .map(|(id, s)| (*id, s))
+            .collect();
+        if state.live_mode != LiveMode::PerId || live.iter().any(|(_, s)| s.covers.is_none()) {
+            return false;
+        }
+        let confirmed = self.confirmed_items(relay);
+        if !self.per_id_fits(relay, self.per_id_filter_count(relay, &confirmed)) {
+            return false;
+        }
+        let covered: HashSet<Item> = live
+            .iter()
+            .flat_map(|(_, s)| s.covers.iter().flatten().copied())
+            .collect();
+        let uncovered: Vec<Item> = confirmed
+            .into_iter()
+            .filter(|i| !covered.contains(i))
+            .collect();
+        let need_layer1 = state.layer1_unread || !live.iter().any(|(_, s)| s.layer1);
+        // Merge candidates, smallest first: only those past EOSE (one still
+        // reading history keeps its chain).
+        let mut candidates: Vec<(usize, u64)> = live
+            .iter()
+            .filter(|(_, s)| s.eose)
+            .map(|(id, s)| (s.covers.as_ref().map_or(0, |c| c.len()), *id))
+            .collect();
+        candidates.sort_unstable();
+        let live_filters: usize = live.iter().map(|(_, s)| s.filter_count).sum();
+        let (live_count, budget) = (live.len(), live_budget(state.limits.subscriptions));
+        if uncovered.is_empty() && !need_layer1 {
+            return true;
+        }
+        let layer1 = self.layer1_since(relay, Some(since));
+        let wish = budget.saturating_sub(FREE_LIVE_SLOTS).max(1);
+        let similar = similar_sized(uncovered.len(), &candidates);
+        for (target, most) in [(wish, similar), (budget, candidates.len())] {
+            for merged in 0..=most {
+                let ids: Vec<u64> = candidates[..merged].iter().map(|(_, id)| *id).collect();
+                let (items, with_layer1) = self.merge_set(relay, &uncovered, &ids, need_layer1);
+                let units =
+                    self.live_units(relay, &items, with_layer1.then_some(layer1), Some(since));
+                let groups = self.pack_units(relay, units);
+                let state = &self.relays[relay.index()];
+                let dropped: usize = ids
+                    .iter()
+                    .filter_map(|id| state.subs.get(id))
+                    .map(|s| s.filter_count)
+                    .sum();
+                let kept = live_filters.saturating_sub(dropped);
+                let added: usize = groups.iter().map(|g| g.filters.len()).sum();
+                if live_count - merged + groups.len() <= target
+                    && kept + added <= self.config.consolidation_threshold
+                {
+                    for id in ids {
+                        self.close_subscription(relay, id);
+                    }
+                    debug!(
+                        "{}: live set extended by {added} filters ({merged} merged)",
+                        self.relay_url(relay)
+                    );
+                    self.open_live_groups(relay, groups, Scope::Exact, now);
+                    return true;
+                }
+            }
+        }
+        // Layer 1 from the beginning is still owed to the full set.
+        self.relay(relay).layer1_unread |= layer1.is_none();
+        false
+    }
+
+    /// The items (sorted) and whether Layer 1 go into the new live REQs:
+    /// those uncovered plus what the merged subscriptions covered and the
+    /// relay still targets.
+    fn merge_set(
+        &self,
+        relay: RelayId,
+        uncovered: &[Item],
+        merged: &[u64],
+        need_layer1: bool,
+    ) -> (Vec<Item>, bool) {
+        let state = &self.relays[relay.index()];
+        let mut items = uncovered.to_vec();
+        let mut layer1 = need_layer1;
+        for sub in merged.iter().filter_map(|id| state.subs.get(id)) {
+            layer1 |= sub.layer1;
+            let still = sub
+                .covers
+                .iter()
+                .flatten()
+                .filter(|i| state.items.contains_key(i));
+            items.extend(still);
+        }
+        items.sort_unstable();
+        items.dedup();
+        (items, layer1)
     }
 
     /// A live subscription closed before its chain finished: its unfinished
@@ -532,5 +753,113 @@ impl Engine {
         self.dirty.push(relay);
         self.flush(now);
         self.maybe_consolidate(relay, now);
+    }
+}
+
+/// Bytes of a REQ besides its filters (`["REQ","<id>"` and `]`).
+const REQ_OVERHEAD: usize = 32;
+
+/// Live slots a consolidation leaves free where the budget allows, so the
+/// next batches' history REQs can stay open as live ones instead of each
+/// setting off a consolidation of its own.
+const FREE_LIVE_SLOTS: usize = 2;
+
+/// How many of the merge candidates (smallest first) may be merged only to
+/// free slots: each at most twice the items gathered before it. Like the
+/// tiers of a log-structured merge, an item is then sent again a
+/// logarithmic number of times, not at every consolidation (a growing set
+/// of recent items merged into the same slot again and again would be).
+fn similar_sized(new: usize, candidates: &[(usize, u64)]) -> usize {
+    let mut gathered = new.max(1);
+    let mut similar = 0;
+    for &(size, _) in candidates {
+        if size > 2 * gathered {
+            break;
+        }
+        gathered += size;
+        similar += 1;
+    }
+    similar
+}
+
+/// Live subscriptions a relay may hold: half its budget, the rest is for history.
+fn live_budget(subscriptions: usize) -> usize {
+    (subscriptions / 2).max(1)
+}
+
+/// Filters that travel in one REQ: a chunk's per-id filters (its items
+/// covered only while all of them are open), or one Layer 1 or wide filter.
+struct Unit {
+    items: Vec<Item>,
+    layer1: bool,
+    filters: Vec<Encoded>,
+}
+
+/// One REQ of a live set and what it covers.
+struct Group {
+    filters: Vec<Encoded>,
+    /// Bytes of its REQ so far.
+    bytes: usize,
+    /// `None` when part of a split unit landed here.
+    covers: Option<Vec<Item>>,
+    layer1: bool,
+}
+
+/// First-fit packing of filters into REQs within a relay's limits: a
+/// small unit (Layer 1, a few new roots) fills a gap an earlier REQ left,
+/// so a live set needs no more REQs than it must, and a consolidation
+/// merges fewer live subscriptions to fit the budget.
+struct Packer {
+    limits: Limits,
+    groups: Vec<Group>,
+}
+
+impl Packer {
+    /// The first group that `filters` more of `size` bytes fit, else a new one.
+    fn room_for(&mut self, filters: usize, size: usize) -> &mut Group {
+        let limits = self.limits;
+        let fits = |g: &Group| {
+            g.filters.len() + filters <= limits.filters_per_req
+                && g.bytes + size <= limits.message_bytes
+        };
+        let at = match self.groups.iter().position(fits) {
+            Some(at) => at,
+            None => {
+                self.groups.push(Group {
+                    filters: Vec::new(),
+                    bytes: REQ_OVERHEAD,
+                    covers: Some(Vec::new()),
+                    layer1: false,
+                });
+                self.groups.len() - 1
+            }
+        };
+        let group = &mut self.groups[at];
+        group.bytes += size;
+        group
+    }
+}
+
+/// A queued chunk's filters, built for a REQ they did not fit, kept for
+/// the next one (if the chunk and the page limit are still the same).
+#[derive(Debug)]
+pub(super) struct BuiltChunk {
+    work: WorkRef,
+    limit: usize,
+    filters: Vec<Encoded>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::similar_sized;
+
+    #[test]
+    fn only_similar_sized_live_subscriptions_merge_to_free_slots() {
+        // One new item: Layer 1's empty REQ, then REQs of 1 and 2 items
+        // merge; a base of 300 items does not.
+        let candidates = [(0, 1), (1, 2), (2, 3), (300, 4)];
+        assert_eq!(similar_sized(1, &candidates), 3);
+        assert_eq!(similar_sized(0, &[(5, 1)]), 0, "5 items for none new");
+        assert_eq!(similar_sized(150, &candidates), 4);
     }
 }
