@@ -380,6 +380,46 @@ fn roots_naming_thousands_of_repos_take_only_their_key_s_share() {
     sim.check();
 }
 
+/// Issue 13, item 5: one key fills its share of repos and roots with
+/// junk (roots naming made-up repos of its own, and junk announcements);
+/// once it deletes them (NIP-09), the share is free again, and the same
+/// key's legitimate repo is accepted and synced.
+#[test]
+fn a_key_s_deleted_junk_frees_its_share_for_its_legitimate_repo() {
+    let mut config = config();
+    config.max_repos_per_pubkey = 20;
+    config.max_roots_per_pubkey = 10;
+    let mut sim = Sim::new(config);
+    let own = sim.own.clone();
+    let owner = keys(1);
+    let mut junk = Vec::new();
+    for n in 0..10 {
+        let coords: Vec<String> = (0..2)
+            .map(|i| coord(&owner, &format!("x{n}-{i}")))
+            .collect();
+        let refs: Vec<&str> = coords.iter().map(String::as_str).collect();
+        let fake = root(&owner, 1621, &refs, T0, &format!("fake {n}"));
+        sim.publish(&own, &fake);
+        junk.push(tag(&["e", &fake.id.to_hex()]));
+    }
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(sim.engine.index().repo_count(), 20);
+    let comment = repo_comment(&owner, &coord(&owner, "legit"), T0 - 100, "legit");
+    sim.seed(A, &comment);
+    announce(&mut sim, &owner, "legit", &[A], T0 + 1);
+    sim.advance(Duration::from_secs(10));
+    assert!(!sim.synced(&comment.id), "the share was not full");
+    sim.publish(&own, &sign(&owner, 5, T0 + 2, junk, "junk"));
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(sim.engine.index().repo_count(), 0);
+    assert_eq!(sim.engine.index().root_count(), 0);
+    announce(&mut sim, &owner, "legit", &[A], T0 + 3);
+    sim.advance(Duration::from_secs(10));
+    assert!(sim.synced(&comment.id), "the share stayed full");
+    assert_eq!(sim.engine.index().item_slots(), (20, 10), "ids reused");
+    sim.check();
+}
+
 /// Fault mode "a relay announcing thousands of junk relays from many
 /// keys": a bootstrap relay serves 100 announcements, each from its own
 /// key and listing 49 junk relays (and the service, so GRASP-01 passes
