@@ -420,6 +420,46 @@ fn a_key_s_deleted_junk_frees_its_share_for_its_legitimate_repo() {
     sim.check();
 }
 
+/// Issue 13, item 5, fairness per delivering relay: a relay streaming
+/// new roots from many keys (no key's share stops them) is charged for
+/// them: past its budget of new items per window it is cut and backed
+/// off, so it cannot create historic work on every other relay at line
+/// rate. Nothing is lost: every root reaches the sink, and a relay
+/// delivering a few roots is not charged.
+#[test]
+fn a_relay_flooding_new_roots_is_charged_and_still_loses_nothing() {
+    const H: &str = "wss://hostile.example";
+    let mut sim = Sim::new(config());
+    let owner = keys(1);
+    let c = coord(&owner, "r");
+    sim.add_relay(H);
+    sim.add_relay(B);
+    announce(&mut sim, &owner, "r", &[H, B], T0);
+    sim.advance(Duration::from_secs(10));
+    let authors: Vec<Keys> = (0..20).map(wide_keys).collect();
+    let flood: Vec<Event> = (0..1_200)
+        .map(|n| root(&authors[n % 20], 1621, &[&c], T0 + 1, &format!("flood {n}")))
+        .collect();
+    let few: Vec<Event> = (0..5)
+        .map(|n| root(&owner, 1621, &[&c], T0 + 1, &format!("few {n}")))
+        .collect();
+    for event in &few {
+        sim.publish(B, event);
+    }
+    for event in &flood {
+        sim.publish(H, event);
+    }
+    sim.settle();
+    let (h, b) = (sim.id(H), sim.id(B));
+    assert!(sim.engine.stats().offences[Offence::ItemFlood as usize] > 0);
+    assert_eq!(sim.engine.relay_penalties(h), 1, "the flooder is cut");
+    assert_eq!(sim.engine.relay_penalties(b), 0);
+    sim.advance(Duration::from_secs(600));
+    let missing = sim.missing(flood.iter().chain(&few));
+    assert!(missing.is_empty(), "{} roots lost", missing.len());
+    sim.check();
+}
+
 /// Fault mode "a relay announcing thousands of junk relays from many
 /// keys": a bootstrap relay serves 100 announcements, each from its own
 /// key and listing 49 junk relays (and the service, so GRASP-01 passes
