@@ -17,6 +17,10 @@ const DEFAULT_UNFINISHED_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of [`ShellOptions::shutdown_timeout`].
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A name lookup: host and port to addresses, blocking (it runs on a
+/// resolver worker).
+pub(crate) type DnsLookup = fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>;
+
 /// Shell settings besides the engine's.
 #[derive(Debug, Clone)]
 pub struct ShellOptions {
@@ -45,6 +49,11 @@ pub struct ShellOptions {
     /// fragmented message begun) before it is cut: what it makes us hold
     /// for it is held this long at most.
     pub unfinished_timeout: Duration,
+    /// Resolves relay names instead of the system's `getaddrinfo`, so
+    /// tests can make names slow (the tarpit DNS fault,
+    /// `testing::fault::tarpit_dns`). `None`: the system's.
+    #[cfg(any(test, feature = "testing"))]
+    pub dns_lookup: Option<DnsLookup>,
 }
 
 impl Default for ShellOptions {
@@ -60,6 +69,18 @@ impl Default for ShellOptions {
             outbox_capacity: 10_000,
             max_frames_per_sec: DEFAULT_MAX_FRAMES_PER_SEC,
             unfinished_timeout: DEFAULT_UNFINISHED_TIMEOUT,
+            #[cfg(any(test, feature = "testing"))]
+            dns_lookup: None,
         }
+    }
+}
+
+impl ShellOptions {
+    /// The injected name lookup, if any (never in a production build).
+    pub(crate) fn dns_lookup(&self) -> Option<crate::shell::dns::Lookup> {
+        #[cfg(any(test, feature = "testing"))]
+        return self.dns_lookup;
+        #[cfg(not(any(test, feature = "testing")))]
+        None
     }
 }
