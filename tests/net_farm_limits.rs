@@ -45,6 +45,7 @@ fn a_profiled_relay_caps_refuses_and_publishes_nip11_and_the_others_do_not() {
         value_caps: Some(ValueCaps::eventstore()),
         nip11: true,
         no_negentropy: true,
+        ..RelayProfile::default()
     };
     let farm = RelayFarm::start(
         2,
@@ -105,4 +106,32 @@ fn a_profiled_relay_caps_refuses_and_publishes_nip11_and_the_others_do_not() {
     // Websockets still work on the relay serving NIP-11.
     let mut again = connect(&farm.url(1));
     assert_eq!(again.req("d", vec![kinds(1).limit(5)]).len(), 5);
+}
+
+/// The own-relay fault of `demo --chaos`: an event over `max_event_bytes`
+/// gets a size NOTICE and no OK (nostr-rs-relay); smaller ones are stored.
+#[test]
+fn a_relay_with_an_event_size_limit_answers_larger_events_with_a_notice_only() {
+    let profile = RelayProfile {
+        max_event_bytes: Some(1_000),
+        ..RelayProfile::default()
+    };
+    let farm = RelayFarm::start(
+        1,
+        FarmOptions {
+            profiles: vec![(0, profile)],
+            ..FarmOptions::default()
+        },
+    )
+    .unwrap();
+    let k = keys(3);
+    let mut client = connect(&farm.url(0));
+    client.send(ClientMessage::event(note(&k, T0, &"x".repeat(2_000))).as_json());
+    assert_eq!(
+        client.recv(),
+        json!(["NOTICE", "error: event exceeded max size"])
+    );
+    let small = note(&k, T0, "small");
+    assert!(client.publish(&small).0, "the next event is taken");
+    assert_eq!(farm.stats().events_too_large, 1);
 }

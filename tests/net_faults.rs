@@ -10,7 +10,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use grasp_sync::testing::fault::Fault;
+use grasp_sync::testing::fault::{Fault, TARPIT_LOOKUP, TARPIT_ZONE, tarpit_dns};
 use grasp_sync::testing::relay::{RelayOptions, TestRelay};
 use grasp_sync::{Config, ShellOptions};
 use nostr::prelude::*;
@@ -467,4 +467,48 @@ fn never_finished_message_with_pongs_is_cut_at_its_deadline() {
         "a slow message is no protocol offence"
     );
     w.assert_honest_world();
+}
+
+/// Fault mode "a tarpit DNS name" (issue 13, item 6): the announcement
+/// lists an honest relay by hostname and 200 relays whose names resolve
+/// only after 10 s, and fail. The tarpit names must not starve the
+/// honest relay: it connects by name, and once dropped it reconnects by
+/// name and serves a live event long before one tarpit lookup ends.
+#[test]
+fn tarpit_dns_names_do_not_starve_an_honest_relay_reconnecting_by_name() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let honest = TestRelay::start(RelayOptions::default()).unwrap();
+    let owner = keys(1);
+    let repo = coord(&owner, "repo");
+    let history = history(&owner, &repo);
+    for e in &history {
+        honest.publish(e.clone());
+    }
+    // Honest first: the per-announcement cap keeps the first relays.
+    let mut urls = vec![format!("ws://honest.localtest:{}", honest.port())];
+    urls.extend((0..200).map(|i| format!("wss://n{i}.{TARPIT_ZONE}")));
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    own.publish(announcement(&owner, "repo", &refs, T0));
+    let running = Running::start(&own, |config, opts| {
+        short_timings(config, opts);
+        opts.dns_lookup = Some(tarpit_dns);
+    });
+    assert!(
+        wait_for(10, || missing(&own, &history) == 0),
+        "{} events missing",
+        missing(&own, &history)
+    );
+    honest.drop_connections();
+    let dropped = Instant::now();
+    let live = repo_comment(&keys(9), &repo, Timestamp::now().as_secs(), "after");
+    honest.publish(live.clone());
+    assert!(wait_for(8, || own.has(&live.id)), "live event lost");
+    assert!(
+        dropped.elapsed() < TARPIT_LOOKUP,
+        "the reconnect took {:?}",
+        dropped.elapsed()
+    );
+    assert!(honest.connections_made() >= 2, "reconnected by name");
+    running.stop();
 }

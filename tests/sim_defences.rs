@@ -380,6 +380,86 @@ fn roots_naming_thousands_of_repos_take_only_their_key_s_share() {
     sim.check();
 }
 
+/// Issue 13, item 5: one key fills its share of repos and roots with
+/// junk (roots naming made-up repos of its own, and junk announcements);
+/// once it deletes them (NIP-09), the share is free again, and the same
+/// key's legitimate repo is accepted and synced.
+#[test]
+fn a_key_s_deleted_junk_frees_its_share_for_its_legitimate_repo() {
+    let mut config = config();
+    config.max_repos_per_pubkey = 20;
+    config.max_roots_per_pubkey = 10;
+    let mut sim = Sim::new(config);
+    let own = sim.own.clone();
+    let owner = keys(1);
+    let mut junk = Vec::new();
+    for n in 0..10 {
+        let coords: Vec<String> = (0..2)
+            .map(|i| coord(&owner, &format!("x{n}-{i}")))
+            .collect();
+        let refs: Vec<&str> = coords.iter().map(String::as_str).collect();
+        let fake = root(&owner, 1621, &refs, T0, &format!("fake {n}"));
+        sim.publish(&own, &fake);
+        junk.push(tag(&["e", &fake.id.to_hex()]));
+    }
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(sim.engine.index().repo_count(), 20);
+    let comment = repo_comment(&owner, &coord(&owner, "legit"), T0 - 100, "legit");
+    sim.seed(A, &comment);
+    announce(&mut sim, &owner, "legit", &[A], T0 + 1);
+    sim.advance(Duration::from_secs(10));
+    assert!(!sim.synced(&comment.id), "the share was not full");
+    sim.publish(&own, &sign(&owner, 5, T0 + 2, junk, "junk"));
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(sim.engine.index().repo_count(), 0);
+    assert_eq!(sim.engine.index().root_count(), 0);
+    announce(&mut sim, &owner, "legit", &[A], T0 + 3);
+    sim.advance(Duration::from_secs(10));
+    assert!(sim.synced(&comment.id), "the share stayed full");
+    assert_eq!(sim.engine.index().item_slots(), (20, 10), "ids reused");
+    sim.check();
+}
+
+/// Issue 13, item 5, fairness per delivering relay: a relay streaming
+/// new roots from many keys (no key's share stops them) is charged for
+/// them: past its budget of new items per window it is cut and backed
+/// off, so it cannot create historic work on every other relay at line
+/// rate. Nothing is lost: every root reaches the sink, and a relay
+/// delivering a few roots is not charged.
+#[test]
+fn a_relay_flooding_new_roots_is_charged_and_still_loses_nothing() {
+    const H: &str = "wss://hostile.example";
+    let mut sim = Sim::new(config());
+    let owner = keys(1);
+    let c = coord(&owner, "r");
+    sim.add_relay(H);
+    sim.add_relay(B);
+    announce(&mut sim, &owner, "r", &[H, B], T0);
+    sim.advance(Duration::from_secs(10));
+    let authors: Vec<Keys> = (0..20).map(wide_keys).collect();
+    let flood: Vec<Event> = (0..1_200)
+        .map(|n| root(&authors[n % 20], 1621, &[&c], T0 + 1, &format!("flood {n}")))
+        .collect();
+    let few: Vec<Event> = (0..5)
+        .map(|n| root(&owner, 1621, &[&c], T0 + 1, &format!("few {n}")))
+        .collect();
+    for event in &few {
+        sim.publish(B, event);
+    }
+    for event in &flood {
+        sim.publish(H, event);
+    }
+    sim.settle();
+    let (h, b) = (sim.id(H), sim.id(B));
+    assert!(sim.engine.stats().offences[Offence::ItemFlood as usize] > 0);
+    assert_eq!(sim.engine.relay_penalties(h), 1, "the flooder is cut");
+    assert_eq!(sim.engine.relay_penalties(b), 0);
+    sim.advance(Duration::from_secs(600));
+    let missing = sim.missing(flood.iter().chain(&few));
+    assert!(missing.is_empty(), "{} roots lost", missing.len());
+    sim.check();
+}
+
 /// Fault mode "a relay announcing thousands of junk relays from many
 /// keys": a bootstrap relay serves 100 announcements, each from its own
 /// key and listing 49 junk relays (and the service, so GRASP-01 passes

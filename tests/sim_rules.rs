@@ -26,8 +26,9 @@ fn rule1_self_subscription_kinds_batching_and_reconnect_since() {
         .iter()
         .map(|k| k.as_u16())
         .collect();
-    assert_eq!(kinds.len(), 4);
-    for k in [30617, 1617, 1618, 1621] {
+    assert_eq!(kinds.len(), 5);
+    // Deletions (5) release what they delete from the index (issue 13).
+    for k in [30617, 1617, 1618, 1621, 5] {
         assert!(kinds.contains(&k), "self-subscription asks kind {k}");
     }
     assert!(!kinds.contains(&1619), "1619 is not a root");

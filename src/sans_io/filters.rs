@@ -13,12 +13,16 @@ use std::collections::BTreeSet;
 
 use nostr::prelude::{Filter, Kind, SingleLetterTag, Timestamp};
 
-use crate::sans_io::index::{Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RepoIndex};
+use crate::sans_io::index::{
+    Item, KIND_ANNOUNCEMENT, KIND_DELETION, KIND_STATE, ROOT_KINDS, RepoIndex,
+};
 
-/// Kinds of the self-subscription to the own relay: announcements and roots.
+/// Kinds of the self-subscription to the own relay: announcements, roots
+/// and deletions (which release what they delete from the index).
 /// 1619 (PR update) is not a root; it arrives through Layer 3.
 pub(crate) fn self_filter(since: Option<Timestamp>) -> Filter {
-    let kinds = std::iter::once(KIND_ANNOUNCEMENT)
+    let kinds = [KIND_ANNOUNCEMENT, KIND_DELETION]
+        .into_iter()
         .chain(ROOT_KINDS)
         .map(Kind::from_u16);
     with_since(Filter::new().kinds(kinds), since)

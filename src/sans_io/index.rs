@@ -25,6 +25,9 @@ pub(crate) const KIND_ANNOUNCEMENT: u16 = 30617;
 pub(crate) const KIND_STATE: u16 = 30618;
 /// Kinds of root events: patch, pull request, issue.
 pub(crate) const ROOT_KINDS: [u16; 3] = [1617, 1618, 1621];
+/// Kind of a deletion request (NIP-09): its author's roots and
+/// announcements named in it leave the index and free their share.
+pub(crate) const KIND_DELETION: u16 = 5;
 
 /// Longest `d` identifier accepted; longer ones are ignored as hostile.
 const MAX_IDENTIFIER_LEN: usize = 256;
@@ -82,6 +85,11 @@ struct Repo {
     /// A newer announcement whose relay change waits for the change
     /// interval to pass (see [`IndexLimits::relay_change_interval`]).
     held: Option<Held>,
+    /// The pubkey (hex) whose share pays for the repo: the first to name
+    /// it, until its owner announces it.
+    charged: String,
+    /// True once the repo was some relay's target: see [`Root::targeted`].
+    targeted: bool,
 }
 
 impl Repo {
@@ -115,6 +123,9 @@ pub struct IndexStats {
     /// Repos and roots not interned: their pubkey's share, or the global
     /// cap, was used up.
     pub items_over_cap: u64,
+    /// Repos and roots released once nothing referenced them any more
+    /// (deleted by their author, or named only by deleted roots).
+    pub items_released: u64,
     /// Relay changes held back because the repo changed relays too recently.
     pub relay_changes_held: u64,
 }
@@ -123,6 +134,14 @@ pub struct IndexStats {
 struct Root {
     id: EventId,
     repos: Vec<RepoId>,
+    /// The author (hex), whose share pays for the root.
+    author: String,
+    /// True once the root was some relay's target. Such an id may still
+    /// sit in a subscription's item list when released, and an EOSE of
+    /// that subscription would confirm whatever reused the id: so it is
+    /// retired, never reused (its share is still freed). Ids never
+    /// targeted, the bulk of junk, are reused.
+    targeted: bool,
 }
 
 /// Limits the index applies to hostile input.
@@ -145,7 +164,10 @@ pub struct IndexLimits {
     /// cannot take the whole of `max_relays` from everyone else.
     pub max_relays_per_pubkey: usize,
     /// Repos one pubkey may bring into the index, by announcing them or by
-    /// naming them in its roots.
+    /// naming them in its roots. A repo is released (and its share freed)
+    /// once nothing references it: its announcement deleted and no root
+    /// naming it left (roots leave through NIP-09 deletions by their
+    /// author), so junk a key deletes does not hold its share for good.
     pub max_repos_per_pubkey: usize,
     /// Roots one pubkey may author in the index.
     pub max_roots_per_pubkey: usize,
@@ -179,6 +201,11 @@ pub struct RepoIndex {
     pubkey_relays: HashMap<String, HashMap<RelayId, u32>>,
     /// Per pubkey (hex): repos and roots it brought into the index.
     pubkey_items: HashMap<String, (usize, usize)>,
+    /// Repos and roots live now (interned, not released), for the global cap.
+    live: (usize, usize),
+    /// Released repo and root ids never targeted, reused before new ones.
+    free_repos: Vec<RepoId>,
+    free_roots: Vec<RootId>,
     /// Repos with a held change and when it is due, for the engine to arm.
     holds: Vec<(RepoId, Time)>,
     stats: IndexStats,
@@ -202,6 +229,9 @@ impl RepoIndex {
             free_relays: Vec::new(),
             pubkey_relays: HashMap::new(),
             pubkey_items: HashMap::new(),
+            live: (0, 0),
+            free_repos: Vec::new(),
+            free_roots: Vec::new(),
             holds: Vec::new(),
             stats: IndexStats::default(),
         }
@@ -240,6 +270,8 @@ impl RepoIndex {
             self.apply_announcement(event, now, changes, false);
         } else if ROOT_KINDS.contains(&kind) {
             self.apply_root(event, changes);
+        } else if kind == KIND_DELETION {
+            self.apply_deletion(event, changes);
         }
     }
 
@@ -352,14 +384,21 @@ impl RepoIndex {
         self.relay_ids.len()
     }
 
-    /// Repos known (announced or only named by roots).
+    /// Repos known (announced or only named by roots), released ones not
+    /// counted.
     pub fn repo_count(&self) -> usize {
-        self.repos.len()
+        self.live.0
     }
 
-    /// Roots known.
+    /// Roots known, released ones not counted.
     pub fn root_count(&self) -> usize {
-        self.roots.len()
+        self.live.1
+    }
+
+    /// Size of the repo and root tables: every id handed out so far,
+    /// released ones included (reused ids are counted once).
+    pub fn item_slots(&self) -> (usize, usize) {
+        (self.repos.len(), self.roots.len())
     }
 
     /// The id of repo ref `30617:<pubkey>:<d>`, if known.
@@ -422,9 +461,11 @@ impl RepoIndex {
             return;
         };
         let coord = format!("{KIND_ANNOUNCEMENT}:{}:{identifier}", event.pubkey);
-        let Some(repo) = self.intern_repo(&coord, identifier, &event.pubkey.to_hex()) else {
+        let owner = event.pubkey.to_hex();
+        let Some(repo) = self.intern_repo(&coord, identifier, &owner) else {
             return;
         };
+        self.charge_owner(repo, &owner);
         let stamp = (event.created_at, event.id);
         let entry = &self.repos[repo.0 as usize];
         let latest = entry.latest();
@@ -491,6 +532,9 @@ impl RepoIndex {
         entry.relays_changed = Some(now);
         let old = std::mem::replace(&mut entry.relays, relays);
         let new = entry.relays.clone();
+        if !new.is_empty() {
+            self.mark_targeted(repo);
+        }
         self.reference(repo, &new, true);
         self.reference(repo, &old, false);
         for relay in old.iter().filter(|r| !new.contains(r)) {
@@ -547,6 +591,7 @@ impl RepoIndex {
             self.roots[root.0 as usize].repos.push(repo);
             let entry = &mut self.repos[repo.0 as usize];
             entry.roots.push(root);
+            self.roots[root.0 as usize].targeted |= !entry.relays.is_empty();
             for &relay in &entry.relays {
                 changes.push(TargetChange {
                     relay,
@@ -567,8 +612,7 @@ impl RepoIndex {
         if !self.take_share(by, true) {
             return None;
         }
-        let id = RepoId(self.repos.len() as u32);
-        self.repos.push(Repo {
+        let entry = Repo {
             coord: coord.to_owned(),
             identifier,
             announced: None,
@@ -576,7 +620,19 @@ impl RepoIndex {
             roots: Vec::new(),
             relays_changed: None,
             held: None,
-        });
+            charged: by.to_owned(),
+            targeted: false,
+        };
+        let id = match self.free_repos.pop() {
+            Some(id) => {
+                self.repos[id.0 as usize] = entry;
+                id
+            }
+            None => {
+                self.repos.push(entry);
+                RepoId(self.repos.len() as u32 - 1)
+            }
+        };
         self.repo_ids.insert(coord.to_owned(), id);
         Some(id)
     }
@@ -590,11 +646,22 @@ impl RepoIndex {
         if !self.take_share(by, false) {
             return None;
         }
-        let root = RootId(self.roots.len() as u32);
-        self.roots.push(Root {
+        let entry = Root {
             id,
             repos: Vec::new(),
-        });
+            author: by.to_owned(),
+            targeted: false,
+        };
+        let root = match self.free_roots.pop() {
+            Some(root) => {
+                self.roots[root.0 as usize] = entry;
+                root
+            }
+            None => {
+                self.roots.push(entry);
+                RootId(self.roots.len() as u32 - 1)
+            }
+        };
         self.root_ids.insert(id, root);
         Some(root)
     }
@@ -605,9 +672,9 @@ impl RepoIndex {
     /// worth of keys, each capped) fills its own share, not the index.
     fn take_share(&mut self, by: &str, repo: bool) -> bool {
         let (known, per_key) = if repo {
-            (self.repos.len(), self.limits.max_repos_per_pubkey)
+            (self.live.0, self.limits.max_repos_per_pubkey)
         } else {
-            (self.roots.len(), self.limits.max_roots_per_pubkey)
+            (self.live.1, self.limits.max_roots_per_pubkey)
         };
         let share = self.pubkey_items.get(by).copied().unwrap_or_default();
         let taken = if repo { share.0 } else { share.1 };
@@ -617,13 +684,160 @@ impl RepoIndex {
             debug!("{by}: repo or root over its cap; ignored");
             return false;
         }
-        let share = self.pubkey_items.entry(by.to_owned()).or_default();
-        if repo {
-            share.0 += 1;
-        } else {
-            share.1 += 1;
-        }
+        self.count_share(by, repo, true);
         true
+    }
+
+    /// Counts one repo (or root) into (`add`) or out of `by`'s share and
+    /// the live total; a key with nothing left leaves no entry.
+    fn count_share(&mut self, by: &str, repo: bool, add: bool) {
+        let share = self.pubkey_items.entry(by.to_owned()).or_default();
+        let (mine, live) = if repo {
+            (&mut share.0, &mut self.live.0)
+        } else {
+            (&mut share.1, &mut self.live.1)
+        };
+        if add {
+            *mine += 1;
+            *live += 1;
+        } else {
+            *mine = mine.saturating_sub(1);
+            *live = live.saturating_sub(1);
+        }
+        if *share == (0, 0) {
+            self.pubkey_items.remove(by);
+        }
+    }
+
+    /// An owner announcing a repo first named by someone else's roots
+    /// takes it into its own share (if it has room), so the share of the
+    /// key that named it is freed only of junk, and deleting those roots
+    /// leaves the announced repo alone.
+    fn charge_owner(&mut self, repo: RepoId, owner: &str) {
+        let charged = &self.repos[repo.0 as usize].charged;
+        if charged == owner {
+            return;
+        }
+        let taken = self.pubkey_items.get(owner).map_or(0, |s| s.0);
+        if taken >= self.limits.max_repos_per_pubkey {
+            return;
+        }
+        let old = std::mem::replace(&mut self.repos[repo.0 as usize].charged, owner.to_owned());
+        self.count_share(&old, true, false);
+        self.count_share(owner, true, true);
+    }
+
+    /// Marks `repo` and its roots as targets of some relay (see
+    /// [`Root::targeted`]).
+    fn mark_targeted(&mut self, repo: RepoId) {
+        let entry = &mut self.repos[repo.0 as usize];
+        entry.targeted = true;
+        for &root in &entry.roots {
+            self.roots[root.0 as usize].targeted = true;
+        }
+    }
+
+    /// A NIP-09 deletion: each root (`e`) and announcement (`a`) it names
+    /// that its author made leaves the index. Others' deletions are
+    /// ignored: nobody may free a share that is not theirs.
+    fn apply_deletion(&mut self, event: &Event, changes: &mut Vec<TargetChange>) {
+        let author = event.pubkey.to_hex();
+        for tag in event.tags.iter() {
+            let values = tag.as_slice();
+            let Some(value) = values.get(1) else { continue };
+            match values[0].as_str() {
+                "e" => {
+                    let root = EventId::from_hex(value)
+                        .ok()
+                        .and_then(|id| self.root_ids.get(&id).copied());
+                    if let Some(root) = root
+                        && self.roots[root.0 as usize].author == author
+                    {
+                        self.release_root(root, changes);
+                    }
+                }
+                "a" if is_repo_coord(value) && owner_of(value) == author => {
+                    self.delete_announcement(value, event.created_at, changes);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A deleted root: it stops being a target, leaves its repos, and
+    /// frees its author's share; repos it alone kept are released too.
+    fn release_root(&mut self, root: RootId, changes: &mut Vec<TargetChange>) {
+        let entry = &mut self.roots[root.0 as usize];
+        let repos = std::mem::take(&mut entry.repos);
+        let author = std::mem::take(&mut entry.author);
+        let targeted = entry.targeted;
+        self.root_ids.remove(&entry.id);
+        for repo in repos {
+            let entry = &mut self.repos[repo.0 as usize];
+            entry.roots.retain(|r| *r != root);
+            for &relay in &entry.relays {
+                changes.push(TargetChange {
+                    relay,
+                    item: Item::Root(root),
+                    added: false,
+                });
+            }
+            self.release_repo_if_unused(repo);
+        }
+        self.count_share(&author, false, false);
+        self.stats.items_released += 1;
+        if !targeted {
+            self.free_roots.push(root);
+        }
+    }
+
+    /// A deleted announcement (NIP-09 `a`: every version up to the
+    /// deletion's `created_at`): the repo loses its relays, as if never
+    /// announced, and is released unless roots still name it. A newer
+    /// version than the deletion stays in force.
+    fn delete_announcement(
+        &mut self,
+        coord: &str,
+        until: Timestamp,
+        changes: &mut Vec<TargetChange>,
+    ) {
+        let Some(repo) = self.repo_id(coord) else {
+            return;
+        };
+        let entry = &mut self.repos[repo.0 as usize];
+        if entry.latest().is_none_or(|(at, _)| at > until) {
+            return;
+        }
+        entry.announced = None;
+        entry.relays_changed = None;
+        let held = entry.held.take();
+        let old = std::mem::take(&mut entry.relays);
+        if let Some(held) = held {
+            self.reference(repo, &held.relays, false);
+        }
+        self.reference(repo, &old, false);
+        for &relay in &old {
+            self.push_repo_changes(repo, relay, false, changes);
+        }
+        self.release_repo_if_unused(repo);
+    }
+
+    /// Releases `repo` once nothing references it: no announcement (in
+    /// force or held) and no root. Its share is freed; its id is reused
+    /// unless it was ever a target (see [`Root::targeted`]).
+    fn release_repo_if_unused(&mut self, repo: RepoId) {
+        let entry = &mut self.repos[repo.0 as usize];
+        if entry.announced.is_some() || entry.held.is_some() || !entry.roots.is_empty() {
+            return;
+        }
+        let charged = std::mem::take(&mut entry.charged);
+        let targeted = entry.targeted;
+        self.repo_ids.remove(&entry.coord);
+        self.count_share(&charged, true, false);
+        self.stats.items_released += 1;
+        if !targeted {
+            self.free_repos.push(repo);
+        }
     }
 
     /// Counts `repo`'s relay list `relays` in (`add`) or out of the
@@ -820,5 +1034,160 @@ pub fn is_repo_coord(coord: &str) -> bool {
 /// True for the kinds the index learns from.
 pub fn is_index_kind(kind: Kind) -> bool {
     let k = kind.as_u16();
-    k == KIND_ANNOUNCEMENT || ROOT_KINDS.contains(&k)
+    k == KIND_ANNOUNCEMENT || k == KIND_DELETION || ROOT_KINDS.contains(&k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Tag};
+
+    const T0: Time = Time::from_secs(1_700_000_000);
+    const RELAY: &str = "wss://a.example";
+
+    fn limits() -> IndexLimits {
+        IndexLimits {
+            relays_per_announcement: 10,
+            repos_per_root: 10,
+            relay_change_interval: Duration::from_secs(60),
+            max_relays: 100,
+            max_relays_per_pubkey: 10,
+            max_repos_per_pubkey: 3,
+            max_roots_per_pubkey: 2,
+            max_items: 1_000,
+            allow_private: false,
+        }
+    }
+
+    fn index() -> RepoIndex {
+        RepoIndex::new(Service::new("wss://own.example", None), limits())
+    }
+
+    fn signed(keys: &Keys, kind: u16, tags: Vec<Vec<String>>, at: u64) -> Event {
+        let tags = tags.into_iter().map(|t| Tag::parse(t).unwrap());
+        EventBuilder::new(Kind::from_u16(kind), format!("{at}"))
+            .tags(tags)
+            .custom_created_at(Timestamp::from_secs(at))
+            .finalize(keys)
+            .unwrap()
+    }
+
+    fn coord(keys: &Keys, d: &str) -> String {
+        format!("{KIND_ANNOUNCEMENT}:{}:{d}", keys.public_key())
+    }
+
+    fn announcement(keys: &Keys, d: &str, at: u64) -> Event {
+        let tags = vec![
+            vec!["d".into(), d.into()],
+            vec!["relays".into(), RELAY.into(), "wss://own.example".into()],
+        ];
+        signed(keys, KIND_ANNOUNCEMENT, tags, at)
+    }
+
+    fn root(keys: &Keys, coords: &[String], at: u64) -> Event {
+        let tags = coords.iter().map(|c| vec!["a".into(), c.clone()]).collect();
+        signed(keys, 1621, tags, at)
+    }
+
+    fn deletion(keys: &Keys, tag: &str, value: &str, at: u64) -> Event {
+        signed(
+            keys,
+            KIND_DELETION,
+            vec![vec![tag.into(), value.into()]],
+            at,
+        )
+    }
+
+    fn apply(index: &mut RepoIndex, event: &Event) -> Vec<TargetChange> {
+        let mut changes = Vec::new();
+        index.apply(event, T0, &mut changes);
+        changes
+    }
+
+    /// A key's junk roots filled its repo share; once it deletes them, the
+    /// repos they alone named are released, their ids reused, and the
+    /// key's own repo is accepted.
+    #[test]
+    fn deleted_junk_roots_free_their_key_s_share_and_ids() {
+        let mut index = index();
+        let p = Keys::generate();
+        let junk: Vec<String> = (0..3).map(|i| coord(&p, &format!("junk{i}"))).collect();
+        let fake = root(&p, &junk, 10);
+        apply(&mut index, &fake);
+        apply(&mut index, &announcement(&p, "legit", 11));
+        assert_eq!(index.repo_id(&coord(&p, "legit")), None, "share full");
+        apply(&mut index, &deletion(&p, "e", &fake.id.to_hex(), 12));
+        assert_eq!((index.repo_count(), index.root_count()), (0, 0));
+        assert_eq!(index.stats().items_released, 4);
+        assert!(index.pubkey_items.is_empty(), "no share left behind");
+        apply(&mut index, &announcement(&p, "legit", 13));
+        assert!(index.repo_id(&coord(&p, "legit")).is_some());
+        assert_eq!(index.item_slots(), (3, 1), "released ids were reused");
+    }
+
+    /// Nobody frees a share that is not theirs: a deletion by another key
+    /// changes nothing.
+    #[test]
+    fn a_deletion_by_another_key_releases_nothing() {
+        let mut index = index();
+        let (p, q) = (Keys::generate(), Keys::generate());
+        let fake = root(&p, &[coord(&p, "x")], 10);
+        apply(&mut index, &fake);
+        apply(&mut index, &deletion(&q, "e", &fake.id.to_hex(), 11));
+        apply(&mut index, &deletion(&q, "a", &coord(&p, "x"), 11));
+        assert_eq!((index.repo_count(), index.root_count()), (1, 1));
+        assert_eq!(index.stats().items_released, 0);
+    }
+
+    /// A deleted announcement takes its repo off every relay and frees
+    /// the share; having been a target, its id is retired, not reused.
+    #[test]
+    fn a_deleted_announcement_releases_its_repo_and_its_targets() {
+        let mut index = index();
+        let p = Keys::generate();
+        let added = apply(&mut index, &announcement(&p, "r", 10));
+        assert_eq!(added.len(), 1);
+        let c = coord(&p, "r");
+        let removed = apply(&mut index, &deletion(&p, "a", &c, 11));
+        assert_eq!(removed.len(), 1);
+        assert!(!removed[0].added);
+        assert_eq!(index.repo_id(&c), None);
+        assert_eq!(index.repo_count(), 0);
+        assert!(index.derive_relay_targets().is_empty());
+        apply(&mut index, &announcement(&p, "s", 12));
+        assert_eq!(index.item_slots().0, 2, "a targeted id is not reused");
+    }
+
+    /// A deletion older than the announcement in force deletes nothing.
+    #[test]
+    fn a_deletion_older_than_the_announcement_leaves_it() {
+        let mut index = index();
+        let p = Keys::generate();
+        apply(&mut index, &announcement(&p, "r", 10));
+        assert!(apply(&mut index, &deletion(&p, "a", &coord(&p, "r"), 9)).is_empty());
+        assert_eq!(index.repo_count(), 1);
+    }
+
+    /// A repo first named by another key's roots moves to its owner's
+    /// share when announced: deleting the roots frees the namer's share
+    /// and leaves the announced repo (and its relays) in force.
+    #[test]
+    fn an_announced_repo_survives_the_deletion_of_roots_that_named_it() {
+        let mut index = index();
+        let (p, q) = (Keys::generate(), Keys::generate());
+        let c = coord(&p, "r");
+        let fake = root(&q, std::slice::from_ref(&c), 10);
+        apply(&mut index, &fake);
+        apply(&mut index, &announcement(&p, "r", 11));
+        let changes = apply(&mut index, &deletion(&q, "e", &fake.id.to_hex(), 12));
+        assert_eq!(changes.len(), 1, "the root leaves the relay");
+        assert!(index.repo_id(&c).is_some());
+        assert_eq!(index.repo_count(), 1);
+        let q_hex = q.public_key().to_hex();
+        assert!(!index.pubkey_items.contains_key(&q_hex), "q's share freed");
+        assert_eq!(
+            index.derive_relay_targets().values().next().unwrap().len(),
+            1
+        );
+    }
 }

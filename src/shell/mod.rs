@@ -206,7 +206,12 @@ impl Shell {
         }
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let resolver = Resolver::new(opts.dns_threads.max(1), 256, waker.clone())?;
+        let resolver = match opts.dns_lookup() {
+            Some(lookup) => {
+                Resolver::with_lookup(opts.dns_threads.max(1), 256, waker.clone(), lookup)?
+            }
+            None => Resolver::new(opts.dns_threads.max(1), 256, waker.clone())?,
+        };
         let tls = crate::shell::tls::client_config(&opts.extra_ca_files)?;
         let metrics = match opts.metrics {
             Some(addr) => Some(MetricsListener::bind(addr, poll.registry(), METRICS)?),

@@ -17,6 +17,10 @@ const DEFAULT_UNFINISHED_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of [`ShellOptions::shutdown_timeout`].
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A name lookup: host and port to addresses, blocking (it runs on a
+/// resolver worker).
+pub(crate) type DnsLookup = fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>;
+
 /// Shell settings besides the engine's.
 #[derive(Debug, Clone)]
 pub struct ShellOptions {
@@ -48,6 +52,11 @@ pub struct ShellOptions {
     /// Where the engine's state is kept across restarts (`state_file`);
     /// `None` starts every run fresh.
     pub state_file: Option<PathBuf>,
+    /// Resolves relay names instead of the system's `getaddrinfo`, so
+    /// tests can make names slow (the tarpit DNS fault,
+    /// `testing::fault::tarpit_dns`). `None`: the system's.
+    #[cfg(any(test, feature = "testing"))]
+    pub dns_lookup: Option<DnsLookup>,
 }
 
 impl Default for ShellOptions {
@@ -64,6 +73,18 @@ impl Default for ShellOptions {
             max_frames_per_sec: DEFAULT_MAX_FRAMES_PER_SEC,
             unfinished_timeout: DEFAULT_UNFINISHED_TIMEOUT,
             state_file: None,
+            #[cfg(any(test, feature = "testing"))]
+            dns_lookup: None,
         }
+    }
+}
+
+impl ShellOptions {
+    /// The injected name lookup, if any (never in a production build).
+    pub(crate) fn dns_lookup(&self) -> Option<crate::shell::dns::Lookup> {
+        #[cfg(any(test, feature = "testing"))]
+        return self.dns_lookup;
+        #[cfg(not(any(test, feature = "testing")))]
+        None
     }
 }

@@ -231,6 +231,12 @@ pub struct RelayProfile {
     /// Answer `NEG-OPEN` with the "unsupported" `NOTICE` even when the
     /// farm speaks NIP-77 (khatru's `Negentropy` is off by default).
     pub no_negentropy: bool,
+    /// Answer an `EVENT` whose event is longer than this (as JSON) with a
+    /// `NOTICE` naming no event and no `OK`, as nostr-rs-relay does past
+    /// its `max_event_bytes`: the own-relay fault
+    /// [`Fault::LargeEventNotice`](crate::testing::fault::Fault::LargeEventNotice)
+    /// in a farm relay, for `demo --chaos`. `None`: any size is taken.
+    pub max_event_bytes: Option<usize>,
 }
 
 /// Counters over the whole farm, since start.
@@ -276,6 +282,9 @@ pub struct FarmStats {
     /// `REQ` filters whose stored answer a per-filter cap cut short (it
     /// matched more events than the cap let through).
     pub capped_filters: u64,
+    /// `EVENT`s answered with a size `NOTICE` and no `OK` (see
+    /// [`RelayProfile::max_event_bytes`]).
+    pub events_too_large: u64,
 }
 
 /// The counters behind [`FarmStats`], shared with the farm thread.
@@ -296,6 +305,7 @@ struct Counters {
     value_refusals: AtomicU64,
     info_served: AtomicU64,
     capped_filters: AtomicU64,
+    events_too_large: AtomicU64,
 }
 
 /// A request to the farm thread.
@@ -543,6 +553,7 @@ impl RelayFarm {
             value_refusals: c.value_refusals.load(Ordering::Relaxed),
             info_served: c.info_served.load(Ordering::Relaxed),
             capped_filters: c.capped_filters.load(Ordering::Relaxed),
+            events_too_large: c.events_too_large.load(Ordering::Relaxed),
         }
     }
 
@@ -1377,6 +1388,17 @@ impl Farm {
         let Some(relay) = self.conns.get(key).map(|c| c.relay) else {
             return;
         };
+        if self.relays[relay]
+            .profile
+            .max_event_bytes
+            .is_some_and(|max| event.as_json().len() > max)
+        {
+            self.counters
+                .events_too_large
+                .fetch_add(1, Ordering::Relaxed);
+            self.reply(key, &RelayMessage::notice("error: event exceeded max size"));
+            return;
+        }
         let stored = self.relays[relay].store.insert(event.clone());
         if stored == Stored::New {
             self.counters.events_stored.fetch_add(1, Ordering::Relaxed);

@@ -718,3 +718,27 @@ fn refusal(status: u16, retry_after: Option<u64>) -> ErrorResponse {
     }
     response
 }
+
+/// Zone of the tarpit DNS fault: every name under it resolves slowly.
+pub const TARPIT_ZONE: &str = "tarpit.test";
+
+/// How long a tarpit name's lookup takes before it fails: a lame
+/// delegation's 5 to 20 s, past any connect deadline of a test.
+pub const TARPIT_LOOKUP: Duration = Duration::from_secs(10);
+
+/// The tarpit DNS fault, as a name lookup for
+/// `ShellOptions::dns_lookup`: names under [`TARPIT_ZONE`] block for
+/// [`TARPIT_LOOKUP`] and fail, as names under a lame delegation do; every
+/// other name resolves at once to 127.0.0.1, so honest test relays can
+/// be named by hostname. The blocking is the fault itself: it runs on a
+/// resolver worker, never on the loop.
+pub fn tarpit_dns(host: &str, port: u16) -> std::io::Result<Vec<std::net::SocketAddr>> {
+    if host.ends_with(TARPIT_ZONE) {
+        std::thread::sleep(TARPIT_LOOKUP);
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "lame delegation",
+        ));
+    }
+    Ok(vec![std::net::SocketAddr::from(([127, 0, 0, 1], port))])
+}

@@ -12,6 +12,8 @@
 //! so a relay that misbehaves again and again is tried rarer and rarer,
 //! while every other relay is unaffected.
 
+use std::time::Duration;
+
 use log::warn;
 
 use super::{Action, Engine, Status};
@@ -32,6 +34,9 @@ pub enum Offence {
     /// offence); the connection is already gone, so this one costs a
     /// penalty at once.
     Protocol,
+    /// A new root or announcement past the relay's budget of new index
+    /// items per window (see [`FRESH_ITEMS_PER_WINDOW`]).
+    ItemFlood,
 }
 
 impl Offence {
@@ -40,7 +45,7 @@ impl Offence {
     fn weight(self) -> u32 {
         match self {
             Offence::InvalidEvent | Offence::Malformed => 10,
-            Offence::OutsideFilter => 1,
+            Offence::OutsideFilter | Offence::ItemFlood => 1,
             Offence::Protocol => STRIKES_PER_PENALTY,
         }
     }
@@ -52,15 +57,17 @@ impl Offence {
             Offence::Malformed => "malformed",
             Offence::OutsideFilter => "outside_filter",
             Offence::Protocol => "protocol",
+            Offence::ItemFlood => "item_flood",
         }
     }
 
     /// Every offence, for metrics.
-    pub const ALL: [Offence; 4] = [
+    pub const ALL: [Offence; 5] = [
         Offence::InvalidEvent,
         Offence::Malformed,
         Offence::OutsideFilter,
         Offence::Protocol,
+        Offence::ItemFlood,
     ];
 }
 
@@ -69,6 +76,27 @@ pub(super) const STRIKES_PER_PENALTY: u32 = 100;
 
 /// Backoff doublings each penalty adds (×4 per penalty).
 pub(super) const BACKOFF_STEPS_PER_PENALTY: u32 = 2;
+
+/// New roots and announcements one relay may deliver per
+/// [`FRESH_WINDOW`] before each further one is an offence.
+///
+/// Fairness per delivering relay: every new root becomes historic work
+/// (Layer 3) on every relay of the repos it names, and keys are free, so
+/// the per-pubkey shares of the index do not bound what one relay can
+/// create with events from fresh keys. The index cannot charge the
+/// relay itself: it learns from the own relay, after the round trip that
+/// loses who delivered an event. So the budget is charged here, at
+/// ingest, and over it the event is still forwarded to the sink (an
+/// event is never dropped for its relay's conduct) but the relay earns a
+/// strike; a relay that keeps flooding is cut and backed off like any
+/// other offender, which bounds the rate at which one relay creates work
+/// for all the others. An honest relay catching up a large history is
+/// at worst slowed: only ids never seen count, so each reconnect makes
+/// progress and re-reads cost nothing.
+pub(super) const FRESH_ITEMS_PER_WINDOW: u32 = 1_000;
+
+/// The window of [`FRESH_ITEMS_PER_WINDOW`].
+pub(super) const FRESH_WINDOW: Duration = Duration::from_secs(60);
 
 /// One relay's record.
 #[derive(Debug, Clone, Copy, Default)]
@@ -79,6 +107,9 @@ pub(super) struct Conduct {
     penalties: u32,
     /// An over-size message from this relay was logged (once per process).
     oversized_logged: bool,
+    /// New index items delivered in the current window, and when the
+    /// window opened.
+    fresh: (u32, Option<Time>),
 }
 
 impl Conduct {
@@ -92,6 +123,18 @@ impl Conduct {
         self.strikes = 0;
         self.penalties = self.penalties.saturating_add(1);
         true
+    }
+
+    /// Counts one new root or announcement delivered at `now`; false when
+    /// it is past the budget of the window.
+    pub(super) fn fresh_item(&mut self, now: Time) -> bool {
+        let (count, since) = &mut self.fresh;
+        if since.is_none_or(|t| now.since(t) >= FRESH_WINDOW) {
+            *count = 0;
+            *since = Some(now);
+        }
+        *count = count.saturating_add(1);
+        *count <= FRESH_ITEMS_PER_WINDOW
     }
 
     /// A new connection starts with a clean slate of strikes, not of penalties.
@@ -181,6 +224,17 @@ mod tests {
             assert!(!c.offend(Offence::OutsideFilter));
         }
         assert!(c.offend(Offence::OutsideFilter));
+    }
+
+    #[test]
+    fn new_items_past_the_window_s_budget_are_refused_until_it_turns() {
+        let mut c = Conduct::default();
+        let t0 = Time::from_secs(1_000);
+        for _ in 0..FRESH_ITEMS_PER_WINDOW {
+            assert!(c.fresh_item(t0));
+        }
+        assert!(!c.fresh_item(t0 + Duration::from_secs(59)));
+        assert!(c.fresh_item(t0 + FRESH_WINDOW));
     }
 
     #[test]

@@ -11,7 +11,9 @@ use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
 use super::relay::{LiveMode, MIN_MESSAGE_BYTES};
 use super::{Engine, Offence, Output, Status, Timer};
-use crate::sans_io::index::{Item, KIND_ANNOUNCEMENT, KIND_STATE, RelayId, is_index_kind};
+use crate::sans_io::index::{
+    Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, is_index_kind,
+};
 use crate::sans_io::refusal::Refusal;
 use crate::sans_io::relay_text::{dropped, relay_text};
 use crate::sans_io::subscription::{NextPage, Purpose, Scope, Subscription};
@@ -168,6 +170,7 @@ impl Engine {
         self.seen.insert(event.id);
         self.stats.events_verified += 1;
         self.stats.events_ingested += 1;
+        self.charge_fresh_item(now, relay, &event);
         // Announcements and roots reach the index only once the own relay
         // accepted them (its `OK`, the self-subscription, or the embedding
         // relay's feed), so the index never holds what the own relay refused.
@@ -175,6 +178,20 @@ impl Engine {
             relay,
             event: Box::new(event),
         });
+    }
+
+    /// A new root or announcement (never seen before) counts against the
+    /// delivering relay's budget of new index items: see
+    /// [`FRESH_ITEMS_PER_WINDOW`](super::conduct::FRESH_ITEMS_PER_WINDOW).
+    /// The event goes on to the sink either way.
+    fn charge_fresh_item(&mut self, now: Time, relay: RelayId, event: &Event) {
+        let kind = event.kind.as_u16();
+        if kind != KIND_ANNOUNCEMENT && !ROOT_KINDS.contains(&kind) {
+            return;
+        }
+        if !self.relays[relay.index()].conduct.fresh_item(now) {
+            self.offended(now, relay, Offence::ItemFlood);
+        }
     }
 
     /// An event of the self-subscription: announcements and roots feed the index.

@@ -210,7 +210,7 @@ pub struct Stats {
     /// Connect attempts or connections that failed.
     pub connect_failures: u64,
     /// Offences by kind, indexed like [`Offence::ALL`].
-    pub offences: [u64; 4],
+    pub offences: [u64; Offence::ALL.len()],
     /// Relays cut and backed off longer for misbehaving.
     pub penalties: u64,
     /// Websocket upgrades refused with an HTTP status.

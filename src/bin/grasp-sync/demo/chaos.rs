@@ -8,15 +8,32 @@
 //! events the misbehaving relays send may reach the own relay; and the
 //! engine's peak memory must stay under a ceiling fixed from the relay
 //! count before the run starts.
+//!
+//! The own relay misbehaves too, the way nostr-rs-relay does past its
+//! `max_event_bytes` ([`Fault::LargeEventNotice`]): an event over
+//! [`OWN_MAX_EVENT_BYTES`] gets a `NOTICE` and no `OK`. A few valid
+//! events that large sit on honest relays; the own relay can never hold
+//! them, so they are not among the events that must arrive: the engine
+//! must set them aside (counted) without stalling the ones behind them,
+//! and the summary line reports both counts.
 
 use std::sync::Arc;
 
-use nostr::prelude::{Event, EventId};
+use nostr::prelude::{Event, EventBuilder, EventId, FinalizeEvent, Keys, Kind, Tag};
 use rustls::ServerConfig;
 
 use grasp_sync::ShellOptions;
+use grasp_sync::testing::farm::RelayProfile;
 use grasp_sync::testing::fault::Fault;
 use grasp_sync::testing::relay::{RelayOptions, TestRelay};
+
+/// Longest event (as JSON) the own relay takes in a chaos run; 64 KiB,
+/// half nostr-rs-relay's default, so the large events below stay well
+/// under the engine's frame cap.
+pub const OWN_MAX_EVENT_BYTES: usize = 64 * 1024;
+
+/// Valid events too large for the own relay, placed on honest relays.
+const LARGE_EVENTS: usize = 3;
 
 /// Memory the engine may use at most however few relays it serves, KiB.
 /// Generous for a process whose idle footprint is a few MiB: the faults
@@ -101,6 +118,47 @@ impl Chaos {
     }
 }
 
+/// The own relay's profile in a chaos run: large events get a `NOTICE`.
+pub fn own_profile() -> RelayProfile {
+    RelayProfile {
+        max_event_bytes: Some(OWN_MAX_EVENT_BYTES),
+        ..RelayProfile::default()
+    }
+}
+
+/// Valid comments twice [`OWN_MAX_EVENT_BYTES`] long, each on one of the
+/// first honest relays (by index into `remote`) holding an event that
+/// tags a repo, tagging that repo, so the engine fetches it from there.
+pub fn large_events(remote: &[Vec<Event>]) -> Vec<(usize, Event)> {
+    let keys = Keys::generate();
+    let body = "x".repeat(2 * OWN_MAX_EVENT_BYTES);
+    remote
+        .iter()
+        .enumerate()
+        .filter_map(|(i, events)| {
+            let coord = events.iter().find_map(repo_tag)?;
+            let tag = Tag::parse(["A", coord.as_str()]).ok()?;
+            let event = EventBuilder::new(Kind::from_u16(1111), body.clone())
+                .tag(tag)
+                .finalize(&keys)
+                .ok()?;
+            Some((i, event))
+        })
+        .take(LARGE_EVENTS)
+        .collect()
+}
+
+/// The repo an event tags (`a` or `A`), if any.
+fn repo_tag(event: &Event) -> Option<String> {
+    event.tags.iter().find_map(|t| {
+        let v = t.as_slice();
+        let named = matches!(v.first().map(String::as_str), Some("a" | "A"));
+        v.get(1)
+            .filter(|c| named && c.starts_with("30617:"))
+            .cloned()
+    })
+}
+
 /// The engine's memory ceiling for a run against `relays` remote relays, KiB.
 pub fn rss_ceiling_kib(relays: usize) -> u64 {
     RSS_BASE_KIB + RSS_PER_RELAY_KIB * relays as u64
@@ -118,4 +176,20 @@ pub struct ChaosSummary {
     pub invalid_ingested: u64,
     /// The engine's memory ceiling, KiB.
     pub rss_ceiling_kib: u64,
+    /// Valid events too large for the own relay, on honest relays.
+    pub large_events: usize,
+    /// `EVENT`s the own relay answered with a size `NOTICE` (over both runs).
+    pub large_refused: u64,
+    /// Events the engine set aside (over both runs).
+    pub set_aside: u64,
+}
+
+impl ChaosSummary {
+    /// The summary line's fields for the own relay's size fault.
+    pub fn large_fields(&self) -> String {
+        format!(
+            " large_events={} large_refused={} set_aside={}",
+            self.large_events, self.large_refused, self.set_aside
+        )
+    }
 }

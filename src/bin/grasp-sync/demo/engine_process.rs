@@ -64,6 +64,8 @@ pub struct EngineCounters {
     pub events_received: u64,
     /// Events the own relay refused (e.g. a bad id or signature).
     pub sink_rejected: u64,
+    /// Events the own relay could not take, set aside by the outbox.
+    pub sink_set_aside: u64,
 }
 
 impl EngineProcess {
@@ -157,6 +159,7 @@ impl EngineProcess {
             auth_required: auth("auth_required"),
             events_received: get("grasp_sync_events_total{outcome=\"received\"}"),
             sink_rejected: get("grasp_sync_sink_events_total{outcome=\"rejected\"}"),
+            sink_set_aside: get("grasp_sync_sink_events_total{outcome=\"set_aside\"}"),
         }
     }
 
@@ -255,6 +258,7 @@ impl std::ops::Add for EngineCounters {
             auth_required: self.auth_required + o.auth_required,
             events_received: self.events_received + o.events_received,
             sink_rejected: self.sink_rejected + o.sink_rejected,
+            sink_set_aside: self.sink_set_aside + o.sink_set_aside,
         }
     }
 }

@@ -164,7 +164,7 @@ impl DemoSummary {
             "demo: relays={} expected={} synced={} missing={missing} seconds={:.1} peak_rss_kib={} reqs={}{chaos} \
              neg_sessions={} neg_rounds={} neg_ids_fetched={} neg_fallbacks={} relay_neg_errors={} auth_attempts={} \
              auth_rejected={} restart_needed={} restart_synced={} restart_fetched={} restart_received={} \
-             restart_seconds={:.1} shards={}",
+             restart_seconds={:.1} shards={}{}",
             self.relays,
             self.expected,
             self.synced,
@@ -184,6 +184,7 @@ impl DemoSummary {
             r.counters.events_received,
             r.seconds,
             self.shards,
+            self.chaos.map_or(String::new(), |c| c.large_fields()),
         )
     }
 
@@ -266,7 +267,10 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
     let chaos = Chaos::start(chaotic, opts.seed, tls.clone())?;
     let farm_len = n - chaotic + 1;
     let auth_required = auth_relays(farm_len);
-    let (profiles, busy) = capped_profiles(farm_len, opts.busy_issues(farm_len));
+    let (mut profiles, busy) = capped_profiles(farm_len, opts.busy_issues(farm_len));
+    if opts.chaos {
+        profiles.push((0, chaos::own_profile()));
+    }
     // Indexes into the remote relay URLs, as the scenario numbers them.
     let req_only: Vec<usize> = profiles
         .iter()
@@ -292,6 +296,14 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         farm.seed(i + 1, events.clone());
     }
     chaos.seed(&scenario.chaotic);
+    let large = if opts.chaos {
+        chaos::large_events(&scenario.remote)
+    } else {
+        Vec::new()
+    };
+    for (i, event) in &large {
+        farm.seed(i + 1, vec![event.clone()]);
+    }
     println!(
         "demo: {} relays on 127.0.0.1{}, {} repos, {} events to sync ({} published while running)",
         n,
@@ -385,6 +397,9 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         invalid_ingested: farm.count_present(0, &chaos.invalid_sent()) as u64
             + counters.sink_rejected,
         rss_ceiling_kib: rss_ceiling_kib(n),
+        large_events: large.len(),
+        large_refused: stats.events_too_large,
+        set_aside: counters.sink_set_aside,
     });
     let all: Vec<EventId> = scenario
         .expected
@@ -456,6 +471,7 @@ fn capped_profiles(farm_len: usize, busy_count: usize) -> (Vec<(usize, RelayProf
                 value_caps: (i % 6 == 0).then(ValueCaps::eventstore),
                 nip11: i % 12 == 9 || i % 12 == 0,
                 no_negentropy: i % 6 == 0 || busy_here,
+                ..RelayProfile::default()
             };
             (i, profile)
         })
