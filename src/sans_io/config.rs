@@ -91,6 +91,13 @@ pub struct Config {
     /// not followed (the root events themselves still sync with their
     /// repo). The default is the designed scale of one relay (100,000).
     pub max_roots_per_pubkey: usize,
+    /// New roots and announcements one remote relay may deliver per
+    /// minute before each further one is an offence (the event still goes
+    /// to the sink). The default, 10,000, is far above what an honest
+    /// relay's first sync delivers in a minute — a cut there would only
+    /// slow it, but slowness is how events go missing for hours — while a
+    /// relay inventing roots from fresh keys is cut within a minute.
+    pub max_new_items_per_relay_minute: u32,
     /// Repos, and roots, known at most (each).
     pub max_known_items: usize,
     /// Keep announced relays on loopback/private IP literals and
@@ -177,6 +184,7 @@ impl Config {
             max_relays_per_pubkey: 500,
             max_repos_per_pubkey: 10_000,
             max_roots_per_pubkey: 100_000,
+            max_new_items_per_relay_minute: 10_000,
             max_known_items: 1_000_000,
             allow_private_addresses: false,
             auth_keys: None,

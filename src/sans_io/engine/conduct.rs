@@ -35,7 +35,7 @@ pub enum Offence {
     /// penalty at once.
     Protocol,
     /// A new root or announcement past the relay's budget of new index
-    /// items per window (see [`FRESH_ITEMS_PER_WINDOW`]).
+    /// items per window (see [`FRESH_WINDOW`]).
     ItemFlood,
 }
 
@@ -77,8 +77,9 @@ pub(super) const STRIKES_PER_PENALTY: u32 = 100;
 /// Backoff doublings each penalty adds (×4 per penalty).
 pub(super) const BACKOFF_STEPS_PER_PENALTY: u32 = 2;
 
-/// New roots and announcements one relay may deliver per
-/// [`FRESH_WINDOW`] before each further one is an offence.
+/// The window of `Config::max_new_items_per_relay_minute`: new roots and
+/// announcements one relay may deliver per window before each further one
+/// is an offence.
 ///
 /// Fairness per delivering relay: every new root becomes historic work
 /// (Layer 3) on every relay of the repos it names, and keys are free, so
@@ -93,9 +94,6 @@ pub(super) const BACKOFF_STEPS_PER_PENALTY: u32 = 2;
 /// for all the others. An honest relay catching up a large history is
 /// at worst slowed: only ids never seen count, so each reconnect makes
 /// progress and re-reads cost nothing.
-pub(super) const FRESH_ITEMS_PER_WINDOW: u32 = 1_000;
-
-/// The window of [`FRESH_ITEMS_PER_WINDOW`].
 pub(super) const FRESH_WINDOW: Duration = Duration::from_secs(60);
 
 /// One relay's record.
@@ -127,14 +125,14 @@ impl Conduct {
 
     /// Counts one new root or announcement delivered at `now`; false when
     /// it is past the budget of the window.
-    pub(super) fn fresh_item(&mut self, now: Time) -> bool {
+    pub(super) fn fresh_item(&mut self, now: Time, budget: u32) -> bool {
         let (count, since) = &mut self.fresh;
         if since.is_none_or(|t| now.since(t) >= FRESH_WINDOW) {
             *count = 0;
             *since = Some(now);
         }
         *count = count.saturating_add(1);
-        *count <= FRESH_ITEMS_PER_WINDOW
+        *count <= budget
     }
 
     /// A new connection starts with a clean slate of strikes, not of penalties.
@@ -230,11 +228,11 @@ mod tests {
     fn new_items_past_the_window_s_budget_are_refused_until_it_turns() {
         let mut c = Conduct::default();
         let t0 = Time::from_secs(1_000);
-        for _ in 0..FRESH_ITEMS_PER_WINDOW {
-            assert!(c.fresh_item(t0));
+        for _ in 0..1000 {
+            assert!(c.fresh_item(t0, 1000));
         }
-        assert!(!c.fresh_item(t0 + Duration::from_secs(59)));
-        assert!(c.fresh_item(t0 + FRESH_WINDOW));
+        assert!(!c.fresh_item(t0 + Duration::from_secs(59), 1000));
+        assert!(c.fresh_item(t0 + FRESH_WINDOW, 1000));
     }
 
     #[test]

@@ -182,14 +182,16 @@ impl Engine {
 
     /// A new root or announcement (never seen before) counts against the
     /// delivering relay's budget of new index items: see
-    /// [`FRESH_ITEMS_PER_WINDOW`](super::conduct::FRESH_ITEMS_PER_WINDOW).
+    /// `Config::max_new_items_per_relay_minute` and
+    /// [`FRESH_WINDOW`](super::conduct::FRESH_WINDOW).
     /// The event goes on to the sink either way.
     fn charge_fresh_item(&mut self, now: Time, relay: RelayId, event: &Event) {
         let kind = event.kind.as_u16();
         if kind != KIND_ANNOUNCEMENT && !ROOT_KINDS.contains(&kind) {
             return;
         }
-        if !self.relays[relay.index()].conduct.fresh_item(now) {
+        let budget = self.config.max_new_items_per_relay_minute;
+        if !self.relays[relay.index()].conduct.fresh_item(now, budget) {
             self.offended(now, relay, Offence::ItemFlood);
         }
     }
