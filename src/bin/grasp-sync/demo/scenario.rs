@@ -50,6 +50,9 @@ pub struct Scenario {
     pub down: Vec<(usize, Event)>,
 }
 
+/// Repos one owner key announces at most (there are at least 8 owners).
+const REPOS_PER_OWNER: usize = 150;
+
 /// Generates the repos and their events over the honest relays `urls`,
 /// deterministically from the seed; repo `i` also lists misbehaving relay
 /// `i % chaotic.len()`. Default sizes count both kinds of relay.
@@ -78,7 +81,12 @@ pub fn generate(
     let all = n + chaotic.len();
     let repo_count = opts.repos.unwrap_or(2 * all).max(1);
     let event_count = opts.events.unwrap_or(20 * all);
-    let owners: Vec<Keys> = (0..8).map(|_| keys(&mut rng)).collect();
+    // At most 150 repos per owner, as people have, which keeps each owner
+    // well inside the engine's per-key share of relays (500): eight owners
+    // of 10,000 repos would each list thousands of relays, and the share
+    // would stop the demo at scale.
+    let owner_count = repo_count.div_ceil(REPOS_PER_OWNER).max(8);
+    let owners: Vec<Keys> = (0..owner_count).map(|_| keys(&mut rng)).collect();
     let authors: Vec<Keys> = (0..16).map(|_| keys(&mut rng)).collect();
     let now = Timestamp::now().as_secs();
     let mut s = Scenario {
