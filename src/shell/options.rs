@@ -19,6 +19,7 @@ const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A name lookup: host and port to addresses, blocking (it runs on a
 /// resolver worker).
+#[cfg(any(test, feature = "testing"))]
 pub(crate) type DnsLookup = fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>;
 
 /// Shell settings besides the engine's.

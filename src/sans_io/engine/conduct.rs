@@ -35,7 +35,7 @@ pub enum Offence {
     /// penalty at once.
     Protocol,
     /// A new root or announcement past the relay's budget of new index
-    /// items per window (see [`FRESH_WINDOW`]).
+    /// items per minute (`Config::max_new_items_per_relay_minute`).
     ItemFlood,
 }
 
