@@ -270,3 +270,26 @@ fn value_caps_10_refused_with_notice_like_khatru_and_cap_100_everything_synced()
 fn value_caps_10_refused_with_closed_and_cap_100_everything_synced() {
     value_capped_remote_everything_synced(ValueCaps::eventstore().closed());
 }
+
+/// A relay whose port another process took between our pick and its bind
+/// is started again on another port (seen on a busy machine: a demo with
+/// thousands of sockets took nostr-relay's port); any other failure is not
+/// retried.
+#[test]
+fn a_relay_whose_port_was_taken_starts_on_another() {
+    let mut ports = Vec::new();
+    let started = support::real::start_on_free_port("relay", |port| {
+        ports.push(port);
+        if ports.len() < 3 {
+            Err("OSError: [Errno 98] address already in use".to_string())
+        } else {
+            Ok(port)
+        }
+    });
+    assert_eq!(ports.len(), 3);
+    assert_eq!(started, ports[2]);
+    let other = std::panic::catch_unwind(|| {
+        support::real::start_on_free_port("relay", |_| Err::<u16, _>("no wheel".to_string()))
+    });
+    assert!(other.is_err(), "a real failure is not retried");
+}

@@ -50,7 +50,11 @@ async def main():
     if args.max_filter_limit is not None:
         builder = builder.max_filter_limit(args.max_filter_limit)
     relay = builder.build()
-    await relay.run()
+    try:
+        await relay.run()
+    except Exception as e:  # noqa: BLE001 - the test reads why, e.g. a port taken meanwhile
+        print(f"error: {e}", flush=True)
+        sys.exit(1)
     print(await relay.url(), flush=True)
     loop = asyncio.get_running_loop()
     # Exit when the test closes our stdin (or dies), so no relay outlives it.

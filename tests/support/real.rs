@@ -21,6 +21,23 @@ use tungstenite::Message;
 
 use super::running::wait_for;
 
+/// Starts a relay process on a port picked for it, again on another port
+/// if another process took that one before the relay bound it: a port the
+/// OS called free is not reserved, and on a busy machine (another test run,
+/// a demo with thousands of sockets) it is sometimes gone. Any other
+/// failure ends at once, with what the relay said.
+pub fn start_on_free_port<T>(what: &str, mut start: impl FnMut(u16) -> Result<T, String>) -> T {
+    let mut said = String::new();
+    for _ in 0..5 {
+        match start(free_port()) {
+            Ok(relay) => return relay,
+            Err(why) if why.to_lowercase().contains("already in use") => said.push_str(&why),
+            Err(why) => panic!("{what} did not start: {why}"),
+        }
+    }
+    panic!("{what} did not start: its port was taken five times: {said}");
+}
+
 /// A free port on 127.0.0.1, picked by the OS.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -163,11 +180,14 @@ impl PyRelay {
     }
 
     fn spawn(flags: &[&str]) -> PyRelay {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let what = format!(
+            "LocalRelay (nostr-sdk 0.45.1, installed under {})",
+            pyrelays_root().display()
+        );
+        start_on_free_port(&what, |port| PyRelay::try_spawn(port, flags))
+    }
+
+    fn try_spawn(port: u16, flags: &[&str]) -> Result<PyRelay, String> {
         let mut child = py_env("nostr-sdk")
             .command("local_relay.py")
             .arg(port.to_string())
@@ -177,22 +197,22 @@ impl PyRelay {
             .spawn()
             .expect("python3 runs");
         let (line, seen) = read_url_line(&mut child);
-        assert!(
-            line.is_some(),
-            "LocalRelay (nostr-sdk 0.45.1, installed under {}) did not start: {seen}",
-            pyrelays_root().display()
-        );
+        if line.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(seen);
+        }
         let url = format!("ws://127.0.0.1:{port}");
         assert!(wait_for(10, || std::net::TcpStream::connect((
             "127.0.0.1",
             port
         ))
         .is_ok()));
-        PyRelay {
+        Ok(PyRelay {
             child,
             url,
             cap: 500,
-        }
+        })
     }
 
     pub fn publish(&self, events: &[Event]) {
@@ -487,7 +507,12 @@ pub struct NostrRelay {
 impl NostrRelay {
     /// A fresh relay whose `max_limit` is `max_limit`.
     pub fn start(max_limit: usize) -> NostrRelay {
-        let port = free_port();
+        start_on_free_port("nostr-relay 1.14", |port| {
+            NostrRelay::try_start(port, max_limit)
+        })
+    }
+
+    fn try_start(port: u16, max_limit: usize) -> Result<NostrRelay, String> {
         let dir = std::env::temp_dir().join(format!(
             "grasp-sync-nostr-relay-{}-{port}",
             std::process::id()
@@ -511,14 +536,14 @@ impl NostrRelay {
             let _ = child.kill();
             let _ = child.wait();
             let stderr = std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default();
-            panic!("nostr-relay 1.14 did not start: {seen}{stderr}");
+            return Err(format!("{seen}{stderr}"));
         }
-        NostrRelay {
+        Ok(NostrRelay {
             child,
             url: format!("ws://127.0.0.1:{port}"),
             dir,
             max_limit,
-        }
+        })
     }
 
     pub fn publish(&self, events: &[Event]) {
