@@ -158,6 +158,72 @@ fn a_relay_refusing_more_than_10_tag_values_still_delivers_everything() {
     sim.engine.check_invariants().unwrap();
 }
 
+/// Bug: khatru refuses a filter over eventstore's value caps with a bare
+/// `NOTICE` (no subscription id) just before that REQ's `EOSE`, as if the
+/// filter matched nothing. The engine guessed the REQ from what it asked
+/// (the oldest silent one over the cap), so a NOTICE of a REQ answered out
+/// of turn (khatru answers each REQ on its own goroutine), or of one the
+/// engine had already closed (a consolidation), was blamed on another REQ,
+/// and the refused one was taken as complete at its EOSE: its repos were
+/// confirmed with their events never read. The 5,000-relay demo lost up to
+/// a few hundred replies that way.
+#[test]
+fn a_value_cap_notice_refuses_the_req_it_precedes() {
+    let mut cfg = config();
+    cfg.negentropy = false;
+    // Pages only: a refused live REQ would have its work asked again by
+    // the consolidation that follows, hiding the loss.
+    cfg.consolidation_threshold = 0;
+    let mut sim = Sim::new(cfg);
+    // The relay holds nothing yet and answers nothing: REQs stay silent.
+    sim.add_relay(A).silent = true;
+    let owner = keys(1);
+    let own = sim.own.clone();
+    let mut coords = Vec::new();
+    // Two batches of 12 repos each: two REQs, every filter over 10 values.
+    for batch in 0..2u64 {
+        for i in 0..12u64 {
+            let d = format!("r{batch}-{i}");
+            let at = T0 - 10_000 + batch * 100 + i;
+            sim.publish(&own, &announcement(&owner, &d, &[A], at));
+            coords.push(coord(&owner, &d));
+        }
+        sim.advance(Duration::from_secs(10));
+    }
+    let history: Vec<Event> = (0..)
+        .zip(&coords)
+        .map(|(i, c)| repo_comment(&keys(2), c, T0 - 5_000 + i, "on the repo"))
+        .collect();
+    for comment in &history {
+        sim.seed(A, comment);
+    }
+    let over_cap: Vec<(String, usize)> = sim
+        .reqs(A)
+        .iter()
+        .map(|(id, fs)| {
+            let refused = fs
+                .iter()
+                .filter(|f| ValueCaps::eventstore().check(f).is_some());
+            (id.clone(), refused.count())
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert!(over_cap.len() >= 2, "two REQs over the cap: {over_cap:?}");
+    // The relay answers the newer REQ first, then the older one.
+    for (id, refused) in over_cap.iter().rev() {
+        for _ in 0..*refused {
+            sim.inject(A, r#"["NOTICE","too many tag values"]"#);
+        }
+        sim.inject(A, &format!(r#"["EOSE","{id}"]"#));
+    }
+    let relay = sim.relay(A);
+    relay.silent = false;
+    relay.value_caps = Some(ValueCaps::eventstore());
+    sim.advance(Duration::from_secs(300));
+    assert_eq!(sim.missing(&history), vec![], "everything delivered");
+    sim.engine.check_invariants().unwrap();
+}
+
 /// Bug 3: an event a wide relay sent for a repo it does not carry was
 /// dropped as unwanted but remembered as seen, so the same event from the
 /// repo's own relay was dropped as a duplicate, for good.
