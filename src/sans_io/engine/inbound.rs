@@ -402,11 +402,11 @@ impl Engine {
     /// Too many tag values or kinds is different: khatru sends one NOTICE
     /// per refused filter, just before that REQ's stored events and EOSE,
     /// which it sends as if the filter matched nothing. Guessing the REQ
-    /// from what it asked went wrong once the engine had closed a REQ the
-    /// relay had yet to answer (consolidation, a daily sync): its NOTICE
-    /// was blamed on another REQ, the cap halved below the relay's, and
-    /// NOTICEs counted off as due for that REQ were those of a refused
-    /// one, whose EOSE then confirmed roots with their replies unread. So
+    /// from what it asked lost events: before the first refusal no REQ
+    /// looks over the cap (100), so the oldest REQ's NOTICE was blamed on
+    /// the newest and the oldest's EOSE confirmed its items unread; and a
+    /// REQ the engine had closed unanswered (a consolidation) had its
+    /// NOTICE blamed on one within the cap, which halved the cap to 1. So
     /// the NOTICE is held until the relay answers a REQ not heard from
     /// yet: that one is the refused one ([`Self::blame_value_notice`]).
     fn on_notice(&mut self, relay: RelayId, text: &str, now: Time) {
