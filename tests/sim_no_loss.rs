@@ -9,6 +9,7 @@ mod support;
 use std::time::Duration;
 
 use grasp_sync::Offence;
+use grasp_sync::testing::limits::TOO_MANY_TAG_VALUES;
 use grasp_sync::{Config, ItemKey, ItemState, Status, Time};
 use nostr::prelude::*;
 use support::*;
@@ -155,6 +156,72 @@ fn a_relay_refusing_more_than_10_tag_values_still_delivers_everything() {
     sim.publish(A, &live);
     sim.settle();
     assert!(sim.synced(&live.id), "live coverage within the value cap");
+    sim.engine.check_invariants().unwrap();
+}
+
+/// Bug: khatru refuses a filter over eventstore's value caps with a bare
+/// `NOTICE` (no subscription id) just before that REQ's `EOSE`, as if the
+/// filter matched nothing. The engine guessed the REQ: the oldest silent
+/// one over its cap, else the newest silent one. Before the first refusal
+/// its cap is 100, so no REQ looked over it and the NOTICE of the oldest
+/// REQ was blamed on the newest; the oldest was taken as complete at its
+/// EOSE and its repos confirmed with their events never read. The
+/// 5,000-relay demo lost up to a few hundred replies and statuses that way.
+#[test]
+fn a_value_cap_notice_refuses_the_req_it_precedes() {
+    let mut cfg = config();
+    cfg.negentropy = false;
+    // Pages only: a refused live REQ would have its work asked again by
+    // the consolidation that follows, hiding the loss.
+    cfg.consolidation_threshold = 0;
+    let mut sim = Sim::new(cfg);
+    // The relay holds nothing yet and answers nothing: REQs stay silent.
+    sim.add_relay(A).silent = true;
+    let owner = keys(1);
+    let own = sim.own.clone();
+    let mut coords = Vec::new();
+    // Two batches of 12 repos each: two REQs, every filter over 10 values.
+    for batch in 0..2u64 {
+        for i in 0..12u64 {
+            let d = format!("r{batch}-{i}");
+            let at = T0 - 10_000 + batch * 100 + i;
+            sim.publish(&own, &announcement(&owner, &d, &[A], at));
+            coords.push(coord(&owner, &d));
+        }
+        sim.advance(Duration::from_secs(10));
+    }
+    let history: Vec<Event> = (0..)
+        .zip(&coords)
+        .map(|(i, c)| repo_comment(&keys(2), c, T0 - 5_000 + i, "on the repo"))
+        .collect();
+    for comment in &history {
+        sim.seed(A, comment);
+    }
+    let over_cap: Vec<(String, usize)> = sim
+        .reqs(A)
+        .iter()
+        .map(|(id, fs)| {
+            let refused = fs
+                .iter()
+                .filter(|f| ValueCaps::eventstore().check(f) == Some(TOO_MANY_TAG_VALUES));
+            (id.clone(), refused.count())
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert!(over_cap.len() >= 2, "two REQs over the cap: {over_cap:?}");
+    // The relay answers them in turn, as it got them; the engine's cap is
+    // 100 until the first refusal, so neither looks over it yet.
+    for (id, refused) in &over_cap {
+        for _ in 0..*refused {
+            sim.inject(A, r#"["NOTICE","too many tag values"]"#);
+        }
+        sim.inject(A, &format!(r#"["EOSE","{id}"]"#));
+    }
+    let relay = sim.relay(A);
+    relay.silent = false;
+    relay.value_caps = Some(ValueCaps::eventstore());
+    sim.advance(Duration::from_secs(300));
+    assert_eq!(sim.missing(&history), vec![], "everything delivered");
     sim.engine.check_invariants().unwrap();
 }
 

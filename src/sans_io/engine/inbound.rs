@@ -42,6 +42,12 @@ impl Engine {
         };
         match message {
             RelayMessage::Event {
+                ref subscription_id,
+                ..
+            }
+            | RelayMessage::EndOfStoredEvents(ref subscription_id)
+                if self.blame_value_notice(relay, sub_key(subscription_id.as_str()), now) => {}
+            RelayMessage::Event {
                 subscription_id,
                 event,
             } => self.on_event(
@@ -394,14 +400,15 @@ impl Engine {
     /// one is the newest that has heard nothing yet.
     ///
     /// Too many tag values or kinds is different: khatru sends one NOTICE
-    /// per refused filter, so a REQ with three filters over the cap draws
-    /// three, and several REQs sent before the first refusal are refused
-    /// one after the other. Blaming those NOTICEs on REQs built since under
-    /// the lowered cap would halve the cap again for each (10, 5, 2),
-    /// chunk everything far below what the relay takes and push its live
-    /// set wide (kind-based, blind to NIP-10 replies). So a NOTICE still
-    /// due for a REQ already closed is only counted off, and one that is
-    /// not goes first to the oldest silent REQ that asked over the cap.
+    /// per refused filter, just before that REQ's stored events and EOSE,
+    /// which it sends as if the filter matched nothing. Guessing the REQ
+    /// from what it asked lost events: before the first refusal no REQ
+    /// looks over the cap (100), so the oldest REQ's NOTICE was blamed on
+    /// the newest and the oldest's EOSE confirmed its items unread; and a
+    /// REQ the engine had closed unanswered (a consolidation) had its
+    /// NOTICE blamed on one within the cap, which halved the cap to 1. So
+    /// the NOTICE is held until the relay answers a REQ not heard from
+    /// yet: that one is the refused one ([`Self::blame_value_notice`]).
     fn on_notice(&mut self, relay: RelayId, text: &str, now: Time) {
         if self.neg_notice(relay, text, now) {
             return;
@@ -414,37 +421,42 @@ impl Engine {
             let url = self.relay_url(relay);
             info!("{url}: refusing notice: {}{}", relay_text(text), dropped(n));
         }
-        let state = self.relay(relay);
-        let value_cap = matches!(refusal, Refusal::TooManyValues | Refusal::TooManyKinds);
-        if value_cap && state.late_notices > 0 {
-            state.late_notices -= 1;
+        if matches!(refusal, Refusal::TooManyValues | Refusal::TooManyKinds) {
+            let state = self.relay(relay);
+            state.value_notice = state.value_notice.or(Some(refusal));
             return;
         }
-        let cap = state.limits.value_cap(refusal);
-        let sent_over_cap = state
-            .subs
-            .iter()
-            .filter(|(_, s)| !s.heard && counted(refusal, s).any(|n| n > cap))
-            .map(|(id, _)| *id)
-            .min();
-        let newest_silent = state
+        let newest_silent = self.relays[relay.index()]
             .subs
             .iter()
             .filter(|(_, s)| !s.heard)
             .map(|(id, _)| *id)
             .max();
-        let refused = sent_over_cap.or(newest_silent);
-        match refused.and_then(|id| self.close_subscription(relay, id)) {
-            Some(s) => {
-                let asked: Vec<usize> = counted(refusal, &s).collect();
-                self.refused(relay, s, refusal, now);
-                let state = self.relay(relay);
-                let cap = state.limits.value_cap(refusal);
-                let over = asked.iter().filter(|&&n| n > cap).count();
-                state.late_notices += over.saturating_sub(1);
-            }
+        match newest_silent.and_then(|id| self.close_subscription(relay, id)) {
+            Some(s) => self.refused(relay, s, refusal, now),
             None => self.lower_limits(relay, refusal, 0),
         }
+    }
+
+    /// After a value or kind NOTICE, the first EVENT or EOSE of a
+    /// subscription not heard from yet names the REQ it refused: that one
+    /// is refused (and its message dropped, true). A subscription the
+    /// engine closed before the relay answered it takes the NOTICE too;
+    /// its work was queued again when it was closed.
+    fn blame_value_notice(&mut self, relay: RelayId, sub: Option<u64>, now: Time) -> bool {
+        let state = &self.relays[relay.index()];
+        let (Some(refusal), Some(id)) = (state.value_notice, sub) else {
+            return false;
+        };
+        if state.subs.get(&id).is_some_and(|s| s.heard) {
+            return false;
+        }
+        self.relay(relay).value_notice = None;
+        let Some(s) = self.close_subscription(relay, id) else {
+            return false;
+        };
+        self.refused(relay, s, refusal, now);
+        true
     }
 
     /// A subscription ended without finishing: fail its batches, learn from

@@ -90,16 +90,6 @@ pub(super) struct Limits {
 pub(super) const MIN_MESSAGE_BYTES: usize = 4096;
 
 impl Limits {
-    /// The per-filter cap a value or kind refusal is about (`usize::MAX`
-    /// for other refusals).
-    pub(super) fn value_cap(&self, refusal: Refusal) -> usize {
-        match refusal {
-            Refusal::TooManyValues => self.tag_values,
-            Refusal::TooManyKinds => self.kinds,
-            _ => usize::MAX,
-        }
-    }
-
     /// True when the limit `refusal` names cannot be lowered any further.
     pub(super) fn at_floor(&self, refusal: Refusal) -> bool {
         match refusal {
@@ -165,9 +155,10 @@ pub(super) struct RelayState {
     /// Layer 1 (announcements) was refused before it was read to the end:
     /// the next live set asks it from the beginning.
     pub layer1_unread: bool,
-    /// Value or kind refusals still due by NOTICE for filters of REQs
-    /// already closed for the first of them (one NOTICE per refused filter).
-    pub late_notices: usize,
+    /// A value or kind refusal heard by NOTICE, which names no
+    /// subscription: the next subscription not heard from yet that the
+    /// relay answers is the refused one (see `Engine::blame_value_notice`).
+    pub value_notice: Option<Refusal>,
     /// Waiting for pending batches before consolidating.
     pub consolidating: bool,
     /// Historic work paused (after a refusal) until this time.
@@ -214,7 +205,7 @@ impl RelayState {
             live_mode: LiveMode::PerId,
             uncovered_since: None,
             layer1_unread: false,
-            late_notices: 0,
+            value_notice: None,
             consolidating: false,
             paused_until: None,
             epoch: 0,
@@ -281,7 +272,7 @@ impl RelayState {
         self.subs.clear();
         self.neg_jobs.clear();
         self.neg_bypass.clear();
-        self.late_notices = 0;
+        self.value_notice = None;
         self.consolidating = false;
         self.uncovered_since = None;
     }
