@@ -12,7 +12,7 @@ use log::{debug, info, warn};
 use nostr::prelude::Timestamp;
 use rand::rngs::SmallRng;
 
-use super::relay::{ItemState, MIN_MESSAGE_BYTES, RelayState, Role};
+use super::relay::{ItemState, RelayState, Role, StatedLimits};
 use super::{Action, Engine, Status, Timer};
 use crate::sans_io::health::{BackoffPolicy, HealthTracker};
 use crate::sans_io::index::RelayId;
@@ -95,20 +95,13 @@ impl Engine {
         let Some(state) = self.relays.get_mut(relay.index()) else {
             return;
         };
-        let limits = &mut state.limits;
-        let lower = |ours: &mut usize, theirs: Option<usize>, floor: usize| {
-            if let Some(t) = theirs {
-                *ours = (*ours).min(t.max(floor));
-            }
-        };
-        lower(&mut limits.page_limit, info.max_limit, 1);
-        lower(&mut limits.subscriptions, info.max_subscriptions, 1);
-        lower(&mut limits.filters_per_req, info.max_filters, 1);
-        lower(
-            &mut limits.message_bytes,
-            info.max_message_length,
-            MIN_MESSAGE_BYTES,
-        );
+        state.limits.lower_to(StatedLimits {
+            subscriptions: info.max_subscriptions,
+            filters_per_req: info.max_filters,
+            message_bytes: info.max_message_length,
+            page_limit: info.max_limit,
+            ..StatedLimits::default()
+        });
         info!(
             "{}: NIP-11 limits {:?}",
             self.index.relay_url(relay),

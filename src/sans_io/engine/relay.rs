@@ -89,7 +89,39 @@ pub(super) struct Limits {
 /// The smallest message limit a refusal may lower us to.
 pub(super) const MIN_MESSAGE_BYTES: usize = 4096;
 
+/// Limits a relay stated (its NIP-11 document, or a state file that
+/// remembers what it taught us); `None` where it said nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct StatedLimits {
+    pub subscriptions: Option<usize>,
+    pub filters_per_req: Option<usize>,
+    pub message_bytes: Option<usize>,
+    pub page_limit: Option<usize>,
+    pub tag_values: Option<usize>,
+    pub kinds: Option<usize>,
+}
+
 impl Limits {
+    /// Lowers ours to what the relay stated, never raising them (ours are
+    /// what we can afford) and never below a usable floor.
+    pub(super) fn lower_to(&mut self, stated: StatedLimits) {
+        let lower = |ours: &mut usize, theirs: Option<usize>, floor: usize| {
+            if let Some(t) = theirs {
+                *ours = (*ours).min(t.max(floor));
+            }
+        };
+        lower(&mut self.subscriptions, stated.subscriptions, 1);
+        lower(&mut self.filters_per_req, stated.filters_per_req, 1);
+        lower(
+            &mut self.message_bytes,
+            stated.message_bytes,
+            MIN_MESSAGE_BYTES,
+        );
+        lower(&mut self.page_limit, stated.page_limit, 1);
+        lower(&mut self.tag_values, stated.tag_values, 1);
+        lower(&mut self.kinds, stated.kinds, 1);
+    }
+
     /// True when the limit `refusal` names cannot be lowered any further.
     pub(super) fn at_floor(&self, refusal: Refusal) -> bool {
         match refusal {

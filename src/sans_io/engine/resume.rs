@@ -23,7 +23,7 @@ use std::time::Duration;
 use log::info;
 
 use super::negentropy::NegSupport;
-use super::relay::{ItemState, MIN_MESSAGE_BYTES, RelayState};
+use super::relay::{ItemState, RelayState, StatedLimits};
 use super::{Action, Engine, Status, Timer, lifecycle};
 use crate::sans_io::health::{HealthTracker, SavedHealth};
 use crate::sans_io::index::{Item, RelayId};
@@ -335,22 +335,16 @@ impl Engine {
     fn restore_limits(&mut self, relay: RelayId, saved: &SavedRelay) {
         let l = saved.limits;
         let state = &mut self.relays[relay.index()];
+        let size = |v: Option<u64>| v.map(|v| usize::try_from(v).unwrap_or(usize::MAX));
         let limits = &mut state.limits;
-        let lower = |ours: &mut usize, theirs: Option<u64>, floor: usize| {
-            if let Some(t) = theirs {
-                *ours = (*ours).min(usize::try_from(t).unwrap_or(usize::MAX).max(floor));
-            }
-        };
-        lower(&mut limits.subscriptions, l.subscriptions, 1);
-        lower(&mut limits.filters_per_req, l.filters, 1);
-        lower(
-            &mut limits.message_bytes,
-            l.message_bytes,
-            MIN_MESSAGE_BYTES,
-        );
-        lower(&mut limits.page_limit, l.page_limit, 1);
-        lower(&mut limits.tag_values, l.tag_values, 1);
-        lower(&mut limits.kinds, l.kinds, 1);
+        limits.lower_to(StatedLimits {
+            subscriptions: size(l.subscriptions),
+            filters_per_req: size(l.filters),
+            message_bytes: size(l.message_bytes),
+            page_limit: size(l.page_limit),
+            tag_values: size(l.tag_values),
+            kinds: size(l.kinds),
+        });
         let page = limits.page_limit;
         let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX).clamp(1, page);
         state.result_cap =
