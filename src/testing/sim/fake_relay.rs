@@ -4,6 +4,7 @@
 //! message and returns the relay's replies.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
 
 use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use nostr::prelude::*;
@@ -87,6 +88,21 @@ pub struct FakeRelay {
     pub close_next: VecDeque<String>,
     /// Never send EOSE.
     pub silent: bool,
+    /// Every reply, and every live event, reaches the client this long
+    /// after what caused it (the network's latency); zero: at once.
+    /// [`Sim`](super::Sim) keeps them in flight meanwhile.
+    pub reply_delay: Duration,
+    /// Time the relay takes per client message, one at a time: replies
+    /// to a burst come spread out, each after the ones before it.
+    pub per_message: Duration,
+    /// A REQ's stored events and EOSE come this much later still. As
+    /// nostr-rs-relay: it refuses a REQ at once (a `NOTICE`) but runs each
+    /// query on a worker thread, so an answer can come after the replies
+    /// to later messages.
+    pub query_delay: Duration,
+    /// Answers held back by [`query_delay`](Self::query_delay), for the
+    /// [`Sim`](super::Sim) to send when due.
+    query_answers: Vec<String>,
     /// Most subscriptions open at once.
     pub peak_subs: usize,
     /// Largest REQ message received, in bytes.
@@ -143,6 +159,10 @@ impl FakeRelay {
             reqs: Vec::new(),
             close_next: VecDeque::new(),
             silent: false,
+            reply_delay: Duration::ZERO,
+            per_message: Duration::ZERO,
+            query_delay: Duration::ZERO,
+            query_answers: Vec::new(),
             peak_subs: 0,
             largest_req: 0,
             require_auth: None,
@@ -298,6 +318,12 @@ impl FakeRelay {
         vec![RelayMessage::ok(id, accepted, if accepted { "" } else { "restricted: no" }).as_json()]
     }
 
+    /// The stored events and EOSEs [`query_delay`](Self::query_delay) held
+    /// back since the last call.
+    pub fn take_query_answers(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.query_answers)
+    }
+
     /// Answers one client message; returns the relay's replies.
     pub fn handle(&mut self, text: &str) -> Vec<String> {
         self.track(text);
@@ -388,13 +414,18 @@ impl FakeRelay {
                 }
             };
         }
-        out.extend(
-            self.stored(&queried)
-                .into_iter()
-                .map(|e| RelayMessage::event(sub.clone(), e).as_json()),
-        );
+        let mut answer: Vec<String> = self
+            .stored(&queried)
+            .into_iter()
+            .map(|e| RelayMessage::event(sub.clone(), e).as_json())
+            .collect();
         if !self.silent {
-            out.push(RelayMessage::eose(sub).as_json());
+            answer.push(RelayMessage::eose(sub).as_json());
+        }
+        if self.query_delay.is_zero() {
+            out.extend(answer);
+        } else {
+            self.query_answers.extend(answer);
         }
         self.subs.insert(id, filters);
         self.peak_subs = self.peak_subs.max(self.subs.len());

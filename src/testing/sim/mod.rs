@@ -20,7 +20,7 @@ pub mod events;
 pub mod fake_relay;
 pub mod instant;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use nostr::prelude::{EventId, Filter, Keys, MatchEventOptions, SingleLetterTag};
@@ -81,6 +81,14 @@ pub struct Sim {
     /// Relays connected.
     pub connected: HashSet<RelayId>,
     inbox: VecDeque<(RelayId, String)>,
+    /// Messages of relays with a [`reply_delay`](FakeRelay::reply_delay)
+    /// or [`query_delay`](FakeRelay::query_delay), by due time (and order
+    /// sent), moved to the inbox when the clock reaches them.
+    in_flight: BTreeMap<(Time, u64), (RelayId, String)>,
+    sent: u64,
+    /// When each relay with a [`per_message`](FakeRelay::per_message) cost
+    /// is done with the messages it has.
+    busy_until: HashMap<RelayId, Time>,
     /// What the sink does with the engine's outputs.
     pub sink: Sink,
     /// How the own relay answers `ListLocal`.
@@ -120,6 +128,9 @@ impl Sim {
             new_relays: None,
             connected: HashSet::new(),
             inbox: VecDeque::new(),
+            in_flight: BTreeMap::new(),
+            sent: 0,
+            busy_until: HashMap::new(),
             sink: Sink::Stores,
             listing: Listing::Held,
             lists_asked: 0,
@@ -157,10 +168,11 @@ impl Sim {
     /// Publishes an event on a relay, delivering it live to open subscriptions.
     pub fn publish(&mut self, url: &str, event: &nostr::prelude::Event) {
         let out = self.add_relay(url).publish(event.clone());
+        let delay = self.relays[url].reply_delay;
         if let Some(id) = self.engine.relay_id(url)
             && self.connected.contains(&id)
         {
-            self.inbox.extend(out.into_iter().map(|m| (id, m)));
+            self.send_later(id, out, delay);
         }
     }
 
@@ -253,12 +265,18 @@ impl Sim {
                 }
                 let url = self.engine.relay_url(relay).to_owned();
                 self.trace_message("->", relay, &message);
-                let replies = self
-                    .relays
-                    .get_mut(&url)
-                    .map(|r| r.handle(&message))
-                    .unwrap_or_default();
-                self.inbox.extend(replies.into_iter().map(|m| (relay, m)));
+                let Some(r) = self.relays.get_mut(&url) else {
+                    return;
+                };
+                let replies = r.handle(&message);
+                let answers = r.take_query_answers();
+                let (cost, reply_delay, query_delay) =
+                    (r.per_message, r.reply_delay, r.query_delay);
+                let busy = self.busy_until.entry(relay).or_insert(self.now);
+                *busy = (*busy).max(self.now) + cost;
+                let reply_delay = reply_delay + busy.since(self.now);
+                self.send_later(relay, replies, reply_delay);
+                self.send_later(relay, answers, reply_delay + query_delay);
             }
             Action::Ping { relay } => {
                 self.pings += 1;
@@ -292,7 +310,32 @@ impl Sim {
                     r.on_disconnect();
                 }
                 self.inbox.retain(|(r, _)| *r != relay);
+                self.in_flight.retain(|_, (r, _)| *r != relay);
             }
+        }
+    }
+
+    /// Messages from `relay`, to the inbox now or in flight for `delay`.
+    fn send_later(&mut self, relay: RelayId, messages: Vec<String>, delay: Duration) {
+        if delay.is_zero() {
+            self.inbox.extend(messages.into_iter().map(|m| (relay, m)));
+            return;
+        }
+        for m in messages {
+            self.sent += 1;
+            self.in_flight
+                .insert((self.now + delay, self.sent), (relay, m));
+        }
+    }
+
+    /// Moves the messages due by now from flight to the inbox.
+    fn land(&mut self) {
+        while let Some(entry) = self.in_flight.first_entry() {
+            if entry.key().0 > self.now {
+                break;
+            }
+            let (relay, m) = entry.remove();
+            self.inbox.push_back((relay, m));
         }
     }
 
@@ -328,9 +371,15 @@ impl Sim {
         let target = self.now + d;
         self.settle();
         for _ in 0..wakeups {
-            match self.engine.poll_timeout() {
+            let landing = self.in_flight.keys().next().map(|(t, _)| *t);
+            let next = match (self.engine.poll_timeout(), landing) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            match next {
                 Some(next) if next <= target => {
                     self.now = self.now.max(next);
+                    self.land();
                     self.engine.handle_timeout(self.now);
                     self.settle();
                 }
@@ -338,6 +387,7 @@ impl Sim {
             }
         }
         self.now = target;
+        self.land();
         self.engine.handle_timeout(self.now);
         self.settle();
     }
@@ -351,6 +401,7 @@ impl Sim {
             && self.connected.remove(&id)
         {
             self.inbox.retain(|(r, _)| *r != id);
+            self.in_flight.retain(|_, (r, _)| *r != id);
             self.engine.handle_disconnected(self.now, id);
         }
         self.settle();
@@ -366,6 +417,7 @@ impl Sim {
     pub fn disconnect(&mut self, relay: RelayId) {
         self.connected.remove(&relay);
         self.inbox.retain(|(r, _)| *r != relay);
+        self.in_flight.retain(|_, (r, _)| *r != relay);
         let url = self.engine.relay_url(relay).to_owned();
         if let Some(r) = self.relays.get_mut(&url) {
             r.on_disconnect();
