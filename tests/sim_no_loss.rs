@@ -720,3 +720,55 @@ fn a_relay_keeps_sending_state_for_a_repo_that_moved_away_and_is_not_penalised()
     sim.settle();
     assert!(sim.synced(&live.id));
 }
+
+/// Bug: nostr-rs-relay refuses a REQ over its subscription limit with a
+/// bare `NOTICE` as it reads it, but answers accepted REQs from worker
+/// threads, later. The engine blamed a NOTICE on its newest silent REQ;
+/// when that one had been sent after the refused one (an EOSE had freed a
+/// slot in between), the relay had accepted it, and the refused REQ stayed
+/// open in the engine's eyes, silent, until its EOSE deadline two minutes
+/// on. The real-relay test `nostr_rs_relay_32_subscription_limit...` (the
+/// same world as this one) missed up to 295 of 450 events at its deadline.
+#[test]
+fn a_subscription_refused_by_an_unnamed_notice_is_retried_within_seconds() {
+    let mut cfg = config();
+    cfg.negentropy = false;
+    cfg.chunk_size = 5;
+    cfg.max_filters_per_req = 4;
+    cfg.max_subscriptions = 64;
+    let mut sim = Sim::new(cfg);
+    let relay = sim.add_relay(A);
+    relay.max_subs = Some((32, Refuse::Notice));
+    relay.per_message = Duration::from_millis(2);
+    relay.reply_delay = Duration::from_millis(1);
+    relay.query_delay = Duration::from_millis(40);
+    let owner = keys(1);
+    let own = sim.own.clone();
+    let mut history = Vec::new();
+    for i in 0..150u64 {
+        let d = format!("repo-{i}");
+        sim.seed(&own, &announcement(&owner, &d, &[A], T0 - 100));
+        let c = coord(&owner, &d);
+        for j in 0..2 {
+            let issue = root(
+                &keys(2),
+                1621,
+                &[&c],
+                T0 - 90 + j,
+                &format!("issue {i}/{j}"),
+            );
+            sim.seed(&own, &issue);
+            let e = reply(&keys(3), &issue, T0 - 80, &format!("reply {i}/{j}"));
+            sim.seed(A, &e);
+            history.push(e);
+        }
+        let e = repo_comment(&keys(4), &c, T0 - 70, &format!("comment {i}"));
+        sim.seed(A, &e);
+        history.push(e);
+    }
+    // Two minutes is the EOSE deadline, which used to be the only way out.
+    sim.advance(Duration::from_secs(20));
+    assert!(sim.engine.stats().refusals > 0, "the relay refused");
+    assert_eq!(sim.missing(&history), vec![], "everything delivered");
+    sim.engine.check_invariants().unwrap();
+}

@@ -104,6 +104,10 @@ pub(crate) struct Subscription {
     pub eose: bool,
     /// Any message seen for it (a refusal by NOTICE targets one that heard nothing).
     pub heard: bool,
+    /// Silent when a refusal that names no subscription was blamed on
+    /// another: it may be the refused one, and is taken for it if it
+    /// stays silent a while longer.
+    pub suspect: bool,
     /// When the first page of this chain was sent: events after it are
     /// covered by the chain, events before need another subscription.
     pub started: Time,
@@ -153,6 +157,7 @@ impl Subscription {
             page,
             eose: false,
             heard: false,
+            suspect: false,
             started,
             stats,
             total: 0,

@@ -267,6 +267,9 @@ enum Timer {
     Daily(RelayId, u32),
     Consolidate(RelayId, u32),
     EoseTimeout(RelayId, u32, u64),
+    /// A subscription silent since a refusal naming none was blamed on
+    /// another is due to have been heard from.
+    Unanswered(RelayId, u32, u64),
     Resume(RelayId, u32),
     Keepalive(RelayId, u32),
     /// A repo's held relay change is due.
@@ -799,6 +802,7 @@ impl Engine {
                 }
             }
             Timer::EoseTimeout(relay, epoch, sub) => self.on_eose_timeout(relay, epoch, sub, now),
+            Timer::Unanswered(relay, epoch, sub) => self.on_unanswered(relay, epoch, sub, now),
             Timer::Resume(relay, epoch) => self.on_resume(relay, epoch, now),
             Timer::Keepalive(relay, epoch) => self.on_keepalive(relay, epoch, now),
             Timer::ReleaseHeld(repo) => self.release_held(repo, now),
