@@ -335,7 +335,21 @@ impl World {
                 18 => NegMode::Silent,
                 _ => NegMode::Endless { ids_per_round: 50 },
             };
+            // Some answer late, as relays over a network and with query
+            // threads (nostr-rs-relay) do: refusals before answers.
+            let timing = self.rng.gen_bool(0.3).then(|| {
+                (
+                    Duration::from_millis(self.rng.gen_range(0..=3)),
+                    Duration::from_millis(self.rng.gen_range(0..=50)),
+                    Duration::from_millis(self.rng.gen_range(0..=200)),
+                )
+            });
             let relay = self.sim.add_relay(url);
+            if let Some((per_message, reply, query)) = timing {
+                relay.per_message = per_message;
+                relay.reply_delay = reply;
+                relay.query_delay = query;
+            }
             relay.filter_cap = cap;
             relay.max_subs = max_subs;
             relay.info = info;
@@ -343,7 +357,7 @@ impl World {
             relay.negentropy = neg;
             let _ = writeln!(
                 self.desc,
-                "  {url}: cap {cap}{}{}{} neg {neg:?}",
+                "  {url}: cap {cap}{}{}{} neg {neg:?}{}",
                 info.map_or(String::new(), |i| format!(" nip11 {i:?}")),
                 if value_caps.is_some() {
                     " eventstore-value-caps"
@@ -351,6 +365,7 @@ impl World {
                     ""
                 },
                 max_subs.map_or(String::new(), |(n, s)| format!(" max_subs {n} {s:?}")),
+                timing.map_or(String::new(), |t| format!(" late {t:?}")),
             );
         }
     }
