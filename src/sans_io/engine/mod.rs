@@ -702,6 +702,7 @@ impl Engine {
                 ));
             }
         }
+        self.check_neg_room()?;
         Ok(())
     }
 }
@@ -791,6 +792,7 @@ impl Engine {
                 // Relays this check disconnects are released at the next
                 // one: their `Disconnect` has not reached the shell yet.
                 self.release_unreferenced();
+                self.prune_turns();
                 self.check_disconnects(now);
             }
             Timer::Reconnect(relay) => self.on_reconnect_timer(relay, now),

@@ -25,6 +25,9 @@ pub(super) struct Turns {
     active: HashSet<(RelayId, u64)>,
     /// Relays waiting for room, in turn order.
     queue: VecDeque<RelayId>,
+    /// The relays in `queue`: thousands of relays wait at once after a
+    /// restart, and a scan of the queue per admission was quadratic.
+    queued: HashSet<RelayId>,
     /// The relay being offered the turn right now.
     turn: Option<RelayId>,
 }
@@ -36,6 +39,7 @@ impl Turns {
             limit: limit.max(1),
             active: HashSet::new(),
             queue: VecDeque::new(),
+            queued: HashSet::new(),
             turn: None,
         }
     }
@@ -52,7 +56,7 @@ impl Turns {
         if room && self.queue.is_empty() && self.turn.is_none() {
             return true;
         }
-        if !self.queue.contains(&relay) {
+        if self.queued.insert(relay) {
             self.queue.push_back(relay);
         }
         false
@@ -63,8 +67,24 @@ impl Turns {
         self.active.insert((relay, id));
     }
 
-    /// Keeps only the jobs `alive` says still exist (a connection lost or a
-    /// daily sync drops a relay's jobs at once).
+    /// Job `id` of `relay` ended: its room is free.
+    pub(super) fn ended(&mut self, relay: RelayId, id: u64) {
+        self.active.remove(&(relay, id));
+    }
+
+    /// Every job of `relay` ended at once (its connection was lost, or a
+    /// daily sync dropped them).
+    pub(super) fn relay_ended(&mut self, relay: RelayId) {
+        self.active.retain(|&(r, _)| r != relay);
+    }
+
+    /// True if job `id` of `relay` holds room.
+    pub(super) fn holds(&self, relay: RelayId, id: u64) -> bool {
+        self.active.contains(&(relay, id))
+    }
+
+    /// Keeps only the jobs `alive` says still exist: a check, run now and
+    /// then, that no room leaks whatever path ended a job.
     pub(super) fn retain(&mut self, mut alive: impl FnMut(RelayId, u64) -> bool) {
         self.active.retain(|&(relay, id)| alive(relay, id));
     }
@@ -79,6 +99,7 @@ impl Turns {
             return None;
         }
         let relay = self.queue.pop_front()?;
+        self.queued.remove(&relay);
         self.turn = Some(relay);
         Some(relay)
     }
@@ -114,7 +135,7 @@ mod tests {
         assert!(!t.admit(r(1)), "no room for a third");
         assert!(!t.admit(r(2)), "queued once");
         assert_eq!(t.next_turn(), None, "no room yet");
-        t.retain(|_, id| id != 10);
+        t.ended(r(1), 10);
         // Room for one: relay 2's turn; others wait even with room.
         assert_eq!(t.next_turn(), Some(r(2)));
         assert!(!t.admit(r(3)), "not its turn");
@@ -139,7 +160,7 @@ mod tests {
         assert!(t.admit(r(1)));
         t.started(r(1), 1);
         assert!(!t.admit(r(2)));
-        t.retain(|relay, _| relay != r(1));
+        t.relay_ended(r(1));
         assert_eq!(t.next_turn(), Some(r(2)));
         assert!(t.admit(r(2)));
     }

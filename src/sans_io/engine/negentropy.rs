@@ -135,8 +135,16 @@ impl Engine {
     /// for its turn (`neg_turns`) with its work queued, which nothing times
     /// out; the scheduler runs again when the turn comes.
     pub(super) fn neg_admit(&mut self, relay: RelayId) -> bool {
-        self.prune_turns();
         self.listings.turns.admit(relay)
+    }
+
+    /// Removes job `id` of `relay`, freeing its room and, at the next
+    /// sweep, its listings.
+    fn end_job(&mut self, relay: RelayId, id: u64) -> Option<NegJob> {
+        let job = self.relay(relay).neg_jobs.remove(&id)?;
+        self.listings.turns.ended(relay, id);
+        self.listings.cache.jobs_ended(1);
+        Some(job)
     }
 
     /// Starts a job for packed chunks `work` with their REQ `filters`
@@ -396,7 +404,7 @@ impl Engine {
             self.open_session(relay, id);
             return self.after_jobs_ended(now);
         }
-        let Some(job) = self.relay(relay).neg_jobs.remove(&id) else {
+        let Some(job) = self.end_job(relay, id) else {
             return;
         };
         self.fetch_needed(relay, job, now);
@@ -465,7 +473,7 @@ impl Engine {
     /// Moves a job's chunks to the front of the relay's queue, marked for
     /// REQ; schedules nothing (the scheduler calls this).
     fn requeue_job(&mut self, relay: RelayId, id: u64, why: ToReq) {
-        let Some(job) = self.relay(relay).neg_jobs.remove(&id) else {
+        let Some(job) = self.end_job(relay, id) else {
             return;
         };
         match why {
@@ -490,7 +498,9 @@ impl Engine {
     /// `relay`'s jobs are gone (its connection, or a daily sync, cleared
     /// them): their listings and room are released.
     pub(super) fn neg_jobs_dropped(&mut self, relay: RelayId, now: Time) {
-        self.relay(relay).neg_jobs.clear();
+        let dropped = std::mem::take(&mut self.relay(relay).neg_jobs);
+        self.listings.turns.relay_ended(relay);
+        self.listings.cache.jobs_ended(dropped.len().max(1));
         self.after_jobs_ended(now);
     }
 
@@ -505,9 +515,8 @@ impl Engine {
         };
         self.listings
             .cache
-            .release(|&(relay, id, _)| !alive(relay, id));
+            .release_due(|&(relay, id, _)| !alive(relay, id));
         self.flush(now);
-        self.prune_turns();
         while let Some(relay) = self.listings.turns.next_turn() {
             self.schedule(relay, now);
             self.listings.turns.end_turn();
@@ -515,8 +524,32 @@ impl Engine {
         }
     }
 
-    /// Forgets the room of jobs that no longer exist.
-    fn prune_turns(&mut self) {
+    /// Every job holds room and no room is held by a job that is gone.
+    #[cfg(any(test, feature = "testing"))]
+    pub(super) fn check_neg_room(&self) -> Result<(), String> {
+        let mut jobs = 0;
+        for (i, relay) in self.relays.iter().enumerate() {
+            let id = RelayId(i as u32);
+            jobs += relay.neg_jobs.len();
+            if let Some(job) = relay
+                .neg_jobs
+                .keys()
+                .find(|&&j| !self.listings.turns.holds(id, j))
+            {
+                return Err(format!("{}: job {job} holds no room", self.relay_url(id)));
+            }
+        }
+        let held = self.listings.turns.in_flight();
+        if held != jobs {
+            return Err(format!("{held} jobs hold room, {jobs} exist"));
+        }
+        Ok(())
+    }
+
+    /// Forgets the room of jobs that no longer exist. Every path that ends
+    /// a job frees its room at once; this periodic check makes sure a path
+    /// that forgot cannot leak room for good (negentropy would stop).
+    pub(super) fn prune_turns(&mut self) {
         let relays = &self.relays;
         self.listings.turns.retain(|relay, id| {
             relays
