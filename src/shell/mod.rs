@@ -709,9 +709,12 @@ impl Shell {
     /// Returns heap memory freed since the last burst to the OS. Connecting
     /// thousands of relays allocates handshake buffers that are all freed
     /// moments later; glibc keeps them mapped, so without this the idle
-    /// footprint stays at the burst's peak. Runs only after activity.
+    /// footprint stays at the burst's peak. Collections that grew in the
+    /// burst give their room back first. Runs only after activity.
     fn trim(&mut self, now: Time) {
         if std::mem::take(&mut self.active) {
+            self.engine.shrink_to_fit();
+            self.sink_shrink_to_fit();
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
             // SAFETY: malloc_trim has no preconditions; it only releases free heap pages.
             unsafe {

@@ -66,6 +66,13 @@ impl SinkState {
 }
 
 impl Shell {
+    /// Gives back the room bursts left in the own relay client's queues.
+    pub(super) fn sink_shrink_to_fit(&mut self) {
+        if let SinkState::OwnRelay(own) = &mut self.sink {
+            own.client.shrink_to_fit();
+        }
+    }
+
     /// Fetches the own relay's NIP-11 document, once, for the size limit
     /// it states: an event over it is then set aside instead of offered
     /// (nostr-rs-relay answers one with a `NOTICE` and no `OK`, strfry cuts

@@ -534,6 +534,20 @@ impl Engine {
         self.restore(now, unix_now, saved);
     }
 
+    /// Gives back memory bursts left behind: the room every relay's
+    /// subscriptions, batches and queues grew to during a sync, and the
+    /// engine's action and output queues. Nothing else changes. The shell
+    /// calls it when it trims the heap, after activity, so an idle engine
+    /// at thousands of relays holds what it uses, not its peak. O(relays).
+    pub fn shrink_to_fit(&mut self) {
+        for relay in &mut self.relays {
+            relay.shrink_to_fit();
+        }
+        self.actions.shrink_to_fit();
+        self.outputs.shrink_to_fit();
+        self.dirty.shrink_to_fit();
+    }
+
     // Outputs.
 
     /// The next thing the shell must do.

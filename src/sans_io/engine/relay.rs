@@ -293,6 +293,20 @@ impl RelayState {
         }
     }
 
+    /// Gives back the room a burst left in its collections (a first sync's
+    /// dozens of subscriptions, batches and queued chunks) once they hold
+    /// little again. Collections keep their largest size otherwise: at
+    /// thousands of relays that was most of an idle relay's memory.
+    pub(super) fn shrink_to_fit(&mut self) {
+        self.subs.shrink_to_fit();
+        self.neg_jobs.shrink_to_fit();
+        self.neg_bypass.shrink_to_fit();
+        self.batches.shrink_to_fit();
+        self.queued.shrink_to_fit();
+        self.work.shrink_to_fit();
+        self.next_pages.shrink_to_fit();
+    }
+
     /// Forgets everything in flight: batches, queued chunks, subscriptions.
     /// Pending items go back to `Queued`.
     pub(super) fn clear_in_flight(&mut self) {
@@ -307,5 +321,40 @@ impl RelayState {
         self.value_notice = None;
         self.consolidating = false;
         self.uncovered_since = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sans_io::subscription::{Purpose, Scope, Subscription};
+
+    #[test]
+    fn a_burst_gives_its_room_back() {
+        let limits = Limits {
+            subscriptions: 64,
+            filters_per_req: 10,
+            message_bytes: 65_536,
+            page_limit: 500,
+            tag_values: 100,
+            kinds: 100,
+        };
+        let mut state = RelayState::new(Role::Remote { bootstrap: false }, limits);
+        for id in 0..64 {
+            let sub = Subscription::new(
+                Vec::new(),
+                Purpose::Page,
+                Scope::Targets,
+                Vec::new(),
+                1,
+                Time::default(),
+            );
+            state.subs.insert(id, sub);
+        }
+        state.subs.retain(|id, _| *id == 0);
+        assert!(state.subs.capacity() >= 64, "a map keeps its room");
+        state.shrink_to_fit();
+        assert!(state.subs.capacity() < 8, "{}", state.subs.capacity());
+        assert!(state.subs.contains_key(&0), "and its contents");
     }
 }

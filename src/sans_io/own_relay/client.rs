@@ -198,6 +198,13 @@ impl OwnRelayClient {
         }
     }
 
+    /// Gives back the room bursts left in the client's queues (a restart
+    /// asks tens of thousands of listings at once).
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.control.shrink_to_fit();
+        self.outputs.shrink_to_fit();
+    }
+
     /// The shell is stopping: from now on connect only while events wait.
     pub(crate) fn handle_shutdown(&mut self) {
         self.draining = true;
