@@ -178,8 +178,8 @@ pub struct Shell {
     read_buf: Box<[u8]>,
     /// Frames all remote relays may still read this second.
     global_rate: ReadRate,
-    /// Sockets were busy since the last trim.
-    active: bool,
+    /// The engine's work count ([`Shell::work_done`]) at the last trim.
+    trimmed_at: u64,
 }
 
 impl Shell {
@@ -268,7 +268,7 @@ impl Shell {
             scratch: Vec::new(),
             read_buf: vec![0; READ_BUFFER_BYTES].into_boxed_slice(),
             global_rate: ReadRate::new(GLOBAL_FRAMES_PER_SEC, now),
-            active: false,
+            trimmed_at: 0,
         })
     }
 
@@ -306,7 +306,6 @@ impl Shell {
                 return Err(e);
             }
             let now = self.clock.now();
-            self.active |= !events.is_empty();
             for event in events.iter() {
                 self.on_token(event.token(), now);
                 self.drive(now);
@@ -712,7 +711,8 @@ impl Shell {
     /// footprint stays at the burst's peak. Collections that grew in the
     /// burst give their room back first. Runs only after activity.
     fn trim(&mut self, now: Time) {
-        if std::mem::take(&mut self.active) {
+        let work = self.work_done();
+        if work != std::mem::replace(&mut self.trimmed_at, work) {
             self.engine.shrink_to_fit();
             self.sink_shrink_to_fit();
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -723,6 +723,15 @@ impl Shell {
         }
         self.timers
             .insert((now + TRIM_EVERY).as_millis(), ShellTimer::Trim);
+    }
+
+    /// What the engine did that allocates: REQs, events, connects. Keepalive
+    /// pings and pongs are not work: counting every readable socket as
+    /// activity made an idle engine at 5,000 relays (a pong a second or
+    /// more) shrink and trim its heap every 10 s, for nothing.
+    fn work_done(&self) -> u64 {
+        let s = self.engine.stats();
+        s.reqs_sent + s.events_received + s.connects + s.connect_failures
     }
 
     /// Writes the engine's state to the state file, if there is one: on
