@@ -246,7 +246,7 @@ impl Engine {
     /// `disconnected_at` marks the loss of a connection, not a failed
     /// attempt, so retries cannot keep a stale relay looking quick.
     fn drop_connection(&mut self, relay: RelayId, now: Time) {
-        let daily = {
+        let (daily, jobs) = {
             let state = self.relay(relay);
             if state.status == Status::Connected {
                 state.disconnected_at = Some(now);
@@ -256,15 +256,15 @@ impl Engine {
             }
             state.status = Status::Disconnected;
             state.epoch = state.epoch.wrapping_add(1);
-            state.clear_in_flight();
+            let jobs = state.clear_in_flight();
             state.queued.clear();
             state.paused_until = None;
-            state.daily_timer.take()
+            (state.daily_timer.take(), jobs)
         };
         if let Some(timer) = daily {
             self.timers.cancel(timer);
         }
-        self.neg_jobs_dropped(relay, now);
+        self.neg_jobs_dropped(relay, jobs, now);
     }
 
     pub(super) fn on_reconnect_timer(&mut self, relay: RelayId, now: Time) {
@@ -315,7 +315,7 @@ impl Engine {
         self.relay(relay).daily_timer = None;
         self.close_all_subscriptions(relay);
         let state = self.relay(relay);
-        state.clear_in_flight();
+        let jobs = state.clear_in_flight();
         state.requeue_where(|s| s == ItemState::Confirmed);
         if relay == self.own {
             self.subscribe_self(None, now);
@@ -324,7 +324,7 @@ impl Engine {
             self.requeue_all(relay);
         }
         self.schedule_daily(relay, now);
-        self.neg_jobs_dropped(relay, now);
+        self.neg_jobs_dropped(relay, jobs, now);
     }
 
     /// A full sync started at `now`: the next is due in 23–25 h.

@@ -495,12 +495,11 @@ impl Engine {
         self.dirty.push(relay);
     }
 
-    /// `relay`'s jobs are gone (its connection, or a daily sync, cleared
-    /// them): their listings and room are released.
-    pub(super) fn neg_jobs_dropped(&mut self, relay: RelayId, now: Time) {
-        let dropped = std::mem::take(&mut self.relay(relay).neg_jobs);
+    /// `relay`'s `dropped` jobs are gone (its connection, or a daily sync,
+    /// cleared them): their listings and room are released.
+    pub(super) fn neg_jobs_dropped(&mut self, relay: RelayId, dropped: usize, now: Time) {
         self.listings.turns.relay_ended(relay);
-        self.listings.cache.jobs_ended(dropped.len().max(1));
+        self.listings.cache.jobs_ended(dropped);
         self.after_jobs_ended(now);
     }
 

@@ -307,9 +307,11 @@ impl RelayState {
         self.next_pages.shrink_to_fit();
     }
 
-    /// Forgets everything in flight: batches, queued chunks, subscriptions.
-    /// Pending items go back to `Queued`.
-    pub(super) fn clear_in_flight(&mut self) {
+    /// Forgets everything in flight: batches, queued chunks, subscriptions,
+    /// negentropy jobs (how many it dropped is returned, for
+    /// `Engine::neg_jobs_dropped`). Pending items go back to `Queued`.
+    pub(super) fn clear_in_flight(&mut self) -> usize {
+        let jobs = self.neg_jobs.len();
         self.requeue_where(|s| matches!(s, ItemState::Pending(_)));
         self.batches.clear();
         self.work.clear();
@@ -321,6 +323,7 @@ impl RelayState {
         self.value_notice = None;
         self.consolidating = false;
         self.uncovered_since = None;
+        jobs
     }
 }
 
