@@ -70,6 +70,7 @@ pub(crate) mod sink;
 mod slots;
 mod state_file;
 pub(crate) mod tls;
+pub(crate) mod tls_stream;
 pub(crate) mod ws;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};

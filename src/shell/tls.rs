@@ -2,7 +2,7 @@
 //! operator configures. A certificate that does not verify is a failed
 //! connection, never a downgrade to plain `ws://`.
 
-use std::io;
+use std::io::{self, Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -54,29 +54,39 @@ fn ca_file_error(
 
 /// A byte stream that is either plain or wrapped in TLS: one type for the
 /// websocket layer whichever the URL's scheme asked for. Shared by the
-/// engine's client connections and the test relays' server connections.
-pub enum MaybeTls<C, T: std::io::Read + std::io::Write> {
+/// engine's client connections ([`TlsStream`](crate::shell::tls_stream::TlsStream))
+/// and the test relays' server connections (rustls's `StreamOwned`).
+pub enum MaybeTls<S, T> {
     /// `ws://`.
     Plain(T),
     /// `wss://`.
-    Tls(Box<rustls::StreamOwned<C, T>>),
+    Tls(Box<S>),
 }
 
-impl<C, T: std::io::Read + std::io::Write> MaybeTls<C, T> {
+/// A TLS session layered over a transport `T`.
+pub trait OverTransport<T> {
+    /// The transport under the session.
+    fn transport_mut(&mut self) -> &mut T;
+}
+
+impl<C, T: Read + Write> OverTransport<T> for rustls::StreamOwned<C, T> {
+    fn transport_mut(&mut self) -> &mut T {
+        &mut self.sock
+    }
+}
+
+impl<S: OverTransport<T>, T> MaybeTls<S, T> {
     /// The transport under any TLS.
     pub fn transport_mut(&mut self) -> &mut T {
         match self {
             MaybeTls::Plain(s) => s,
-            MaybeTls::Tls(s) => &mut s.sock,
+            MaybeTls::Tls(s) => s.transport_mut(),
         }
     }
 }
 
-impl<C, T: std::io::Read + std::io::Write> std::io::Read for MaybeTls<C, T>
-where
-    rustls::StreamOwned<C, T>: std::io::Read,
-{
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+impl<S: Read, T: Read> Read for MaybeTls<S, T> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             MaybeTls::Plain(s) => s.read(buf),
             MaybeTls::Tls(s) => s.read(buf),
@@ -84,18 +94,15 @@ where
     }
 }
 
-impl<C, T: std::io::Read + std::io::Write> std::io::Write for MaybeTls<C, T>
-where
-    rustls::StreamOwned<C, T>: std::io::Write,
-{
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+impl<S: Write, T: Write> Write for MaybeTls<S, T> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             MaybeTls::Plain(s) => s.write(buf),
             MaybeTls::Tls(s) => s.write(buf),
         }
     }
 
-    fn flush(&mut self) -> std::io::Result<()> {
+    fn flush(&mut self) -> io::Result<()> {
         match self {
             MaybeTls::Plain(s) => s.flush(),
             MaybeTls::Tls(s) => s.flush(),

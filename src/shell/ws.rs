@@ -33,8 +33,8 @@ use log::debug;
 use mio::net::TcpStream;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, ClientConnection, StreamOwned};
 use tungstenite::HandshakeError;
 use tungstenite::handshake::MidHandshake;
 use tungstenite::handshake::client::ClientHandshake;
@@ -47,9 +47,10 @@ use crate::sans_io::time::Time;
 use crate::sans_io::ws_reader::{Incoming, WsReader};
 use crate::sans_io::ws_writer::WsWriter;
 use crate::shell::tls::MaybeTls;
+use crate::shell::tls_stream::TlsStream;
 
 /// The engine's client stream.
-pub(crate) type Stream = MaybeTls<ClientConnection, TcpStream>;
+pub(crate) type Stream = MaybeTls<TlsStream<TcpStream>, TcpStream>;
 
 /// Bytes of the loop-wide read buffer the shell passes to
 /// [`WsConnection::on_ready`].
@@ -598,8 +599,8 @@ fn dial(tcp: TcpStream, tls: Option<&TlsTarget>) -> Dialed {
     }
     match tls {
         None => Dialed::Ready(MaybeTls::Plain(tcp)),
-        Some(t) => match ClientConnection::new(t.config.clone(), t.name.clone()) {
-            Ok(conn) => Dialed::Ready(MaybeTls::Tls(Box::new(StreamOwned::new(conn, tcp)))),
+        Some(t) => match TlsStream::new(t.config.clone(), t.name.clone(), tcp) {
+            Ok(tls) => Dialed::Ready(MaybeTls::Tls(Box::new(tls))),
             Err(e) => Dialed::Failed(format!("tls: {e}")),
         },
     }

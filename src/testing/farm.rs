@@ -639,7 +639,7 @@ impl Write for Socket {
 }
 
 /// The byte stream under a websocket: plain TCP or TLS over TCP.
-type Stream = MaybeTls<ServerConnection, Socket>;
+type Stream = MaybeTls<StreamOwned<ServerConnection, Socket>, Socket>;
 
 /// True for "the socket would block": try again on the next readiness.
 fn would_block(e: &tungstenite::Error) -> bool {

@@ -692,7 +692,7 @@ impl Write for Socket {
 }
 
 /// The byte stream under the websocket: plain TCP or TLS over TCP.
-type Stream = MaybeTls<ServerConnection, Socket>;
+type Stream = MaybeTls<StreamOwned<ServerConnection, Socket>, Socket>;
 
 /// True for the errors a read timeout produces: nothing to read yet.
 fn nothing_yet(e: &tungstenite::Error) -> bool {
