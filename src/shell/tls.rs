@@ -54,8 +54,8 @@ fn ca_file_error(
 
 /// A byte stream that is either plain or wrapped in TLS: one type for the
 /// websocket layer whichever the URL's scheme asked for. Shared by the
-/// engine's client connections ([`TlsStream`](crate::shell::tls_stream::TlsStream))
-/// and the test relays' server connections (rustls's `StreamOwned`).
+/// engine's client connections (over rustls's unbuffered API) and the
+/// test relays' server connections (rustls's `StreamOwned`).
 pub enum MaybeTls<S, T> {
     /// `ws://`.
     Plain(T),

@@ -78,7 +78,8 @@ impl Turns {
         self.active.retain(|&(r, _)| r != relay);
     }
 
-    /// True if job `id` of `relay` holds room.
+    /// True if job `id` of `relay` holds room (for the invariant checks).
+    #[cfg(any(test, feature = "testing"))]
     pub(super) fn holds(&self, relay: RelayId, id: u64) -> bool {
         self.active.contains(&(relay, id))
     }
