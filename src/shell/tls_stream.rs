@@ -55,8 +55,6 @@ pub(crate) struct TlsStream<T> {
     open: bool,
     /// The peer sent close_notify: reads end cleanly.
     peer_closed: bool,
-    /// The last socket read was short: it took all the socket had.
-    short_read: bool,
     /// The session failed (bad data from the peer, or the socket): every
     /// later read and write returns this.
     failed: Option<(io::ErrorKind, String)>,
@@ -96,7 +94,6 @@ impl<T: Read + Write> TlsStream<T> {
             early: Vec::new(),
             open: false,
             peer_closed: false,
-            short_read: false,
             failed: None,
         })
     }
@@ -218,23 +215,14 @@ impl<T: Read + Write> TlsStream<T> {
         result
     }
 
-    /// The last read left nothing behind: not in the socket (its read was
-    /// short) and no decrypted bytes waiting here. See
-    /// `ws::socket_drained`.
-    pub(crate) fn drained(&self) -> bool {
-        self.short_read && self.plain.is_empty()
-    }
-
     /// Reads the socket once into `back` and runs the session over what
     /// arrived; decrypted bytes go to `front`. Returns how many.
     fn read_records(&mut self, front: &mut [u8], back: &mut [u8]) -> io::Result<usize> {
-        self.short_read = false;
         let n = match self.sock.read(back)? {
             0 if self.peer_closed => return Ok(0),
             0 => return Err(io::ErrorKind::UnexpectedEof.into()),
             n => n,
         };
-        self.short_read = n < back.len();
         let mut overflow = std::mem::take(&mut self.plain);
         let mut plain = Plain {
             room: front,
@@ -449,9 +437,6 @@ mod tests {
         rng: SmallRng,
         room: usize,
         closed: Rc<RefCell<bool>>,
-        /// Reads take all they can, as a kernel socket's do (otherwise a
-        /// random part, to split records anywhere).
-        whole: bool,
     }
 
     impl Read for Sock {
@@ -463,12 +448,7 @@ mod tests {
                     false => Err(io::ErrorKind::WouldBlock.into()),
                 };
             }
-            let most = rx.len().min(buf.len());
-            let n = if self.whole {
-                most
-            } else {
-                self.rng.gen_range(1..=most)
-            };
+            let n = self.rng.gen_range(1..=rx.len().min(buf.len()));
             for (b, byte) in buf.iter_mut().zip(rx.drain(..n)) {
                 *b = byte;
             }
@@ -541,7 +521,6 @@ mod tests {
             rng: SmallRng::seed_from_u64(seed),
             room: 1 + seed as usize % 3000,
             closed: closed.clone(),
-            whole: false,
         };
         let name = ServerName::try_from("localhost").unwrap();
         let mut server = ServerConnection::new(Arc::new(server)).unwrap();
@@ -699,32 +678,6 @@ mod tests {
             w.client.write(b"x").unwrap_err().kind(),
             io::ErrorKind::InvalidData
         );
-    }
-
-    #[test]
-    fn drained_only_when_the_socket_read_was_short_and_nothing_waits() {
-        let mut w = world(11, true);
-        w.connect(b"hello");
-        w.client.sock.whole = true;
-        w.server.writer().write_all(&[7; 5000]).unwrap();
-        w.pass_to_client();
-        // 2,000 bytes of room in front: the socket's 5,000 and more do not
-        // fit the 2,000 at the back, so the socket may hold more.
-        let mut buf = vec![0; 4000];
-        assert_eq!(w.client.read(&mut buf).unwrap(), 2000);
-        assert!(!w.client.drained(), "the read filled the buffer");
-        let mut got = 2000;
-        while !w.client.drained() {
-            got += w.client.read(&mut buf).unwrap();
-        }
-        assert_eq!(got, 5000, "drained with everything read");
-        assert!(w.to_client.borrow().is_empty());
-        // A big buffer takes a small message in one short read.
-        w.server.writer().write_all(b"pong").unwrap();
-        w.pass_to_client();
-        let mut buf = vec![0; 64 * 1024];
-        assert_eq!(w.client.read(&mut buf).unwrap(), 4);
-        assert!(w.client.drained());
     }
 
     #[test]
