@@ -774,4 +774,82 @@ mod tests {
         );
         assert_eq!(response_end(&[b"HTTP/1.1 101 OK\r\nUpgrade: web"]), None);
     }
+    /// Drives `ws` on readiness events until it reports something; the
+    /// deadline is generous (a missed wake-up fails, a slow machine does not).
+    fn next_events(poll: &mut mio::Poll, ws: &mut WsConnection, buf: &mut [u8]) -> Vec<WsEvent> {
+        let mut events = mio::Events::with_capacity(8);
+        let mut out = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while out.is_empty() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            assert!(!left.is_zero(), "no readiness event came");
+            poll.poll(&mut events, Some(left)).unwrap();
+            if !events.is_empty() {
+                ws.on_ready(&mut out, 100, Time::default(), buf);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_frame_split_across_wake_ups_arrives_whole() {
+        use std::io::{BufRead, BufReader};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = WebSocketConfig::default();
+        let mut ws = WsConnection::connect(addr, &format!("ws://{addr}/"), None, config).unwrap();
+        let mut poll = mio::Poll::new().unwrap();
+        let interest = mio::Interest::READABLE | mio::Interest::WRITABLE;
+        poll.registry()
+            .register(ws.socket().unwrap(), mio::Token(0), interest)
+            .unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let mut buf = vec![0; READ_BUFFER_BYTES];
+        // The client writes its upgrade request once connected; the server
+        // reads it (blocking: the kernel holds what the client wrote).
+        let mut events = mio::Events::with_capacity(8);
+        let mut request = BufReader::new(server.try_clone().unwrap());
+        let mut key = None;
+        let mut line = String::new();
+        while line != "\r\n" {
+            if !request.buffer().contains(&b'\n') {
+                poll.poll(&mut events, Some(std::time::Duration::from_millis(10)))
+                    .unwrap();
+                ws.on_ready(&mut Vec::new(), 100, Time::default(), &mut buf);
+            }
+            line.clear();
+            request.read_line(&mut line).unwrap();
+            if let Some(k) = line.strip_prefix("Sec-WebSocket-Key: ") {
+                key = Some(k.trim().to_owned());
+            }
+        }
+        let accept = tungstenite::handshake::derive_accept_key(key.unwrap().as_bytes());
+        let mut server = server;
+        let response = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+        );
+        server.write_all(response.as_bytes()).unwrap();
+        assert!(matches!(
+            next_events(&mut poll, &mut ws, &mut buf)[..],
+            [WsEvent::Open]
+        ));
+        // Each piece is read on its own wake-up; the frame completes on the last.
+        let frame = b"\x81\x0bhello relay";
+        for piece in frame.chunks(3) {
+            server.write_all(piece).unwrap();
+            if piece.as_ptr_range().end != frame.as_ptr_range().end {
+                let mut events = mio::Events::with_capacity(8);
+                poll.poll(&mut events, Some(std::time::Duration::from_secs(60)))
+                    .unwrap();
+                assert!(!events.is_empty(), "no readiness event for a piece");
+                let mut out = Vec::new();
+                ws.on_ready(&mut out, 100, Time::default(), &mut buf);
+                assert!(out.is_empty(), "{out:?}");
+            }
+        }
+        match &next_events(&mut poll, &mut ws, &mut buf)[..] {
+            [WsEvent::Text(text)] => assert_eq!(text, "hello relay"),
+            other => panic!("{other:?}"),
+        }
+    }
 }
