@@ -43,8 +43,10 @@
 //!   plumbing.
 //! - `nip11`: the shell's side of NIP-11 fetches; their HTTP is
 //!   `sans_io::info_fetch`.
-//! - `dns`, `tls`, `ws`: name lookups off the loop, TLS roots, websocket
-//!   and HTTP transports.
+//! - `dns`, `tls`, `tls_stream`, `ws`: name lookups off the loop, TLS
+//!   roots, a TLS client session that keeps no buffer while idle (rustls's
+//!   unbuffered API over the loop-wide read buffer), websocket and HTTP
+//!   transports.
 //! - `metrics`, `metrics_server`: the counters, their page and its
 //!   listener.
 //! - `key_file`, `rlimit`: the AUTH key file and the file-descriptor limit,
