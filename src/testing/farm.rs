@@ -64,6 +64,7 @@
 
 mod auth;
 mod neg;
+mod port;
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -396,6 +397,7 @@ impl RelayFarm {
                 profile,
                 auth: opts.auth_required.contains(&i),
                 listener: Some(listener),
+                reserved: None,
                 generation: 0,
                 store: Store::new(),
                 conns: Vec::new(),
@@ -502,8 +504,9 @@ impl RelayFarm {
     }
 
     /// Cuts relay `relay`'s connections (TCP shutdown, no close frame) and
-    /// stops listening, so connecting is refused; after `down_for` it
-    /// listens again on the same port with the same store. Restarting a
+    /// stops listening, so connecting is refused (the port stays the
+    /// relay's meanwhile); after `down_for` it listens again on the same
+    /// port with the same store. Restarting a
     /// relay that is down starts its downtime over. Returns at once.
     pub fn restart(&self, relay: usize, down_for: Duration) {
         self.check(relay);
@@ -669,6 +672,8 @@ struct Relay {
     auth: bool,
     /// `None` while down after a restart.
     listener: Option<TcpListener>,
+    /// While down: the port, bound but not listening (see [`port`]).
+    reserved: Option<std::os::fd::OwnedFd>,
     /// Bumped by every restart: tags the listener's token and the re-listen
     /// timer.
     generation: u32,
@@ -1011,17 +1016,20 @@ impl Farm {
             return;
         }
         if r.listener.is_none() {
-            let bound = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, r.port)))
-                .and_then(|mut listener| {
-                    self.poll
-                        .registry()
-                        .register(
-                            &mut listener,
-                            listener_token(relay, generation),
-                            Interest::READABLE,
-                        )
-                        .map(|()| listener)
-                });
+            let bound = match r.reserved.take() {
+                Some(reserved) => port::listen(reserved),
+                None => TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, r.port))),
+            }
+            .and_then(|mut listener| {
+                self.poll
+                    .registry()
+                    .register(
+                        &mut listener,
+                        listener_token(relay, generation),
+                        Interest::READABLE,
+                    )
+                    .map(|()| listener)
+            });
             match bound {
                 Ok(listener) => r.listener = Some(listener),
                 Err(e) => {
@@ -1618,6 +1626,11 @@ impl Farm {
         let generation = r.generation;
         if let Some(mut listener) = r.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
+            drop(listener);
+            // Without it, listening again is retried until the port is free.
+            r.reserved = port::reserve(r.port)
+                .inspect_err(|e| log::warn!("relay farm: relay {relay} cannot keep its port: {e}"))
+                .ok();
         }
         for key in std::mem::take(&mut r.conns) {
             self.close(key);
