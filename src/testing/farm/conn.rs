@@ -1,0 +1,248 @@
+//! What the relay farm keeps per relay and per connection, and the byte
+//! stream under a connection (plain TCP or TLS, counting its bytes).
+
+use super::super::store::EventKey;
+use super::*;
+use tungstenite::WebSocket;
+use tungstenite::handshake::MidHandshake;
+use tungstenite::handshake::server::{Callback, ErrorResponse, Request, Response, ServerHandshake};
+use tungstenite::protocol::frame::Frame;
+use tungstenite::protocol::frame::coding::{Data as OpData, OpCode};
+
+/// A client socket that counts the bytes written to it.
+pub(super) struct Socket {
+    pub(super) tcp: TcpStream,
+    pub(super) counters: Arc<Counters>,
+}
+
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.tcp.read(buf)
+    }
+}
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.tcp.write(buf)?;
+        self.counters
+            .bytes_out
+            .fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
+/// The byte stream under a websocket: plain TCP or TLS over TCP.
+pub(super) type Stream = MaybeTls<StreamOwned<ServerConnection, Socket>, Socket>;
+
+/// True for "the socket would block": try again on the next readiness.
+pub(super) fn would_block(e: &tungstenite::Error) -> bool {
+    matches!(e, tungstenite::Error::Io(io) if io.kind() == io::ErrorKind::WouldBlock)
+}
+
+/// Serializes a relay message; `None` (logged) only if serde_json fails on
+/// it, which for these plain messages would be a bug in nostr.
+fn to_json(msg: &RelayMessage<'_>) -> Option<String> {
+    match msg.try_as_json() {
+        Ok(text) => Some(text),
+        Err(e) => {
+            log::error!("relay farm: cannot serialize a relay message: {e}");
+            None
+        }
+    }
+}
+
+/// One relay.
+pub(super) struct Relay {
+    pub(super) port: u16,
+    /// Its limits beyond the farm's.
+    pub(super) profile: RelayProfile,
+    /// Reads need NIP-42 AUTH first.
+    pub(super) auth: bool,
+    /// `None` while down after a restart.
+    pub(super) listener: Option<TcpListener>,
+    /// While down: the port, bound but not listening (see [`port`]).
+    pub(super) reserved: Option<std::os::fd::OwnedFd>,
+    /// Bumped by every restart: tags the listener's token and the re-listen
+    /// timer.
+    pub(super) generation: u32,
+    pub(super) store: Store,
+    /// Slab keys of its connections.
+    pub(super) conns: Vec<usize>,
+}
+
+/// Where a connection stands.
+pub(super) enum Phase {
+    /// A relay serving NIP-11 looks at the request head (peeked, not
+    /// consumed) before any handshake.
+    Sniffing(Stream),
+    /// TLS and websocket handshakes in flight.
+    Handshaking(MidHandshake<ServerHandshake<Stream, OwnClient>>),
+    /// Websocket open.
+    Open(WebSocket<Stream>),
+    /// Transient, while the phase is being replaced.
+    Closed,
+}
+
+/// Something queued for a client, not yet handed to tungstenite.
+pub(super) enum Out {
+    /// A serialized message.
+    Text(String),
+    /// The stored results of a `REQ`, serialized as they leave (an event
+    /// replaced meanwhile is skipped), then its `EOSE`.
+    Stored {
+        sub: SubscriptionId,
+        keys: std::vec::IntoIter<EventKey>,
+    },
+}
+
+/// The handshake callback that marks a connection (and counts it in
+/// [`FarmStats::own_connections`]) when its request carries the farm's
+/// token, as [`RelayFarm::own_url`] puts it.
+pub(super) struct OwnClient {
+    pub(super) token: Arc<str>,
+    pub(super) own: Arc<AtomicBool>,
+    pub(super) counters: Arc<Counters>,
+}
+
+impl Callback for OwnClient {
+    fn on_request(self, request: &Request, response: Response) -> Result<Response, ErrorResponse> {
+        let query = request.uri().query().unwrap_or_default();
+        if query
+            .split('&')
+            .any(|kv| kv.strip_prefix("farm=") == Some(&*self.token))
+        {
+            self.own.store(true, Ordering::Relaxed);
+            self.counters
+                .own_connections
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(response)
+    }
+}
+
+/// One client connection.
+pub(super) struct Conn {
+    pub(super) relay: usize,
+    pub(super) generation: u32,
+    /// Set by the handshake when the client came through `own_url`.
+    pub(super) own: Arc<AtomicBool>,
+    pub(super) phase: Phase,
+    /// Open subscriptions.
+    pub(super) subs: HashMap<SubscriptionId, Vec<Filter>>,
+    /// Open negentropy reconciliations.
+    pub(super) negs: NegSessions,
+    /// The NIP-42 challenge sent, on a relay that requires AUTH.
+    pub(super) challenge: Option<String>,
+    /// A valid AUTH arrived: reads are served.
+    pub(super) authed: bool,
+    pub(super) out: VecDeque<Out>,
+    /// Bytes of the `Text` entries of `out`.
+    pub(super) queued: usize,
+    /// tungstenite (or rustls) holds bytes the socket did not take: wait
+    /// for writability before handing over more.
+    pub(super) blocked: bool,
+    /// A message was begun and is never finished: nothing else is sent.
+    pub(super) mute: bool,
+}
+
+impl Conn {
+    /// Queues a message; false if the client is too far behind (it must be
+    /// disconnected).
+    pub(super) fn queue(&mut self, msg: &RelayMessage<'_>) -> bool {
+        if let Some(text) = to_json(msg) {
+            self.queued += text.len();
+            self.out.push_back(Out::Text(text));
+        }
+        self.queued <= MAX_QUEUED
+    }
+
+    /// Hands queued messages to tungstenite while the socket takes them,
+    /// then flushes. An error means the connection is dead.
+    pub(super) fn write(&mut self, store: &Store) -> tungstenite::Result<()> {
+        let Phase::Open(ws) = &mut self.phase else {
+            return Ok(());
+        };
+        if self.mute {
+            self.out.clear();
+            self.queued = 0;
+        }
+        if self.blocked {
+            match ws.flush() {
+                Ok(()) => self.blocked = false,
+                Err(e) if would_block(&e) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        while let Some(next) = self.out.front_mut() {
+            let text = match next {
+                Out::Text(text) => {
+                    let text = std::mem::take(text);
+                    self.out.pop_front();
+                    self.queued -= text.len();
+                    Some(text)
+                }
+                Out::Stored { sub, keys } => match keys.find_map(|k| store.get_by_key(&k)) {
+                    Some(event) => to_json(&RelayMessage::Event {
+                        subscription_id: Cow::Borrowed(sub),
+                        event: Cow::Borrowed(event),
+                    }),
+                    None => {
+                        let eose = to_json(&RelayMessage::eose(sub.clone()));
+                        self.out.pop_front();
+                        eose
+                    }
+                },
+            };
+            let Some(text) = text else { continue };
+            match ws.write(Message::text(text)) {
+                Ok(()) => {}
+                // The frame stays in tungstenite's buffer for the next flush.
+                Err(e) if would_block(&e) => {
+                    self.blocked = true;
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Pongs and close replies, and TLS records rustls still holds.
+        match ws.flush() {
+            Ok(()) => Ok(()),
+            Err(e) if would_block(&e) => {
+                self.blocked = true;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends the first fragment of a `bytes`-byte text message and an
+    /// unsolicited pong; from now on the connection sends nothing else.
+    pub(super) fn begin_unfinished(&mut self, bytes: usize) {
+        let Phase::Open(ws) = &mut self.phase else {
+            return;
+        };
+        self.mute = true;
+        let fragment = Frame::message(vec![b'x'; bytes], OpCode::Data(OpData::Text), false);
+        for frame in [fragment, Frame::pong(Vec::new())] {
+            if ws.write(Message::Frame(frame)).is_err() {
+                self.blocked = true;
+            }
+        }
+        if ws.flush().is_err() {
+            self.blocked = true;
+        }
+    }
+
+    pub(super) fn stream(&mut self) -> Option<&mut Stream> {
+        match &mut self.phase {
+            Phase::Sniffing(stream) => Some(stream),
+            Phase::Handshaking(mid) => Some(mid.get_mut().get_mut()),
+            Phase::Open(ws) => Some(ws.get_mut()),
+            Phase::Closed => None,
+        }
+    }
+}
