@@ -7,6 +7,9 @@
 //! re-deriving every relay's targets (`derive_relay_targets` below is that
 //! full recompute, kept as the reference the incremental path is checked and
 //! benchmarked against).
+//!
+//! Deletions (NIP-09) live in `deletion`, and which relays an announcement
+//! may name, per owner and in all, in `relay_lists`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -18,6 +21,9 @@ use crate::sans_io::address::{host_and_port, ip_literal, is_public};
 use crate::sans_io::relay_url::{normalize, relay_of_clone_url};
 use crate::sans_io::service::Service;
 use crate::sans_io::time::Time;
+
+mod deletion;
+mod relay_lists;
 
 /// Kind of a repository announcement (NIP-34).
 pub(crate) const KIND_ANNOUNCEMENT: u16 = 30617;
@@ -735,241 +741,6 @@ impl RepoIndex {
         for &root in &entry.roots {
             self.roots[root.0 as usize].targeted = true;
         }
-    }
-
-    /// A NIP-09 deletion: each root (`e`) and announcement (`a`) it names
-    /// that its author made leaves the index. Others' deletions are
-    /// ignored: nobody may free a share that is not theirs.
-    fn apply_deletion(&mut self, event: &Event, changes: &mut Vec<TargetChange>) {
-        let author = event.pubkey.to_hex();
-        for tag in event.tags.iter() {
-            let values = tag.as_slice();
-            let Some(value) = values.get(1) else { continue };
-            match values[0].as_str() {
-                "e" => {
-                    let root = EventId::from_hex(value)
-                        .ok()
-                        .and_then(|id| self.root_ids.get(&id).copied());
-                    if let Some(root) = root
-                        && self.roots[root.0 as usize].author == author
-                    {
-                        self.release_root(root, changes);
-                    }
-                }
-                "a" if is_repo_coord(value) && owner_of(value) == author => {
-                    self.delete_announcement(value, event.created_at, changes);
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// A deleted root: it stops being a target, leaves its repos, and
-    /// frees its author's share; repos it alone kept are released too.
-    fn release_root(&mut self, root: RootId, changes: &mut Vec<TargetChange>) {
-        let entry = &mut self.roots[root.0 as usize];
-        let repos = std::mem::take(&mut entry.repos);
-        let author = std::mem::take(&mut entry.author);
-        let targeted = entry.targeted;
-        self.root_ids.remove(&entry.id);
-        for repo in repos {
-            let entry = &mut self.repos[repo.0 as usize];
-            entry.roots.retain(|r| *r != root);
-            for &relay in &entry.relays {
-                changes.push(TargetChange {
-                    relay,
-                    item: Item::Root(root),
-                    added: false,
-                });
-            }
-            self.release_repo_if_unused(repo);
-        }
-        self.count_share(&author, false, false);
-        self.stats.items_released += 1;
-        if !targeted {
-            self.free_roots.push(root);
-        }
-    }
-
-    /// A deleted announcement (NIP-09 `a`: every version up to the
-    /// deletion's `created_at`): the repo loses its relays, as if never
-    /// announced, and is released unless roots still name it. A newer
-    /// version than the deletion stays in force.
-    fn delete_announcement(
-        &mut self,
-        coord: &str,
-        until: Timestamp,
-        changes: &mut Vec<TargetChange>,
-    ) {
-        let Some(repo) = self.repo_id(coord) else {
-            return;
-        };
-        let entry = &mut self.repos[repo.0 as usize];
-        if entry.latest().is_none_or(|(at, _)| at > until) {
-            return;
-        }
-        entry.announced = None;
-        entry.relays_changed = None;
-        let held = entry.held.take();
-        let old = std::mem::take(&mut entry.relays);
-        if let Some(held) = held {
-            self.reference(repo, &held.relays, false);
-        }
-        self.reference(repo, &old, false);
-        for &relay in &old {
-            self.push_repo_changes(repo, relay, false, changes);
-        }
-        self.release_repo_if_unused(repo);
-    }
-
-    /// Releases `repo` once nothing references it: no announcement (in
-    /// force or held) and no root. Its share is freed; its id is reused
-    /// unless it was ever a target (see [`Root::targeted`]).
-    fn release_repo_if_unused(&mut self, repo: RepoId) {
-        let entry = &mut self.repos[repo.0 as usize];
-        if entry.announced.is_some() || entry.held.is_some() || !entry.roots.is_empty() {
-            return;
-        }
-        let charged = std::mem::take(&mut entry.charged);
-        let targeted = entry.targeted;
-        self.repo_ids.remove(&entry.coord);
-        self.count_share(&charged, true, false);
-        self.stats.items_released += 1;
-        if !targeted {
-            self.free_repos.push(repo);
-        }
-    }
-
-    /// Counts `repo`'s relay list `relays` in (`add`) or out of the
-    /// references that keep relays interned, globally and per owner.
-    fn reference(&mut self, repo: RepoId, relays: &[RelayId], add: bool) {
-        let owner = owner_of(&self.repos[repo.0 as usize].coord).to_owned();
-        let mine = self.pubkey_relays.entry(owner.clone()).or_default();
-        for &relay in relays {
-            let global = &mut self.relay_refs[relay.index()];
-            let count = mine.entry(relay).or_default();
-            if add {
-                *global += 1;
-                *count += 1;
-            } else {
-                *global = global.saturating_sub(1);
-                *count = count.saturating_sub(1);
-                if *count == 0 {
-                    mine.remove(&relay);
-                }
-            }
-        }
-        if mine.is_empty() {
-            self.pubkey_relays.remove(&owner);
-        }
-    }
-
-    /// True when pubkey `owner`'s relay lists already name `relay`.
-    fn lists(&self, owner: &str, relay: Option<RelayId>) -> bool {
-        relay.is_some_and(|r| {
-            self.pubkey_relays
-                .get(owner)
-                .is_some_and(|m| m.contains_key(&r))
-        })
-    }
-
-    /// True when pubkey `owner` may list `fresh` + 1 relays it lists
-    /// nowhere yet, in an announcement replacing `repo`'s: the relays
-    /// `repo` lists now will be let go, so they do not count against the
-    /// share.
-    fn within_share(&self, owner: &str, repo: RepoId, fresh: usize) -> bool {
-        let listed = self.pubkey_relays.get(owner).map_or(0, HashMap::len);
-        let replaced = self.repos[repo.0 as usize].relays.len();
-        listed.saturating_sub(replaced) + fresh < self.limits.max_relays_per_pubkey
-    }
-
-    /// Every relay an announcement names: each value of each `relays` tag and
-    /// the relay of each `clone` URL, normalized, without the own relay and
-    /// refused addresses, de-duplicated, capped.
-    fn relays_of(&mut self, event: &Event, repo: RepoId) -> Vec<RelayId> {
-        let owner = event.pubkey.to_hex();
-        let mut relays = Vec::new();
-        let mut fresh = 0;
-        let mut over_cap = 0u64;
-        for url in self.relay_urls_of(event) {
-            if self.service.names(&url) {
-                continue;
-            }
-            let known = self.relay_ids.get(&url).copied();
-            if known.is_some_and(|id| relays.contains(&id)) {
-                continue;
-            }
-            let listed = self.lists(&owner, known);
-            if relays.len() >= self.limits.relays_per_announcement
-                || known.is_none() && self.relay_ids.len() >= self.limits.max_relays
-                || !listed && !self.within_share(&owner, repo, fresh)
-            {
-                over_cap += 1;
-                continue;
-            }
-            fresh += usize::from(!listed);
-            let id = known.unwrap_or_else(|| self.intern_unpinned(&url));
-            relays.push(id);
-        }
-        if over_cap > 0 {
-            self.stats.relay_urls_over_cap += over_cap;
-            warn!(
-                "announcement {}: {over_cap} relays over the cap ({} per announcement, {} per pubkey, {} known) ignored",
-                event.id,
-                self.limits.relays_per_announcement,
-                self.limits.max_relays_per_pubkey,
-                self.limits.max_relays
-            );
-        }
-        relays
-    }
-
-    /// The normalized relay URLs an announcement names, refused ones
-    /// counted and left out.
-    fn relay_urls_of(&mut self, event: &Event) -> Vec<String> {
-        let mut urls = Vec::new();
-        for tag in event.tags.iter() {
-            let values = tag.as_slice();
-            match values.first().map(String::as_str) {
-                Some("relays") => {
-                    for raw in &values[1..] {
-                        match normalize(raw) {
-                            Ok(url) if self.allowed_host(&url) => urls.push(url),
-                            Ok(_) => {
-                                self.stats.relay_urls_rejected += 1;
-                                debug!("announcement {}: private relay {raw:?} ignored", event.id);
-                            }
-                            Err(e) => {
-                                self.stats.relay_urls_rejected += 1;
-                                debug!("announcement {}: relay {raw:?} ignored: {e}", event.id);
-                            }
-                        }
-                    }
-                }
-                Some("clone") => urls.extend(
-                    values[1..]
-                        .iter()
-                        .filter_map(|c| relay_of_clone_url(c))
-                        .filter(|u| self.allowed_host(u)),
-                ),
-                _ => {}
-            }
-        }
-        urls
-    }
-
-    /// False for a loopback, private or link-local IP literal or
-    /// `localhost`, unless private addresses are allowed. Names that resolve
-    /// to such addresses are refused later, by the shell's address guard.
-    fn allowed_host(&self, url: &str) -> bool {
-        if self.limits.allow_private {
-            return true;
-        }
-        let Some((host, _)) = host_and_port(url) else {
-            return false;
-        };
-        let local_name = host == "localhost" || host.ends_with(".localhost");
-        !local_name && ip_literal(&host).is_none_or(is_public)
     }
 }
 
