@@ -29,11 +29,6 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, WriteTraffi
 
 use crate::shell::tls::OverTransport;
 
-/// Plaintext the application may queue before the handshake completes (the
-/// websocket upgrade or NIP-11 request, a few hundred bytes). More is
-/// refused with `WouldBlock` until the session is up.
-const EARLY_MAX: usize = 16 * 1024;
-
 /// Bytes of unfinished records kept at most. A record is at most about
 /// 18 KiB and a handshake message at most 64 KiB (rustls refuses larger
 /// ones), so a peer that makes us hold more is broken or hostile.
@@ -49,7 +44,9 @@ pub(crate) struct TlsStream<T> {
     plain: Vec<u8>,
     /// Encrypted bytes the socket has not taken yet.
     unsent: Vec<u8>,
-    /// Plaintext written before the handshake completed.
+    /// Plaintext written before the handshake completed: only the
+    /// websocket upgrade or NIP-11 request, a few hundred bytes (frames
+    /// wait for the upgrade's answer, which needs the session).
     early: Vec<u8>,
     /// The handshake completed: application data may be sent.
     open: bool,
@@ -179,38 +176,32 @@ impl<T: Read + Write> TlsStream<T> {
         if let Some((kind, reason)) = &self.failed {
             return Err(io::Error::new(*kind, reason.clone()));
         }
+        // Kept bytes go first; what rustls leaves unconsumed is kept again.
         let result = if self.partial.is_empty() {
-            match self.drive(fresh, send, plain) {
-                Ok((used, sent)) => {
-                    self.partial.extend_from_slice(&fresh[used..]);
-                    Ok(sent)
-                }
-                Err(e) => Err(e),
-            }
+            self.drive(fresh, send, plain)
+                .map(|(used, sent)| (fresh[used..].to_vec(), sent))
         } else {
             let mut data = std::mem::take(&mut self.partial);
             data.extend_from_slice(fresh);
-            match self.drive(&mut data, send, plain) {
-                Ok((used, sent)) => {
-                    data.drain(..used);
-                    if !data.is_empty() {
-                        self.partial = data;
-                    }
-                    Ok(sent)
-                }
-                Err(e) => Err(e),
-            }
+            self.drive(&mut data, send, plain).map(|(used, sent)| {
+                data.drain(..used);
+                (data, sent)
+            })
         };
-        let result = match result {
-            Ok(_) if self.partial.len() > PARTIAL_MAX => Err(io::Error::new(
+        let result = result.and_then(|(left, sent)| match left.len() {
+            n if n > PARTIAL_MAX => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{} bytes of unfinished TLS records", self.partial.len()),
+                format!("{n} bytes of unfinished TLS records"),
             )),
-            other => other,
-        };
+            // An empty `Vec` holds no room: an idle connection keeps none.
+            0 => Ok(sent),
+            _ => {
+                self.partial = left;
+                Ok(sent)
+            }
+        });
         if let Err(e) = &result {
             self.failed = Some((e.kind(), e.to_string()));
-            self.partial = Vec::new();
         }
         result
     }
@@ -288,9 +279,10 @@ impl<T: Read + Write> Read for TlsStream<T> {
             // The first flight goes out before anything can come back.
             self.kick(&[])?;
         }
-        // Decrypted bytes are never more than the encrypted ones, so the
-        // front half has room for what a read into the back half brings
-        // (a one-byte buffer has no front: its byte comes from `plain`).
+        // A record is never longer decrypted, so the front half mostly has
+        // room for what a read into the back half completes; the rest (a
+        // record begun in an earlier read, or a one-byte buffer's byte)
+        // waits in `plain` for the next read.
         let half = buf.len().div_ceil(2);
         loop {
             if !self.plain.is_empty() {
@@ -315,9 +307,6 @@ impl<T: Read + Write> Write for TlsStream<T> {
             return Ok(0);
         }
         if !self.kick(buf)? {
-            if self.early.len() + buf.len() > EARLY_MAX {
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
             self.early.extend_from_slice(buf);
         }
         // Taken: encrypted (or queued until the session is up); what the

@@ -774,6 +774,7 @@ mod tests {
         );
         assert_eq!(response_end(&[b"HTTP/1.1 101 OK\r\nUpgrade: web"]), None);
     }
+
     /// Drives `ws` on readiness events until it reports something; the
     /// deadline is generous (a missed wake-up fails, a slow machine does not).
     fn next_events(poll: &mut mio::Poll, ws: &mut WsConnection, buf: &mut [u8]) -> Vec<WsEvent> {

@@ -104,7 +104,7 @@ use tungstenite::{HandshakeError, Message};
 use crate::shell::tls::MaybeTls;
 
 use auth::challenge;
-use conn::{Conn, Out, OwnClient, Phase, Relay, Socket, Stream, would_block};
+use conn::{Conn, Listen, Out, OwnClient, Phase, Relay, Socket, Stream, would_block};
 use neg::{NegSessions, neg_err};
 
 use super::limits::{
@@ -404,8 +404,7 @@ impl RelayFarm {
                 port,
                 profile,
                 auth: opts.auth_required.contains(&i),
-                listener: Some(listener),
-                reserved: None,
+                listen: Listen::Open(listener),
                 generation: 0,
                 store: Store::new(),
                 conns: Vec::new(),

@@ -55,6 +55,18 @@ fn to_json(msg: &RelayMessage<'_>) -> Option<String> {
     }
 }
 
+/// A relay's port.
+pub(super) enum Listen {
+    /// Up: connections are accepted.
+    Open(TcpListener),
+    /// Down after a restart, the port kept: bound, not listening (see
+    /// [`port`]).
+    Reserved(std::os::fd::OwnedFd),
+    /// Down, the port not kept (keeping it failed): listening again binds
+    /// it anew.
+    Closed,
+}
+
 /// One relay.
 pub(super) struct Relay {
     pub(super) port: u16,
@@ -62,10 +74,8 @@ pub(super) struct Relay {
     pub(super) profile: RelayProfile,
     /// Reads need NIP-42 AUTH first.
     pub(super) auth: bool,
-    /// `None` while down after a restart.
-    pub(super) listener: Option<TcpListener>,
-    /// While down: the port, bound but not listening (see [`port`]).
-    pub(super) reserved: Option<std::os::fd::OwnedFd>,
+    /// Its port: listening, or down after a restart.
+    pub(super) listen: Listen,
     /// Bumped by every restart: tags the listener's token and the re-listen
     /// timer.
     pub(super) generation: u32,

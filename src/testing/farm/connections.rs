@@ -12,10 +12,10 @@ impl Farm {
         if r.generation != generation {
             return;
         }
-        if r.listener.is_none() {
-            let bound = match r.reserved.take() {
-                Some(reserved) => port::listen(reserved),
-                None => TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, r.port))),
+        if !matches!(r.listen, Listen::Open(_)) {
+            let bound = match std::mem::replace(&mut r.listen, Listen::Closed) {
+                Listen::Reserved(reserved) => port::listen(reserved),
+                _ => TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, r.port))),
             }
             .and_then(|mut listener| {
                 self.poll
@@ -28,7 +28,7 @@ impl Farm {
                     .map(|()| listener)
             });
             match bound {
-                Ok(listener) => r.listener = Some(listener),
+                Ok(listener) => r.listen = Listen::Open(listener),
                 Err(e) => {
                     log::warn!("relay farm: relay {relay} cannot listen again: {e}");
                     self.schedule(Instant::now() + RETRY, Timer::Listen { relay, generation });
@@ -48,7 +48,7 @@ impl Farm {
             if r.generation != generation {
                 return;
             }
-            let Some(listener) = &r.listener else {
+            let Listen::Open(listener) = &r.listen else {
                 return;
             };
             match listener.accept() {
@@ -181,14 +181,20 @@ impl Farm {
         };
         r.generation = r.generation.wrapping_add(1) & GEN_MASK;
         let generation = r.generation;
-        if let Some(mut listener) = r.listener.take() {
-            let _ = self.poll.registry().deregister(&mut listener);
-            drop(listener);
-            // Without it, listening again is retried until the port is free.
-            r.reserved = port::reserve(r.port)
-                .inspect_err(|e| log::warn!("relay farm: relay {relay} cannot keep its port: {e}"))
-                .ok();
-        }
+        r.listen = match std::mem::replace(&mut r.listen, Listen::Closed) {
+            Listen::Open(mut listener) => {
+                let _ = self.poll.registry().deregister(&mut listener);
+                drop(listener);
+                // Without it, listening again is retried until the port is free.
+                port::reserve(r.port)
+                    .map(Listen::Reserved)
+                    .unwrap_or_else(|e| {
+                        log::warn!("relay farm: relay {relay} cannot keep its port: {e}");
+                        Listen::Closed
+                    })
+            }
+            down => down,
+        };
         for key in std::mem::take(&mut r.conns) {
             self.close(key);
         }
