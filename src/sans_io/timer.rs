@@ -7,10 +7,12 @@
 //! cancelled or rescheduled before they fire. A binary heap makes cancellation
 //! O(n) (or leaves tombstones that pile up). This wheel gives:
 //!
-//! * O(1) [`TimerWheel::insert`] and [`TimerWheel::cancel`]: entries live in a
-//!   `Vec` slab with a free list and sit on intrusive doubly-linked lists (one
-//!   per slot, `u32` prev/next indices). Past slab growth there is no per-timer
-//!   heap allocation.
+//! * O(1) [`TimerWheel::cancel`] and near-O(1) [`TimerWheel::insert`]:
+//!   entries live in a `Vec` slab and sit on intrusive doubly-linked lists
+//!   (one per slot, `u32` prev/next indices). Past slab growth there is no
+//!   per-timer heap allocation. Free entries are handed out lowest first
+//!   (see `free_set`), so after a burst [`TimerWheel::shrink_to_fit`] can
+//!   give the slab's emptied tail back.
 //! * Cheap [`TimerWheel::next_deadline`] for the poll timeout. A `u64`
 //!   occupancy bitmap per level finds the earliest non-empty slot in
 //!   O(levels). The exact minimum deadline is cached, so it is usually O(1).
@@ -39,6 +41,10 @@
 use std::cell::Cell;
 use std::fmt;
 use std::iter;
+
+use free_set::FreeSet;
+
+mod free_set;
 
 /// Bits of time consumed by one level (64 slots).
 const SLOT_BITS: usize = 6;
@@ -75,13 +81,13 @@ pub struct TimerId {
     generation: u32,
 }
 
-/// One slab entry. `value` is `None` while the entry is on the free list.
+/// One slab entry. `value` is `None` while the entry is free.
 struct Entry<T> {
     value: Option<T>,
     deadline: u64,
     generation: u32,
     prev: u32,
-    /// Next entry on the slot list, or next free entry while free.
+    /// Next entry on the slot list.
     next: u32,
     list: u16,
 }
@@ -91,7 +97,11 @@ struct Entry<T> {
 /// The design is in the `timer` module documentation.
 pub struct TimerWheel<T> {
     entries: Vec<Entry<T>>,
-    free_head: u32,
+    free: FreeSet,
+    /// The generation an entry pushed onto the slab starts at: above every
+    /// generation an entry given back by `shrink_to_fit` had reached, so
+    /// an id of a timer in a given-back entry never matches a later one.
+    fresh_generation: u32,
     heads: [u32; NUM_LISTS],
     occupied: [u64; LEVELS],
     /// The wheel's current time.
@@ -108,7 +118,8 @@ impl<T> TimerWheel<T> {
     pub fn new(now: u64) -> Self {
         Self {
             entries: Vec::new(),
-            free_head: NIL,
+            free: FreeSet::default(),
+            fresh_generation: 0,
             heads: [NIL; NUM_LISTS],
             occupied: [0; LEVELS],
             elapsed: now,
@@ -193,14 +204,28 @@ impl<T> TimerWheel<T> {
         self.len == 0
     }
 
+    /// Gives back the slab's tail of free entries, and the room above it:
+    /// a burst of short timers grows the slab, and the long-lived timers
+    /// re-armed after it move to the lowest free entries. Ids stay valid.
+    pub fn shrink_to_fit(&mut self) {
+        while let Some(last) = self.entries.last()
+            && last.value.is_none()
+        {
+            self.fresh_generation = self.fresh_generation.max(last.generation);
+            self.entries.pop();
+            // The slab's length fits u32: `alloc` never grows it past NIL.
+            self.free.remove(self.entries.len() as u32);
+        }
+        self.entries.shrink_to_fit();
+        self.free.shrink_to_fit();
+    }
+
     // ----- slab -----
 
-    /// Takes a free slab entry (or grows the slab) and fills it.
+    /// Takes the lowest free slab entry (or grows the slab) and fills it.
     fn alloc(&mut self, deadline: u64, value: T) -> u32 {
-        if self.free_head != NIL {
-            let index = self.free_head;
+        if let Some(index) = self.free.take_lowest() {
             let entry = &mut self.entries[index as usize];
-            self.free_head = entry.next;
             entry.value = Some(value);
             entry.deadline = deadline;
             return index;
@@ -212,7 +237,7 @@ impl<T> TimerWheel<T> {
         self.entries.push(Entry {
             value: Some(value),
             deadline,
-            generation: 0,
+            generation: self.fresh_generation,
             prev: NIL,
             next: NIL,
             list: 0,
@@ -232,8 +257,7 @@ impl<T> TimerWheel<T> {
         };
         let deadline = entry.deadline;
         entry.generation = entry.generation.wrapping_add(1);
-        entry.next = self.free_head;
-        self.free_head = index;
+        self.free.insert(index);
         self.len -= 1;
         self.note_removed(deadline);
         Some((id, value))
@@ -608,6 +632,43 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_gives_its_room_back_once_the_long_timers_move_down() {
+        let mut wheel = TimerWheel::new(0);
+        // Ten long-lived timers among a burst of 10,000 short ones, the
+        // last of them at the slab's end.
+        for i in 0..10_000u64 {
+            wheel.insert(if i % 1_000 == 999 { MIN } else { SEC }, i);
+        }
+        assert_eq!(drain(&mut wheel, SEC).len(), 9_990);
+        wheel.shrink_to_fit();
+        assert_eq!(wheel.entries.len(), 10_000, "a live timer holds the tail");
+        // Each fires and is re-armed, as a keepalive is: into the lowest
+        // free entries.
+        for (_, value) in drain(&mut wheel, MIN) {
+            wheel.insert(2 * MIN, value);
+        }
+        wheel.shrink_to_fit();
+        assert_eq!(wheel.entries.len(), 10);
+        assert!(wheel.entries.capacity() < 100);
+        assert_eq!(drain(&mut wheel, 2 * MIN).len(), 10);
+    }
+
+    #[test]
+    fn an_id_from_a_given_back_entry_never_cancels_a_later_timer() {
+        let mut wheel = TimerWheel::new(0);
+        let keep = wheel.insert(100, 'k');
+        let gone = wheel.insert(100, 'g');
+        assert_eq!(wheel.cancel(gone), Some('g'));
+        wheel.shrink_to_fit();
+        assert_eq!(wheel.entries.len(), 1);
+        let later = wheel.insert(100, 'l');
+        assert_eq!(later.index, gone.index, "the entry is pushed again");
+        assert_eq!(wheel.cancel(gone), None);
+        assert_eq!(wheel.cancel(keep), Some('k'));
+        assert_eq!(wheel.cancel(later), Some('l'));
+    }
+
+    #[test]
     fn cancel_middle_of_slot_keeps_others() {
         let mut wheel = TimerWheel::new(0);
         let ids: Vec<_> = (0..5).map(|i| wheel.insert(5 * SEC, i)).collect();
@@ -896,6 +957,9 @@ mod tests {
                     let earlier = now.saturating_sub(rng.below(3_000));
                     check_poll(&mut wheel, &mut model, earlier);
                 }
+                // Ids, live and stale, must mean the same after the slab
+                // gives its tail back and grows again.
+                74 => wheel.shrink_to_fit(),
                 _ => {
                     now = random_now(&mut rng, now, wheel.next_deadline());
                     check_poll(&mut wheel, &mut model, now);
