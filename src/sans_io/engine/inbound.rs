@@ -111,7 +111,7 @@ impl Engine {
             return false;
         }
         let subs = &mut self.relays[relay.index()].subs;
-        match sub_key(sub).and_then(|k| subs.get_mut(&k)) {
+        match sub_key(sub).and_then(|k| subs.get_mut(k)) {
             Some(s) if s.eose => s.heard = true,
             _ => return false,
         }
@@ -125,7 +125,7 @@ impl Engine {
         if !own {
             self.stats.events_received += 1;
         }
-        let Some(s) = sub.and_then(|id| self.relays[relay.index()].subs.get_mut(&id)) else {
+        let Some(s) = sub.and_then(|id| self.relays[relay.index()].subs.get_mut(id)) else {
             self.stats.events_unwanted += 1;
             return;
         };
@@ -328,7 +328,7 @@ impl Engine {
         let max_pages = self.config.max_pages;
         let Some(id) = sub else { return };
         let state = self.relay(relay);
-        let Some(s) = state.subs.get_mut(&id) else {
+        let Some(s) = state.subs.get_mut(id) else {
             return;
         };
         if s.eose {
@@ -345,7 +345,7 @@ impl Engine {
             self.self_since = Some(Timestamp::from_secs(back.as_secs()));
         }
         let state = self.relay(relay);
-        let Some(s) = state.subs.get_mut(&id) else {
+        let Some(s) = state.subs.get_mut(id) else {
             return;
         };
         let next = s.next_page(limit, &mut state.result_cap);
@@ -390,7 +390,7 @@ impl Engine {
 
     fn on_closed(&mut self, relay: RelayId, sub: Option<u64>, reason: &str, now: Time) {
         let Some(id) = sub else { return };
-        let Some(s) = self.relay(relay).subs.remove(&id) else {
+        let Some(s) = self.relay(relay).subs.remove(id) else {
             return;
         };
         let refusal = Refusal::of_closed(reason);
@@ -439,7 +439,7 @@ impl Engine {
             .subs
             .iter()
             .filter(|(_, s)| !s.heard)
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .max();
         match newest_silent.and_then(|id| self.close_subscription(relay, id)) {
             Some(s) => self.refused(relay, s, refusal, now),
@@ -467,7 +467,7 @@ impl Engine {
             .filter(|(_, s)| !s.heard && !s.suspect)
         {
             s.suspect = true;
-            newly.push(*id);
+            newly.push(id);
         }
         for id in newly {
             self.arm(now + UNANSWERED_GRACE, Timer::Unanswered(relay, epoch, id));
@@ -479,7 +479,7 @@ impl Engine {
     /// limit is not lowered, as its NOTICE already lowered it.
     pub(super) fn on_unanswered(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.epoch != epoch || state.subs.get(&id).is_none_or(|s| s.heard) {
+        if state.epoch != epoch || state.subs.get(id).is_none_or(|s| s.heard) {
             return;
         }
         info!(
@@ -503,7 +503,7 @@ impl Engine {
         let (Some(refusal), Some(id)) = (state.value_notice, sub) else {
             return false;
         };
-        if state.subs.get(&id).is_some_and(|s| s.heard) {
+        if state.subs.get(id).is_some_and(|s| s.heard) {
             return false;
         }
         self.relay(relay).value_notice = None;

@@ -62,9 +62,6 @@ impl Engine {
         state.pinged = false;
         state.disconnected_at = None;
         state.retry_at = None;
-        let epoch = state.epoch;
-        let keepalive_at = whole_second(now + self.config.keepalive);
-        self.arm(keepalive_at, Timer::Keepalive(relay, epoch));
         let since = catch_up.map(|t| Timestamp::from_secs(t.as_secs()));
         info!(
             "{} connected ({})",
@@ -83,9 +80,8 @@ impl Engine {
         }
         if fresh {
             self.schedule_daily(relay, now);
-        } else {
-            self.arm_daily(relay);
         }
+        self.arm_watch(relay, now + self.config.keepalive);
         self.flush(now);
     }
 
@@ -122,29 +118,55 @@ impl Engine {
         }
     }
 
-    /// A connected relay silent for `keepalive` is pinged; one silent for
-    /// `pong_timeout` more is dead and dropped (a half-open TCP connection
-    /// would otherwise look connected forever).
-    pub(super) fn on_keepalive(&mut self, relay: RelayId, epoch: u32, now: Time) {
+    /// A connection's watch: the daily full sync once due, and the
+    /// keepalive. One timer per connection does both, re-armed every
+    /// round, so no long-lived timer stays where a burst left it in the
+    /// timer slab (see `TimerWheel::shrink_to_fit`).
+    pub(super) fn on_watch(&mut self, relay: RelayId, epoch: u32, now: Time) {
         let state = &self.relays[relay.index()];
         if state.epoch != epoch || state.status != Status::Connected {
             return;
         }
+        if state.daily_due.is_some_and(|due| now >= due) {
+            self.daily_sync(relay, now);
+        }
+        if let Some(next) = self.keepalive(relay, now) {
+            self.arm_watch(relay, next);
+        }
+    }
+
+    /// Arms the connection's watch for the keepalive check at `keepalive`
+    /// (to the whole second, so checks due together share a wake-up), or
+    /// for the daily full sync if that is due first.
+    fn arm_watch(&mut self, relay: RelayId, keepalive: Time) {
+        let state = &self.relays[relay.index()];
+        let at = state.daily_due.map_or(whole_second(keepalive), |due| {
+            due.min(whole_second(keepalive))
+        });
+        let epoch = state.epoch;
+        self.arm(at, Timer::Watch(relay, epoch));
+    }
+
+    /// A connected relay silent for `keepalive` is pinged; one silent for
+    /// `pong_timeout` more is dead and dropped (a half-open TCP connection
+    /// would otherwise look connected forever). Returns when to check
+    /// again, unless the relay was dropped.
+    fn keepalive(&mut self, relay: RelayId, now: Time) -> Option<Time> {
+        let state = &self.relays[relay.index()];
         let silent = now.since(state.last_heard);
         let (keepalive, pong) = (self.config.keepalive, self.config.pong_timeout);
-        let next = if silent >= keepalive + pong {
+        if silent >= keepalive + pong {
             warn!("{} silent for {silent:?}; dropping", self.relay_url(relay));
             self.actions.push_back(Action::Disconnect { relay });
             self.fail_connection(relay, now);
-            return;
+            None
         } else if silent >= keepalive {
             self.relays[relay.index()].pinged = true;
             self.actions.push_back(Action::Ping { relay });
-            now + pong
+            Some(now + pong)
         } else {
-            state.last_heard + keepalive
-        };
-        self.arm(whole_second(next), Timer::Keepalive(relay, epoch));
+            Some(state.last_heard + keepalive)
+        }
     }
 
     /// A connect attempt failed: backoff, unless the attempt was abandoned.
@@ -246,7 +268,7 @@ impl Engine {
     /// `disconnected_at` marks the loss of a connection, not a failed
     /// attempt, so retries cannot keep a stale relay looking quick.
     fn drop_connection(&mut self, relay: RelayId, now: Time) {
-        let (daily, jobs) = {
+        let jobs = {
             let state = self.relay(relay);
             if state.status == Status::Connected {
                 state.disconnected_at = Some(now);
@@ -259,11 +281,8 @@ impl Engine {
             let jobs = state.clear_in_flight();
             state.queued.clear();
             state.paused_until = None;
-            (state.daily_timer.take(), jobs)
+            jobs
         };
-        if let Some(timer) = daily {
-            self.timers.cancel(timer);
-        }
         self.neg_jobs_dropped(relay, jobs, now);
     }
 
@@ -306,13 +325,8 @@ impl Engine {
     /// filter's `since`. The own relay's self-subscription is read again
     /// from the beginning too, for the announcements and roots it
     /// accepted that way.
-    pub(super) fn on_daily(&mut self, relay: RelayId, epoch: u32, now: Time) {
-        let state = &self.relays[relay.index()];
-        if state.epoch != epoch || state.status != Status::Connected {
-            return;
-        }
+    fn daily_sync(&mut self, relay: RelayId, now: Time) {
         info!("{}: daily fresh sync", self.relay_url(relay));
-        self.relay(relay).daily_timer = None;
         self.close_all_subscriptions(relay);
         let state = self.relay(relay);
         let jobs = state.clear_in_flight();
@@ -327,24 +341,11 @@ impl Engine {
         self.neg_jobs_dropped(relay, jobs, now);
     }
 
-    /// A full sync started at `now`: the next is due in 23–25 h.
+    /// A full sync started at `now`: the next is due in 23–25 h (the
+    /// connection's watch looks for it).
     fn schedule_daily(&mut self, relay: RelayId, now: Time) {
         let delay = self.jitter_between(self.config.daily_min, self.config.daily_max);
         self.relay(relay).daily_due = Some(now + delay);
-        self.arm_daily(relay);
-    }
-
-    /// Arms the daily timer for the connection in force at its due time.
-    fn arm_daily(&mut self, relay: RelayId) {
-        let state = &self.relays[relay.index()];
-        let (Some(due), epoch) = (state.daily_due, state.epoch) else {
-            return;
-        };
-        if let Some(old) = state.daily_timer {
-            self.timers.cancel(old);
-        }
-        let id = self.arm(due, Timer::Daily(relay, epoch));
-        self.relay(relay).daily_timer = Some(id);
     }
 
     /// Every `disconnect_check`: drop remote relays that are not bootstrap

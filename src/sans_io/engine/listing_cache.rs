@@ -201,6 +201,12 @@ impl ListingCache {
         });
     }
 
+    /// Gives back the room a burst of listings left.
+    pub(super) fn shrink_to_fit(&mut self) {
+        self.entries.shrink_to_fit();
+        self.open.shrink_to_fit();
+    }
+
     /// Listings kept.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {

@@ -55,6 +55,7 @@ mod negentropy;
 mod relay;
 mod requests;
 mod resume;
+mod sub_table;
 
 pub use conduct::Offence;
 pub use relay::ItemState;
@@ -264,14 +265,14 @@ enum Timer {
     DisconnectCheck,
     Reconnect(RelayId),
     ConnectTimeout(RelayId, u32),
-    Daily(RelayId, u32),
     Consolidate(RelayId, u32),
     EoseTimeout(RelayId, u32, u64),
     /// A subscription silent since a refusal naming none was blamed on
     /// another is due to have been heard from.
     Unanswered(RelayId, u32, u64),
     Resume(RelayId, u32),
-    Keepalive(RelayId, u32),
+    /// A connection's keepalive round, and its daily full sync once due.
+    Watch(RelayId, u32),
     /// A repo's held relay change is due.
     ReleaseHeld(RepoId),
     /// A negentropy job's progress deadline.
@@ -543,6 +544,8 @@ impl Engine {
         for relay in &mut self.relays {
             relay.shrink_to_fit();
         }
+        self.shrink_listings();
+        self.timers.shrink_to_fit();
         self.actions.shrink_to_fit();
         self.outputs.shrink_to_fit();
         self.dirty.shrink_to_fit();
@@ -811,7 +814,6 @@ impl Engine {
             }
             Timer::Reconnect(relay) => self.on_reconnect_timer(relay, now),
             Timer::ConnectTimeout(relay, epoch) => self.on_connect_timeout(relay, epoch, now),
-            Timer::Daily(relay, epoch) => self.on_daily(relay, epoch, now),
             Timer::Consolidate(relay, epoch) => {
                 if self.relays[relay.index()].epoch == epoch {
                     self.consolidate(relay, now);
@@ -820,7 +822,7 @@ impl Engine {
             Timer::EoseTimeout(relay, epoch, sub) => self.on_eose_timeout(relay, epoch, sub, now),
             Timer::Unanswered(relay, epoch, sub) => self.on_unanswered(relay, epoch, sub, now),
             Timer::Resume(relay, epoch) => self.on_resume(relay, epoch, now),
-            Timer::Keepalive(relay, epoch) => self.on_keepalive(relay, epoch, now),
+            Timer::Watch(relay, epoch) => self.on_watch(relay, epoch, now),
             Timer::ReleaseHeld(repo) => self.release_held(repo, now),
             Timer::NegTimeout(relay, epoch, id) => self.on_neg_timeout(relay, epoch, id, now),
         }

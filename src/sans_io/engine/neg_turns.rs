@@ -110,6 +110,13 @@ impl Turns {
         self.turn = None;
     }
 
+    /// Gives back the room a restart's thousands of waiting relays left.
+    pub(super) fn shrink_to_fit(&mut self) {
+        self.active.shrink_to_fit();
+        self.queue.shrink_to_fit();
+        self.queued.shrink_to_fit();
+    }
+
     /// Jobs in flight.
     pub(super) fn in_flight(&self) -> usize {
         self.active.len()

@@ -503,6 +503,19 @@ impl Engine {
         self.after_jobs_ended(now);
     }
 
+    /// Drops every listing no job in flight needs, and the room a burst of
+    /// them left: for an engine at rest, between the sweeps jobs trigger.
+    pub(super) fn shrink_listings(&mut self) {
+        let relays = &self.relays;
+        self.listings.cache.release(|&(relay, id, _)| {
+            !relays
+                .get(relay.index())
+                .is_some_and(|s| s.neg_jobs.contains_key(&id))
+        });
+        self.listings.cache.shrink_to_fit();
+        self.listings.turns.shrink_to_fit();
+    }
+
     /// After jobs ended: drops the listings and room they held, schedules
     /// what they moved, and gives the room to the relays waiting for it.
     fn after_jobs_ended(&mut self, now: Time) {

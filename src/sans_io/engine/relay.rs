@@ -19,13 +19,13 @@ use super::auth::Auth;
 use super::conduct::Conduct;
 use super::negentropy::{NegJob, NegSupport};
 use super::requests::BuiltChunk;
+use super::sub_table::SubTable;
 use crate::sans_io::health::HealthTracker;
 use crate::sans_io::index::Item;
 use crate::sans_io::refusal::Refusal;
 use crate::sans_io::result_cap::ResultCap;
 use crate::sans_io::subscription::{NextPage, Purpose, Subscription, WorkRef};
 use crate::sans_io::time::Time;
-use crate::sans_io::timer::TimerId;
 
 /// Where a targeted item stands on one relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,7 +171,7 @@ pub(super) struct RelayState {
     pub next_pages: VecDeque<NextPage>,
     /// The front chunk's filters, built for a REQ they did not fit.
     pub built_front: Option<BuiltChunk>,
-    pub subs: HashMap<u64, Subscription>,
+    pub subs: SubTable,
     pub limits: Limits,
     /// The relay's per-filter result cap, as far as its pages showed it.
     pub result_cap: ResultCap,
@@ -203,7 +203,6 @@ pub(super) struct RelayState {
     pub pinged: bool,
     /// When the next connect attempt is allowed.
     pub retry_at: Option<Time>,
-    pub daily_timer: Option<TimerId>,
     /// Historic REQs sent since connect (for metrics and tests).
     pub reqs_sent: u64,
 }
@@ -229,7 +228,7 @@ impl RelayState {
             work: VecDeque::new(),
             next_pages: VecDeque::new(),
             built_front: None,
-            subs: HashMap::new(),
+            subs: SubTable::default(),
             limits,
             result_cap: ResultCap::default(),
             info_asked: false,
@@ -244,7 +243,6 @@ impl RelayState {
             last_heard: Time::default(),
             pinged: false,
             retry_at: None,
-            daily_timer: None,
             reqs_sent: 0,
         }
     }
@@ -354,10 +352,12 @@ mod tests {
             );
             state.subs.insert(id, sub);
         }
-        state.subs.retain(|id, _| *id == 0);
+        for id in 1..64 {
+            state.subs.remove(id);
+        }
         assert!(state.subs.capacity() >= 64, "a map keeps its room");
         state.shrink_to_fit();
         assert!(state.subs.capacity() < 8, "{}", state.subs.capacity());
-        assert!(state.subs.contains_key(&0), "and its contents");
+        assert!(state.subs.get(0).is_some(), "and its contents");
     }
 }

@@ -116,7 +116,7 @@ impl Engine {
                 next.started,
                 now,
             );
-            if let Some(s) = self.relays[relay.index()].subs.get_mut(&id) {
+            if let Some(s) = self.relays[relay.index()].subs.get_mut(id) {
                 s.set_previous(&next.filters);
             }
         }
@@ -134,7 +134,7 @@ impl Engine {
             .subs
             .iter()
             .filter(|(_, s)| s.eose)
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .min()
         else {
             return false;
@@ -274,7 +274,7 @@ impl Engine {
 
     /// Sends CLOSE for a subscription and forgets it.
     pub(super) fn close_subscription(&mut self, relay: RelayId, id: u64) -> Option<Subscription> {
-        let sub = self.relay(relay).subs.remove(&id)?;
+        let sub = self.relay(relay).subs.remove(id)?;
         self.actions.push_back(Action::Send {
             relay,
             message: close_message(&format!("{id:x}")),
@@ -284,7 +284,7 @@ impl Engine {
 
     /// Sends CLOSE for every subscription of `relay`.
     pub(super) fn close_all_subscriptions(&mut self, relay: RelayId) {
-        let ids: Vec<u64> = self.relays[relay.index()].subs.keys().copied().collect();
+        let ids: Vec<u64> = self.relays[relay.index()].subs.ids().collect();
         for id in ids {
             self.close_subscription(relay, id);
         }
@@ -377,7 +377,7 @@ impl Engine {
 
     /// Records what a live subscription covers (see [`Subscription::covers`]).
     fn set_cover(&mut self, relay: RelayId, id: u64, covers: Option<Vec<Item>>, layer1: bool) {
-        if let Some(s) = self.relay(relay).subs.get_mut(&id) {
+        if let Some(s) = self.relay(relay).subs.get_mut(id) {
             s.covers = covers.map(Vec::into_boxed_slice);
             s.layer1 = layer1;
         }
@@ -584,7 +584,7 @@ impl Engine {
             .subs
             .iter()
             .filter(|(_, s)| s.purpose == Purpose::Live)
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         for id in live {
             if let Some(sub) = self.close_subscription(relay, id) {
@@ -608,7 +608,6 @@ impl Engine {
             .subs
             .iter()
             .filter(|(_, s)| s.purpose == Purpose::Live)
-            .map(|(id, s)| (*id, s))
             .collect();
         if state.live_mode != LiveMode::PerId || live.iter().any(|(_, s)| s.covers.is_none()) {
             return false;
@@ -652,7 +651,7 @@ impl Engine {
                 let state = &self.relays[relay.index()];
                 let dropped: usize = ids
                     .iter()
-                    .filter_map(|id| state.subs.get(id))
+                    .filter_map(|id| state.subs.get(*id))
                     .map(|s| s.filter_count)
                     .sum();
                 let kept = live_filters.saturating_sub(dropped);
@@ -690,7 +689,7 @@ impl Engine {
         let state = &self.relays[relay.index()];
         let mut items = uncovered.to_vec();
         let mut layer1 = need_layer1;
-        for sub in merged.iter().filter_map(|id| state.subs.get(id)) {
+        for sub in merged.iter().filter_map(|id| state.subs.get(*id)) {
             layer1 |= sub.layer1;
             let still = sub
                 .covers
@@ -719,7 +718,7 @@ impl Engine {
     /// A page never reached EOSE in time: treat it as refused.
     pub(super) fn on_eose_timeout(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.epoch != epoch || state.subs.get(&id).is_none_or(|s| s.eose) {
+        if state.epoch != epoch || state.subs.get(id).is_none_or(|s| s.eose) {
             return;
         }
         info!(
