@@ -141,8 +141,16 @@ const WRITE_CAP: usize = 1 << 20;
 /// `unfinished_timeout`. A relay whose message would pass it is cut.
 const GLOBAL_HELD_CAP: u64 = 64 << 20;
 
-/// How often memory freed after a burst is handed back to the OS.
+/// How often memory freed after a burst is handed back to the OS while
+/// the engine works.
 const TRIM_EVERY: Duration = Duration::from_secs(10);
+
+/// Once the engine rests, trims come at doubling intervals up to this:
+/// a burst is freed in steps for minutes after it (its requests' timers
+/// fire up to two minutes later, and long-lived timers move down the
+/// timer slab as they are re-armed), while a long idle costs a wake-up
+/// every few minutes only.
+const TRIM_IDLE_MAX: Duration = Duration::from_secs(600);
 
 /// The event loop.
 pub struct Shell {
@@ -183,6 +191,8 @@ pub struct Shell {
     global_rate: ReadRate,
     /// The engine's work count ([`Shell::work_done`]) at the last trim.
     trimmed_at: u64,
+    /// Trims since the engine last worked: each waits twice as long.
+    quiet_trims: u32,
 }
 
 impl Shell {
@@ -272,6 +282,7 @@ impl Shell {
             read_buf: vec![0; READ_BUFFER_BYTES].into_boxed_slice(),
             global_rate: ReadRate::new(GLOBAL_FRAMES_PER_SEC, now),
             trimmed_at: 0,
+            quiet_trims: 0,
         })
     }
 
@@ -712,20 +723,28 @@ impl Shell {
     /// thousands of relays allocates handshake buffers that are all freed
     /// moments later; glibc keeps them mapped, so without this the idle
     /// footprint stays at the burst's peak. Collections that grew in the
-    /// burst give their room back first. Runs only after activity.
+    /// burst give their room back first. Every `TRIM_EVERY` while the
+    /// engine works, then less and less often (`TRIM_IDLE_MAX`).
     fn trim(&mut self, now: Time) {
         let work = self.work_done();
         if work != std::mem::replace(&mut self.trimmed_at, work) {
-            self.engine.shrink_to_fit();
-            self.sink_shrink_to_fit();
-            #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            // SAFETY: malloc_trim has no preconditions; it only releases free heap pages.
-            unsafe {
-                libc::malloc_trim(0);
-            }
+            self.quiet_trims = 0;
+        } else {
+            self.quiet_trims = self.quiet_trims.saturating_add(1);
         }
+        self.engine.shrink_to_fit();
+        self.sink_shrink_to_fit();
+        self.timers.shrink_to_fit();
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim has no preconditions; it only releases free heap pages.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        let wait = TRIM_EVERY
+            .saturating_mul(1 << self.quiet_trims.min(16))
+            .min(TRIM_IDLE_MAX);
         self.timers
-            .insert((now + TRIM_EVERY).as_millis(), ShellTimer::Trim);
+            .insert((now + wait).as_millis(), ShellTimer::Trim);
     }
 
     /// What the engine did that allocates: REQs, events, connects. Keepalive

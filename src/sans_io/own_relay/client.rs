@@ -203,6 +203,7 @@ impl OwnRelayClient {
     pub(crate) fn shrink_to_fit(&mut self) {
         self.control.shrink_to_fit();
         self.outputs.shrink_to_fit();
+        self.listings.shrink_to_fit();
     }
 
     /// The shell is stopping: from now on connect only while events wait.

@@ -85,6 +85,14 @@ pub(crate) struct Listings {
 }
 
 impl Listings {
+    /// Gives back the room a burst of listings left (a restart asks tens
+    /// of thousands at once, most of them waiting here).
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.pending.shrink_to_fit();
+        self.waiting.shrink_to_fit();
+        self.refused.shrink_to_fit();
+    }
+
     /// Lists `filter` for engine request `request`: returns the REQ to send,
     /// or `None` when it waits for a slot (see [`Listings::start_waiting`]).
     pub(crate) fn start(&mut self, request: u64, filter: Filter) -> Option<String> {
