@@ -74,6 +74,7 @@ mod state_file;
 pub(crate) mod tls;
 pub(crate) mod tls_stream;
 pub(crate) mod ws;
+mod ws_upgrade;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::io;

@@ -2,8 +2,9 @@
 //! TLS, the websocket handshake, then frames — each step resumed on
 //! readiness, never blocking the loop.
 //!
-//! tungstenite does the handshake; after it, the frames are ours: every
-//! socket is read into one loop-wide buffer (the caller's), parsed by a
+//! tungstenite writes the upgrade request and parses its response
+//! (`ws_upgrade`); the bytes, and after the upgrade the frames, are ours:
+//! every socket is read into one loop-wide buffer (the caller's), parsed by a
 //! [`WsReader`] that keeps only an unfinished message per connection, and
 //! every frame we send is written to the socket at once by a [`WsWriter`]
 //! that keeps only what the socket did not take. So an idle connection
@@ -35,9 +36,6 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tungstenite::HandshakeError;
-use tungstenite::handshake::MidHandshake;
-use tungstenite::handshake::client::ClientHandshake;
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::protocol::frame::Frame;
 use tungstenite::protocol::frame::coding::{Data, OpCode};
@@ -48,6 +46,7 @@ use crate::sans_io::ws_reader::{Incoming, WsReader};
 use crate::sans_io::ws_writer::WsWriter;
 use crate::shell::tls::MaybeTls;
 use crate::shell::tls_stream::TlsStream;
+use crate::shell::ws_upgrade::{Step, Upgrade};
 
 /// The engine's client stream.
 pub(crate) type Stream = MaybeTls<TlsStream<TcpStream>, TcpStream>;
@@ -72,86 +71,13 @@ fn mask() -> [u8; 4] {
     MASKS.with(|rng| rng.borrow_mut().r#gen())
 }
 
-/// The stream as tungstenite's handshake sees it: the upgrade response and
-/// not a byte after it. What a read brought in past the response's end
-/// (frames sent right behind it) is kept for our reader.
-pub(crate) struct Upgrading {
-    inner: Stream,
-    /// The current response line had a byte other than `\r`.
-    line_has_text: bool,
-    /// A line ended (so an empty line ends the headers).
-    line_ended: bool,
-    /// The response's headers are complete.
-    done: bool,
-    /// Bytes read past the response.
-    tail: Vec<u8>,
-}
-
-impl Upgrading {
-    fn new(inner: Stream) -> Upgrading {
-        Upgrading {
-            inner,
-            line_has_text: false,
-            line_ended: false,
-            done: false,
-            tail: Vec::new(),
-        }
-    }
-
-    /// Length of the response's part of `bytes`, if it ends in them: the
-    /// headers end at an empty line (`\r\n` or a bare `\n`, as httparse
-    /// takes them).
-    fn response_end(&mut self, bytes: &[u8]) -> Option<usize> {
-        for (i, &b) in bytes.iter().enumerate() {
-            match b {
-                b'\n' if self.line_ended && !self.line_has_text => return Some(i + 1),
-                b'\n' => {
-                    self.line_ended = true;
-                    self.line_has_text = false;
-                }
-                b'\r' => {}
-                _ => self.line_has_text = true,
-            }
-        }
-        None
-    }
-}
-
-impl Read for Upgrading {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.done {
-            // The handshake has its response; it never asks for more.
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        let n = self.inner.read(buf)?;
-        match self.response_end(&buf[..n]) {
-            Some(end) => {
-                self.done = true;
-                self.tail.extend_from_slice(&buf[end..n]);
-                Ok(end)
-            }
-            None => Ok(n),
-        }
-    }
-}
-
-impl Write for Upgrading {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-}
-
 /// Where a connection stands.
 enum Phase {
     /// TCP connect in flight.
     Connecting(TcpStream),
-    /// TLS and websocket handshakes in flight (boxed: an open connection
-    /// should not carry the handshake's size).
-    Handshaking(Box<MidHandshake<ClientHandshake<Upgrading>>>),
+    /// TLS (inside the stream) and the websocket upgrade in flight (boxed:
+    /// an open connection should not carry the upgrade's size).
+    Upgrading(Stream, Box<Upgrade>),
     /// Websocket open: frames are ours.
     Open(Stream),
     /// Gone; the slot is about to be freed.
@@ -258,7 +184,7 @@ impl WsConnection {
     pub(crate) fn socket(&mut self) -> Option<&mut TcpStream> {
         match &mut self.phase {
             Phase::Connecting(s) => Some(s),
-            Phase::Handshaking(m) => Some(m.get_mut().get_mut().inner.transport_mut()),
+            Phase::Upgrading(stream, _) => Some(stream.transport_mut()),
             Phase::Open(stream) => Some(stream.transport_mut()),
             Phase::Closed => None,
         }
@@ -289,7 +215,7 @@ impl WsConnection {
         let phase = std::mem::replace(&mut self.phase, Phase::Closed);
         self.phase = match phase {
             Phase::Connecting(tcp) => self.finish_tcp(tcp, out, buf),
-            Phase::Handshaking(mid) => self.resume((*mid).handshake(), out, buf),
+            Phase::Upgrading(stream, up) => self.upgrade(stream, up, out, buf),
             Phase::Open(stream) => self.pump(stream, out, buf),
             Phase::Closed => Phase::Closed,
         };
@@ -408,14 +334,8 @@ impl WsConnection {
             }
             Dialed::Ready(stream) => stream,
         };
-        // The websocket tungstenite makes at the end is dropped at once;
-        // without buffers it allocates nothing.
-        let config = WebSocketConfig::default()
-            .read_buffer_size(0)
-            .write_buffer_size(0);
-        let started = ClientHandshake::start(Upgrading::new(stream), self.request(), Some(config));
-        match started {
-            Ok(mid) => self.resume(mid.handshake(), out, buf),
+        match Upgrade::new(&self.url) {
+            Ok(up) => self.upgrade(stream, Box::new(up), out, buf),
             Err(e) => {
                 out.push(WsEvent::Closed(format!("handshake: {e}")));
                 Phase::Closed
@@ -423,48 +343,63 @@ impl WsConnection {
         }
     }
 
-    fn request(&self) -> tungstenite::handshake::client::Request {
-        use tungstenite::client::IntoClientRequest;
-        // The URL was normalized and parsed before a connection was made.
-        self.url.as_str().into_client_request().unwrap_or_default()
-    }
-
-    fn resume(
+    /// Sends what is left of the upgrade request, then reads the response
+    /// through `buf`. Once it is in, the websocket is open and the bytes
+    /// behind it are frames.
+    fn upgrade(
         &mut self,
-        result: Result<
-            (
-                tungstenite::WebSocket<Upgrading>,
-                tungstenite::handshake::client::Response,
-            ),
-            HandshakeError<ClientHandshake<Upgrading>>,
-        >,
+        mut stream: Stream,
+        mut up: Box<Upgrade>,
         out: &mut Vec<WsEvent>,
         buf: &mut [u8],
     ) -> Phase {
-        match result {
-            Ok((ws, _)) => {
-                debug!("{}: websocket open", self.url);
-                out.push(WsEvent::Open);
-                let Upgrading { inner, tail, .. } = ws.into_inner();
-                self.phase = Phase::Open(inner);
-                self.flush(out);
-                // Frames may have arrived with the handshake response.
-                if !tail.is_empty() {
-                    self.take_bytes(&tail, out);
+        if let Err(e) = send_request(&mut stream, &mut up) {
+            out.push(WsEvent::Closed(format!("handshake: {e}")));
+            return Phase::Closed;
+        }
+        if !up.unsent().is_empty() {
+            return Phase::Upgrading(stream, up);
+        }
+        loop {
+            let n = match stream.read(buf) {
+                Ok(0) => {
+                    out.push(WsEvent::Closed("closed during the handshake".to_owned()));
+                    return Phase::Closed;
                 }
-                match std::mem::replace(&mut self.phase, Phase::Closed) {
-                    Phase::Open(stream) => self.pump(stream, out, buf),
-                    other => other,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Phase::Upgrading(stream, up);
                 }
-            }
-            Err(HandshakeError::Interrupted(mid)) => Phase::Handshaking(Box::new(mid)),
-            Err(HandshakeError::Failure(tungstenite::Error::Http(response))) => {
-                out.push(WsEvent::Refused(response.status().as_u16()));
-                Phase::Closed
-            }
-            Err(HandshakeError::Failure(e)) => {
-                out.push(WsEvent::Closed(format!("handshake: {e}")));
-                Phase::Closed
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    out.push(WsEvent::Closed(format!("handshake: {e}")));
+                    return Phase::Closed;
+                }
+            };
+            match up.take(&buf[..n]) {
+                Step::More => {}
+                Step::Open { frames_from } => {
+                    debug!("{}: websocket open", self.url);
+                    out.push(WsEvent::Open);
+                    self.phase = Phase::Open(stream);
+                    self.flush(out);
+                    // Frames may have arrived with the response.
+                    if frames_from < n {
+                        self.take_bytes(&buf[frames_from..n], out);
+                    }
+                    return match std::mem::replace(&mut self.phase, Phase::Closed) {
+                        Phase::Open(stream) => self.pump(stream, out, buf),
+                        other => other,
+                    };
+                }
+                Step::Refused(status) => {
+                    out.push(WsEvent::Refused(status));
+                    return Phase::Closed;
+                }
+                Step::Failed(reason) => {
+                    out.push(WsEvent::Closed(format!("handshake: {reason}")));
+                    return Phase::Closed;
+                }
             }
         }
     }
@@ -564,6 +499,25 @@ fn write_out(stream: &mut Stream, writer: &mut WsWriter) -> io::Result<()> {
         match stream.write(writer.unsent()) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => writer.advance(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match stream.flush() {
+        Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Writes the upgrade request until it is all out or the socket would
+/// block, then flushes (over TLS, before the handshake ends, rustls keeps
+/// it for when it does).
+fn send_request(stream: &mut Stream, up: &mut Upgrade) -> io::Result<()> {
+    while !up.unsent().is_empty() {
+        match stream.write(up.unsent()) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => up.advance(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -744,36 +698,6 @@ impl HttpGet {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Where `Upgrading` finds the response's end, fed `pieces` in order:
-    /// the offset in the piece that holds it.
-    fn response_end(pieces: &[&[u8]]) -> Option<(usize, usize)> {
-        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = tcp.local_addr().unwrap();
-        let stream = MaybeTls::Plain(TcpStream::connect(addr).unwrap());
-        let mut up = Upgrading::new(stream);
-        pieces
-            .iter()
-            .enumerate()
-            .find_map(|(k, piece)| up.response_end(piece).map(|end| (k, end)))
-    }
-
-    #[test]
-    fn the_upgrade_response_ends_at_its_empty_line_in_any_piece() {
-        let response = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x00";
-        let end = response.len() - 2;
-        assert_eq!(response_end(&[response]), Some((0, end)));
-        for cut in 1..response.len() {
-            let (a, b) = response.split_at(cut);
-            let found = response_end(&[a, b]).map(|(k, at)| if k == 0 { at } else { cut + at });
-            assert_eq!(found, Some(end), "cut at {cut}");
-        }
-        assert_eq!(
-            response_end(&[b"HTTP/1.1 101 OK\nUpgrade: websocket\n\nX"]),
-            Some((0, 36))
-        );
-        assert_eq!(response_end(&[b"HTTP/1.1 101 OK\r\nUpgrade: web"]), None);
-    }
 
     /// Drives `ws` on readiness events until it reports something; the
     /// deadline is generous (a missed wake-up fails, a slow machine does not).
