@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use grasp_sync::{Health, ItemKey, ItemState, Status};
+use grasp_sync::{Config, Health, ItemKey, ItemState, Status};
 use nostr::prelude::*;
 use support::*;
 
@@ -665,9 +665,17 @@ fn roots_count_under_every_a_tag_and_survive_late_announcements() {
     sim.engine.check_invariants().unwrap();
 }
 
+/// The test config with a ping after a minute of silence (the default
+/// waits longer: the kernel's TCP keepalive finds dead peers first).
+fn minute_keepalive() -> Config {
+    let mut c = config();
+    c.keepalive = Duration::from_secs(60);
+    c
+}
+
 #[test]
 fn keepalive_pings_silent_relays_and_drops_half_open_connections() {
-    let mut sim = Sim::new(config());
+    let mut sim = Sim::new(minute_keepalive());
     sim.add_relay(A);
     announce(&mut sim, &keys(1), "r", &[A], T0);
     sim.advance(Duration::from_secs(10));
@@ -711,7 +719,7 @@ fn unsolicited_pongs_are_no_sign_of_life() {
     // pongs nobody asked for: the keepalive still finds them silent and
     // pings them (the shell reports only the pong answering that ping's
     // payload, so these pings go unanswered and the relays are dropped).
-    let mut sim = Sim::new(config());
+    let mut sim = Sim::new(minute_keepalive());
     sim.add_relay(A);
     announce(&mut sim, &keys(1), "r", &[A], T0);
     sim.advance(Duration::from_secs(10));

@@ -62,7 +62,12 @@ pub struct Config {
     pub chunk_size: usize,
     /// Time a relay has to finish connecting before the attempt counts as failed.
     pub connect_timeout: Duration,
-    /// Silence after which a connected relay is pinged.
+    /// Silence after which a connected relay is pinged. The shell's
+    /// sockets also have the kernel's TCP keepalive, which finds a vanished
+    /// peer within 90 s without waking the loop; pings are left to find
+    /// relays whose process hangs, so they can be rare: each is a wake-up
+    /// per relay (at 5,000 relays, a ping a minute was most of the idle
+    /// engine's CPU).
     pub keepalive: Duration,
     /// Time a pinged relay has to answer anything before it counts as dead.
     pub pong_timeout: Duration,
@@ -178,7 +183,7 @@ impl Config {
             chunk_size: 100,
             connect_timeout: Duration::from_secs(30),
             eose_timeout: Duration::from_secs(120),
-            keepalive: Duration::from_secs(60),
+            keepalive: Duration::from_secs(120),
             pong_timeout: Duration::from_secs(20),
             max_relays_per_announcement: 50,
             max_repos_per_root: 20,

@@ -71,6 +71,7 @@ pub(crate) mod rlimit;
 pub(crate) mod sink;
 mod slots;
 mod state_file;
+mod tcp_keepalive;
 pub(crate) mod tls;
 pub(crate) mod tls_stream;
 pub(crate) mod ws;

@@ -44,6 +44,7 @@ use crate::sans_io::info_fetch::{Progress, ResponseReader};
 use crate::sans_io::time::Time;
 use crate::sans_io::ws_reader::{Incoming, WsReader};
 use crate::sans_io::ws_writer::WsWriter;
+use crate::shell::tcp_keepalive;
 use crate::shell::tls::MaybeTls;
 use crate::shell::tls_stream::TlsStream;
 use crate::shell::ws_upgrade::{Step, Upgrade};
@@ -164,6 +165,10 @@ impl WsConnection {
     ) -> io::Result<Self> {
         let stream = TcpStream::connect(addr)?;
         stream.set_nodelay(true)?;
+        if let Err(e) = tcp_keepalive::enable(&stream) {
+            // The engine's pings still find a dead connection, later.
+            debug!("{url}: no TCP keepalive: {e}");
+        }
         Ok(WsConnection {
             phase: Phase::Connecting(stream),
             url: url.to_owned(),
