@@ -563,29 +563,50 @@ fn shutdown_with_a_fetch_in_flight_frees_it() {
 }
 
 #[test]
-fn fetches_past_the_relay_cap_are_skipped_not_queued() {
+fn fetches_past_the_cap_wait_in_line_and_are_all_made() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let upstream = TestRelay::start(RelayOptions::default()).unwrap();
+    let a = Front::start(Reply::Silent, Some(&upstream));
+    let b = Front::start(Reply::Silent, Some(&upstream));
+    repo_on(&own, &upstream, &[&a, &b]);
+    // One relay allowed: one fetch in flight at most.
+    let running = start(&own, |_, o| o.max_relays = 1);
+    let skipped = "grasp_sync_relay_info_total{result=\"skipped\"}";
+    let sent = || a.requests().len() + b.requests().len();
+    assert!(wait_for(20, || sent() == 1), "one fetch sent");
+    assert_eq!(running.metric(FAILED), 0, "in flight");
+    // The first is silent until its 10 s deadline; only then is the other
+    // one sent.
+    assert!(
+        wait_for(60, || running.metric(FAILED) >= 1),
+        "the first ended at its deadline"
+    );
+    assert!(wait_for(20, || sent() == 2), "the waiting one was sent");
+    assert_eq!(running.metric(skipped), 0, "none skipped");
+    running.stop();
+}
+
+#[test]
+fn shutdown_answers_waiting_fetches_without_making_them() {
     let own = TestRelay::start(RelayOptions::default()).unwrap();
     let upstream = TestRelay::start(RelayOptions::default()).unwrap();
     let a = Front::start(Reply::Silent, Some(&upstream));
     let b = Front::start(Reply::Silent, Some(&upstream));
     repo_on(&own, &upstream, &[&a, &b]);
     let running = start(&own, |_, o| o.max_relays = 1);
-    let skipped = "grasp_sync_relay_info_total{result=\"skipped\"}";
+    let sent = || a.requests().len() + b.requests().len();
     assert!(
-        wait_for(20, || running.metric(skipped) == 1),
-        "one fetch in flight at most: skipped {}",
-        running.metric(skipped)
+        wait_for(20, || sent() == 1),
+        "one fetch in flight, one waiting"
     );
-    assert!(
-        wait_for(20, || a.requests().len() + b.requests().len() == 1),
-        "the other one was sent"
-    );
-    assert_eq!(
-        running.metric(OK) + running.metric(FAILED),
-        0,
-        "still in flight"
-    );
+    let stopping = Instant::now();
     running.stop();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(9),
+        "shutdown waited for neither fetch: {:?}",
+        stopping.elapsed()
+    );
+    assert_eq!(sent(), 1, "the waiting fetch was never made");
 }
 
 /// A CA and a `localhost` leaf it signed: (CA PEM, server config).

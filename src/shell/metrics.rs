@@ -37,7 +37,7 @@ pub(crate) struct ShellStats {
     /// NIP-11 fetches that failed (refused address, DNS, connect, TLS,
     /// status, size, deadline, not a JSON object, cut by shutdown).
     pub relay_info_failed: u64,
-    /// NIP-11 fetches not started: too many in flight.
+    /// NIP-11 fetches not started: shutdown came while they waited.
     pub relay_info_skipped: u64,
     /// Metrics connections closed to make room for a newer one.
     pub metrics_evicted: u64,

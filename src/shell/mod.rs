@@ -195,6 +195,11 @@ pub struct Shell {
     trimmed_at: u64,
     /// Trims since the engine last worked: each waits twice as long.
     quiet_trims: u32,
+    /// The engine's NIP-11 fetches waiting for one in flight to end.
+    info_waiting: VecDeque<RelayId>,
+    /// Waiting fetches are being started (one failing at once must not
+    /// start the rest from inside).
+    info_starting: bool,
 }
 
 impl Shell {
@@ -285,6 +290,8 @@ impl Shell {
             global_rate: ReadRate::new(GLOBAL_FRAMES_PER_SEC, now),
             trimmed_at: 0,
             quiet_trims: 0,
+            info_waiting: VecDeque::new(),
+            info_starting: false,
         })
     }
 
@@ -784,6 +791,7 @@ impl Shell {
         self.stopping = Some(now + self.opts.shutdown_timeout);
         self.save_state(now);
         self.sink_shutdown();
+        self.skip_waiting_info(now);
         let relays: Vec<Token> = self.relay_slots.drain().map(|(_, t)| t).collect();
         for token in relays {
             self.slots.remove(token);

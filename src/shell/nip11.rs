@@ -1,11 +1,19 @@
 //! The shell's NIP-11 fetches: for the engine (`Action::FetchInfo`), a
 //! relay's read limits; for the own-relay sink, the size of event the own
-//! relay takes. Each runs in a `SlotKind::Info` slot, capped in number, and
-//! is answered exactly once. The HTTP itself (request, response reader,
+//! relay takes. Each runs in a `SlotKind::Info` slot and is answered
+//! exactly once. At most [`AT_ONCE`] of the engine's run at a time; the
+//! rest wait in line. The HTTP itself (request, response reader,
 //! decoding) is the sans-IO `info_fetch`; the connection is `connect`'s.
 
 use log::debug;
 use mio::Token;
+
+/// The engine's fetches in flight at most. Each is a second connection to
+/// a relay, beside its websocket: at 5,000 relays all fetched at once,
+/// their buffers and connections doubled the connect storm's memory, and
+/// what they freed afterwards stayed as holes in the heap. A fetch takes
+/// a round trip or two; 64 at once get through thousands in seconds.
+const AT_ONCE: usize = 64;
 
 use crate::sans_io::index::RelayId;
 use crate::sans_io::info_fetch;
@@ -23,16 +31,14 @@ impl Shell {
         self.fetch_info_for(relay, url, InfoFor::Engine, now);
     }
 
-    /// Fetches the NIP-11 document of `relay` at `url` for `answer`. Past
-    /// the cap of fetches in flight the answer is `None` at once: the
-    /// document only saves refusals we learn the limits from anyway.
+    /// Fetches the NIP-11 document of `relay` at `url` for `answer`; one
+    /// for the engine waits in line while [`AT_ONCE`] are in flight (the
+    /// engine's relay ids stay valid until answered, so the line holds ids
+    /// only). The sink's one fetch never waits.
     pub(super) fn fetch_info_for(&mut self, relay: RelayId, url: &str, answer: InfoFor, now: Time) {
-        if self.slots.info_inflight() >= self.opts.max_relays.max(1) {
-            debug!("{url}: NIP-11 fetch skipped; too many in flight");
-            if answer == InfoFor::Engine {
-                self.stats.relay_info_skipped += 1;
-            }
-            return self.answer_info(relay, answer, None, now);
+        if answer == InfoFor::Engine && self.slots.info_inflight() >= self.info_at_once() {
+            self.info_waiting.push_back(relay);
+            return;
         }
         if info_fetch::request(url).is_none() {
             debug!("{url}: no NIP-11 request for this URL");
@@ -84,5 +90,40 @@ impl Shell {
             InfoFor::Engine => self.engine.handle_relay_info(now, relay, info),
             InfoFor::Sink => self.sink_info(info),
         }
+        self.start_waiting_info(now);
+    }
+
+    /// Fetches in flight at most: [`AT_ONCE`], or fewer if the operator
+    /// allows fewer relays (each fetch is a socket beside a relay's).
+    fn info_at_once(&self) -> usize {
+        AT_ONCE.min(self.opts.max_relays.max(1))
+    }
+
+    /// Starts waiting fetches while there is room.
+    fn start_waiting_info(&mut self, now: Time) {
+        if std::mem::replace(&mut self.info_starting, true) {
+            return;
+        }
+        while self.slots.info_inflight() < self.info_at_once() {
+            let Some(relay) = self.info_waiting.pop_front() else {
+                break;
+            };
+            let url = self.engine.relay_url(relay).to_owned();
+            self.fetch_info_for(relay, &url, InfoFor::Engine, now);
+        }
+        if self.info_waiting.is_empty() {
+            self.info_waiting = std::collections::VecDeque::new();
+        }
+        self.info_starting = false;
+    }
+
+    /// Shutdown: waiting fetches are answered `None`, never started.
+    pub(super) fn skip_waiting_info(&mut self, now: Time) {
+        self.info_starting = true;
+        for relay in std::mem::take(&mut self.info_waiting) {
+            self.stats.relay_info_skipped += 1;
+            self.engine.handle_relay_info(now, relay, None);
+        }
+        self.info_starting = false;
     }
 }

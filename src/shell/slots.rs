@@ -104,10 +104,10 @@ pub(super) struct Slot {
 pub(super) struct Slots {
     slab: Slab<Slot>,
     generation: u32,
-    /// `SlotKind::Info` slots, at most `max_relays` (the caller checks):
-    /// each relay's fetch runs beside its websocket, so a burst of
-    /// connects needs at most twice the sockets the operator allowed for,
-    /// never more.
+    /// `SlotKind::Info` slots, at most `max_relays` and 64 for the engine
+    /// (the caller checks, see `nip11`), plus the sink's one: each relay's
+    /// fetch runs beside its websocket, so a burst of connects needs
+    /// little more than the sockets the operator allowed for.
     info_inflight: usize,
     /// Bytes all remote relay connections hold for unfinished messages:
     /// kept as a running sum, so checking the global cap costs nothing
