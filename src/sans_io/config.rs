@@ -67,7 +67,8 @@ pub struct Config {
     /// peer within 90 s without waking the loop; pings are left to find
     /// relays whose process hangs, so they can be rare: each is a wake-up
     /// per relay (at 5,000 relays, a ping a minute was most of the idle
-    /// engine's CPU).
+    /// engine's CPU). Five minutes, as database clients and Redis keep
+    /// their connections.
     pub keepalive: Duration,
     /// Time a pinged relay has to answer anything before it counts as dead.
     pub pong_timeout: Duration,
@@ -183,7 +184,7 @@ impl Config {
             chunk_size: 100,
             connect_timeout: Duration::from_secs(30),
             eose_timeout: Duration::from_secs(120),
-            keepalive: Duration::from_secs(120),
+            keepalive: Duration::from_secs(300),
             pong_timeout: Duration::from_secs(20),
             max_relays_per_announcement: 50,
             max_repos_per_root: 20,
