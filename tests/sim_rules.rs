@@ -714,6 +714,32 @@ fn keepalive_pings_silent_relays_and_drops_half_open_connections() {
 }
 
 #[test]
+fn an_idle_engine_wakes_only_on_whole_seconds() {
+    // The first sync's deadlines (EOSE, connect, negentropy) expire long
+    // after it, each REQ's at its own millisecond: at thousands of relays
+    // that woke an idle loop hundreds of times a minute. They are armed
+    // on whole seconds now, and share wake-ups.
+    let mut sim = Sim::new(config());
+    let urls: Vec<String> = (0..40).map(|i| format!("wss://r{i}.example")).collect();
+    for (i, url) in urls.iter().enumerate() {
+        // Announced at odd milliseconds, as real traffic comes.
+        sim.advance(Duration::from_millis(37));
+        sim.add_relay(url);
+        announce(&mut sim, &keys(i as u8 + 1), "r", &[url.as_str()], T0);
+    }
+    sim.advance(Duration::from_secs(20));
+    let quiet_until = sim.now + Duration::from_secs(400);
+    let mut wakeups = 0;
+    while let Some(next) = sim.engine.poll_timeout().filter(|&t| t <= quiet_until) {
+        assert_eq!(next.as_millis() % 1_000, 0, "a wake-up at {next:?}");
+        wakeups += 1;
+        sim.advance(next.since(sim.now));
+        assert!(wakeups < 1_000, "the engine keeps waking");
+    }
+    assert!(wakeups > 0, "the deadlines did expire in the window");
+}
+
+#[test]
 fn unsolicited_pongs_are_no_sign_of_life() {
     // Relays holding a never-finished message send no whole message, only
     // pongs nobody asked for: the keepalive still finds them silent and

@@ -470,7 +470,7 @@ impl Engine {
             newly.push(id);
         }
         for id in newly {
-            self.arm(now + UNANSWERED_GRACE, Timer::Unanswered(relay, epoch, id));
+            self.arm_deadline(now + UNANSWERED_GRACE, Timer::Unanswered(relay, epoch, id));
         }
     }
 

@@ -13,7 +13,7 @@ use nostr::prelude::Timestamp;
 use rand::rngs::SmallRng;
 
 use super::relay::{ItemState, RelayState, Role, StatedLimits};
-use super::{Action, Engine, Status, Timer};
+use super::{Action, Engine, Status, Timer, whole_second};
 use crate::sans_io::health::{BackoffPolicy, HealthTracker};
 use crate::sans_io::index::RelayId;
 use crate::sans_io::relay_info::RelayInfo;
@@ -229,7 +229,7 @@ impl Engine {
             state.info_asked = true;
             self.actions.push_back(Action::FetchInfo { relay, url });
         }
-        self.arm(
+        self.arm_deadline(
             now + self.config.connect_timeout,
             Timer::ConnectTimeout(relay, epoch),
         );
@@ -393,10 +393,4 @@ pub(super) fn coverage_end(state: &RelayState, now: Time) -> (Time, bool) {
         layer1 |= from_start;
     }
     (gap, layer1)
-}
-
-/// Rounds up to the next whole second, so the keepalive checks of thousands
-/// of relays share wake-ups instead of spreading over every millisecond.
-fn whole_second(t: Time) -> Time {
-    Time::from_millis(t.as_millis().div_ceil(1000) * 1000)
 }

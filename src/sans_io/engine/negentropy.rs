@@ -202,7 +202,7 @@ impl Engine {
         let state = self.relay(relay);
         let epoch = state.epoch;
         state.neg_jobs.insert(id, job);
-        self.arm(
+        self.arm_deadline(
             now + self.config.neg_timeout,
             Timer::NegTimeout(relay, epoch, id),
         );
@@ -587,7 +587,7 @@ impl Engine {
         };
         if now < job.progress + timeout {
             let at = job.progress + timeout;
-            self.arm(at, Timer::NegTimeout(relay, epoch, id));
+            self.arm_deadline(at, Timer::NegTimeout(relay, epoch, id));
             return;
         }
         let silent = job.session.as_ref().is_some_and(|s| !s.answered());

@@ -265,7 +265,7 @@ impl Engine {
         self.actions.push_back(Action::Send { relay, message });
         // Each page gets its own EOSE deadline from when it is sent; a long
         // chain of pages must not time out its later pages on arrival.
-        self.arm(
+        self.arm_deadline(
             now + self.config.eose_timeout,
             Timer::EoseTimeout(relay, epoch, id),
         );
