@@ -562,18 +562,46 @@ fn shutdown_with_a_fetch_in_flight_frees_it() {
     );
 }
 
+/// Two relays whose NIP-11 fetches never answer, with one relay allowed:
+/// one fetch in flight at most, the other waiting.
+struct TwoSilent {
+    running: Running,
+    fronts: [Front; 2],
+    _relays: [TestRelay; 2],
+}
+
+impl TwoSilent {
+    fn start() -> TwoSilent {
+        let own = TestRelay::start(RelayOptions::default()).unwrap();
+        let upstream = TestRelay::start(RelayOptions::default()).unwrap();
+        let fronts = [
+            Front::start(Reply::Silent, Some(&upstream)),
+            Front::start(Reply::Silent, Some(&upstream)),
+        ];
+        repo_on(&own, &upstream, &[&fronts[0], &fronts[1]]);
+        let running = start(&own, |_, o| o.max_relays = 1);
+        TwoSilent {
+            running,
+            fronts,
+            _relays: [own, upstream],
+        }
+    }
+}
+
+/// Fetches the fronts received.
+fn sent(fronts: &[Front]) -> usize {
+    fronts.iter().map(|f| f.requests().len()).sum()
+}
+
 #[test]
 fn fetches_past_the_cap_wait_in_line_and_are_all_made() {
-    let own = TestRelay::start(RelayOptions::default()).unwrap();
-    let upstream = TestRelay::start(RelayOptions::default()).unwrap();
-    let a = Front::start(Reply::Silent, Some(&upstream));
-    let b = Front::start(Reply::Silent, Some(&upstream));
-    repo_on(&own, &upstream, &[&a, &b]);
-    // One relay allowed: one fetch in flight at most.
-    let running = start(&own, |_, o| o.max_relays = 1);
+    let TwoSilent {
+        running,
+        fronts,
+        _relays,
+    } = TwoSilent::start();
     let skipped = "grasp_sync_relay_info_total{result=\"skipped\"}";
-    let sent = || a.requests().len() + b.requests().len();
-    assert!(wait_for(20, || sent() == 1), "one fetch sent");
+    assert!(wait_for(20, || sent(&fronts) == 1), "one fetch sent");
     assert_eq!(running.metric(FAILED), 0, "in flight");
     // The first is silent until its 10 s deadline; only then is the other
     // one sent.
@@ -581,22 +609,23 @@ fn fetches_past_the_cap_wait_in_line_and_are_all_made() {
         wait_for(60, || running.metric(FAILED) >= 1),
         "the first ended at its deadline"
     );
-    assert!(wait_for(20, || sent() == 2), "the waiting one was sent");
+    assert!(
+        wait_for(20, || sent(&fronts) == 2),
+        "the waiting one was sent"
+    );
     assert_eq!(running.metric(skipped), 0, "none skipped");
     running.stop();
 }
 
 #[test]
 fn shutdown_answers_waiting_fetches_without_making_them() {
-    let own = TestRelay::start(RelayOptions::default()).unwrap();
-    let upstream = TestRelay::start(RelayOptions::default()).unwrap();
-    let a = Front::start(Reply::Silent, Some(&upstream));
-    let b = Front::start(Reply::Silent, Some(&upstream));
-    repo_on(&own, &upstream, &[&a, &b]);
-    let running = start(&own, |_, o| o.max_relays = 1);
-    let sent = || a.requests().len() + b.requests().len();
+    let TwoSilent {
+        running,
+        fronts,
+        _relays,
+    } = TwoSilent::start();
     assert!(
-        wait_for(20, || sent() == 1),
+        wait_for(20, || sent(&fronts) == 1),
         "one fetch in flight, one waiting"
     );
     let stopping = Instant::now();
@@ -606,7 +635,7 @@ fn shutdown_answers_waiting_fetches_without_making_them() {
         "shutdown waited for neither fetch: {:?}",
         stopping.elapsed()
     );
-    assert_eq!(sent(), 1, "the waiting fetch was never made");
+    assert_eq!(sent(&fronts), 1, "the waiting fetch was never made");
 }
 
 /// A CA and a `localhost` leaf it signed: (CA PEM, server config).

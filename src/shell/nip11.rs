@@ -119,11 +119,9 @@ impl Shell {
 
     /// Shutdown: waiting fetches are answered `None`, never started.
     pub(super) fn skip_waiting_info(&mut self, now: Time) {
-        self.info_starting = true;
         for relay in std::mem::take(&mut self.info_waiting) {
             self.stats.relay_info_skipped += 1;
             self.engine.handle_relay_info(now, relay, None);
         }
-        self.info_starting = false;
     }
 }

@@ -358,7 +358,7 @@ impl WsConnection {
         out: &mut Vec<WsEvent>,
         buf: &mut [u8],
     ) -> Phase {
-        if let Err(e) = send_request(&mut stream, &mut up) {
+        if let Err(e) = write_out(&mut stream, &mut *up) {
             out.push(WsEvent::Closed(format!("handshake: {e}")));
             return Phase::Closed;
         }
@@ -497,32 +497,40 @@ impl WsConnection {
     }
 }
 
-/// Writes `writer`'s waiting bytes to `stream` until it would block, then
-/// flushes (over TLS that sends the records rustls made).
-fn write_out(stream: &mut Stream, writer: &mut WsWriter) -> io::Result<()> {
-    while writer.len() > 0 {
-        match stream.write(writer.unsent()) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => writer.advance(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+/// Bytes waiting for the socket: our frames, or the upgrade request.
+trait Outgoing {
+    fn unsent(&self) -> &[u8];
+    fn advance(&mut self, n: usize);
+}
+
+impl Outgoing for WsWriter {
+    fn unsent(&self) -> &[u8] {
+        WsWriter::unsent(self)
     }
-    match stream.flush() {
-        Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
-        _ => Ok(()),
+
+    fn advance(&mut self, n: usize) {
+        WsWriter::advance(self, n);
     }
 }
 
-/// Writes the upgrade request until it is all out or the socket would
-/// block, then flushes (over TLS, before the handshake ends, rustls keeps
-/// it for when it does).
-fn send_request(stream: &mut Stream, up: &mut Upgrade) -> io::Result<()> {
-    while !up.unsent().is_empty() {
-        match stream.write(up.unsent()) {
+impl Outgoing for Upgrade {
+    fn unsent(&self) -> &[u8] {
+        Upgrade::unsent(self)
+    }
+
+    fn advance(&mut self, n: usize) {
+        Upgrade::advance(self, n);
+    }
+}
+
+/// Writes what waits in `pending` to `stream` until it would block, then
+/// flushes (over TLS that sends the records rustls made; before the TLS
+/// handshake ends, rustls keeps the bytes for when it does).
+fn write_out(stream: &mut Stream, pending: &mut impl Outgoing) -> io::Result<()> {
+    while !pending.unsent().is_empty() {
+        match stream.write(pending.unsent()) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => up.advance(n),
+            Ok(n) => pending.advance(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),

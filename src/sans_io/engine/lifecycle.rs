@@ -140,9 +140,8 @@ impl Engine {
     /// for the daily full sync if that is due first.
     fn arm_watch(&mut self, relay: RelayId, keepalive: Time) {
         let state = &self.relays[relay.index()];
-        let at = state.daily_due.map_or(whole_second(keepalive), |due| {
-            due.min(whole_second(keepalive))
-        });
+        let keepalive = whole_second(keepalive);
+        let at = state.daily_due.map_or(keepalive, |due| due.min(keepalive));
         let epoch = state.epoch;
         self.arm(at, Timer::Watch(relay, epoch));
     }
