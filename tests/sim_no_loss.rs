@@ -772,3 +772,73 @@ fn a_subscription_refused_by_an_unnamed_notice_is_retried_within_seconds() {
     assert_eq!(sim.missing(&history), vec![], "everything delivered");
     sim.engine.check_invariants().unwrap();
 }
+
+/// `n` comments on repo `coord` (tagged `A` alone, so each is its
+/// filter's own event and teaches the relay's cap), seconds apart, on `url`.
+fn comments_on(sim: &mut Sim, url: &str, coord: &str, n: u64, from: u64) -> Vec<Event> {
+    let comments: Vec<Event> = (0..n)
+        .map(|i| repo_comment(&keys(5), coord, from + i * 3, &format!("c{i}")))
+        .collect();
+    for c in &comments {
+        sim.seed(url, c);
+    }
+    comments
+}
+
+/// Issue 23, finding 1: a relay proved a cap of 300 on one connection,
+/// then lowered it to 100 (a move from strfry to khatru). A page of 100
+/// under the old proof looked complete, and 150 of a new repo's 250
+/// comments were lost for good, the daily sync included.
+#[test]
+fn a_cap_lowered_between_connections_loses_nothing() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A).filter_cap = 300;
+    let owner = keys(1);
+    let old = announce(&mut sim, &owner, "old", &[A], T0);
+    let first = comments_on(&mut sim, A, &old, 400, T0 - 150_000);
+    sim.advance(Duration::from_secs(60));
+    assert_eq!(sim.missing(&first), vec![], "400 behind a cap of 300");
+    // The relay moves to a store that caps at 100, and the connection drops.
+    sim.relay(A).filter_cap = 100;
+    let a = sim.id(A);
+    sim.disconnect(a);
+    sim.advance(Duration::from_secs(60));
+    let new = coord(&owner, "new");
+    let second = comments_on(&mut sim, A, &new, 250, T0 - 90_000);
+    announce(&mut sim, &owner, "new", &[A], T0 + 100);
+    sim.advance(Duration::from_secs(60));
+    assert_eq!(sim.missing(&second).len(), 0, "all 250 behind the new cap");
+    sim.check();
+}
+
+/// Issue 23, finding 1: a state file that says the relay returned 500
+/// for one filter (written by an earlier process, or by hand) made a page
+/// of 100 look complete.
+#[test]
+fn a_saved_floor_does_not_make_a_capped_page_complete() {
+    use grasp_sync::{Engine, SavedLimits, SavedRelay, SavedState};
+    let mut sim = Sim::new(config());
+    sim.add_relay(A).filter_cap = 100;
+    let saved = SavedState {
+        saved_at: T0,
+        relays: vec![SavedRelay {
+            url: A.to_owned(),
+            limits: SavedLimits {
+                result_floor: Some(500),
+                ..SavedLimits::default()
+            },
+            ..SavedRelay::default()
+        }],
+    };
+    sim.engine = Engine::new(config(), sim.now).expect("valid config");
+    sim.engine.restore_state(sim.now, T0, saved);
+    let repo = announce(&mut sim, &keys(1), "r", &[A], T0);
+    let comments = comments_on(&mut sim, A, &repo, 250, T0 - 90_000);
+    sim.advance(Duration::from_secs(60));
+    assert_eq!(
+        sim.missing(&comments).len(),
+        0,
+        "all 250 behind a cap of 100"
+    );
+    sim.check();
+}

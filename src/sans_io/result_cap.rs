@@ -7,30 +7,49 @@
 //!
 //! - a page shorter than the relay's *proven* cap (one of its pages was
 //!   shown to be cut at that size: the page after it held older events);
-//! - a page shorter than the relay's *floor*, the most events it ever
-//!   returned for one filter: a relay that once returned 300 caps at 300
-//!   or more, so a page of 120 held all there was.
+//! - a page shorter than the relay's *floor*, the most events it returned
+//!   for one filter: a relay that returned 300 caps at 300 or more, so a
+//!   page of 120 held all there was.
 //!
 //! Anything else (a page at or above the floor, with the cap unknown) is
 //! ambiguous and is checked with one more page (`until` = its oldest
 //! event). If that page holds older events, the first was cut and its size
-//! is the relay's cap from then on; if not, history ended there. A relay
-//! that caps below our limit costs at most one such extra page per chunk
-//! while its cap is unknown, and none once it is proven; a relay that never
-//! caps costs an extra page only when a page sets a new floor.
+//! is the relay's cap from then on; if not, history ended there.
+//!
+//! Both proofs hold only for the connection that showed them. Relays
+//! change their caps (a move from strfry to khatru, a config change, a
+//! restart with other settings), so a relay that served 300 yesterday may
+//! serve 100 today, and a page of 150 taken as complete on yesterday's
+//! floor lost 150 events. What an earlier connection, an earlier daily
+//! sync or an earlier process (the state file) learnt is a [`Hint`]: it
+//! shapes the check (a page at the hinted cap asks a full next page at
+//! once instead of a probe first) but never settles one. Each connection,
+//! and each daily full sync, starts its evidence afresh ([`ResultCap::renew`]).
+
+/// What earlier connections learnt: a starting guess, never proof.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Hint {
+    /// The smallest cut shown before.
+    pub proven: Option<usize>,
+    /// The largest page seen before.
+    pub floor: usize,
+}
 
 /// What the engine knows of one relay's per-filter result cap.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct ResultCap {
-    /// Proven: a page of this many events was cut.
+    /// Proven on this connection: a page of this many events was cut.
     proven: Option<usize>,
-    /// The most events one filter ever got in one page.
+    /// The most events one filter got in one page on this connection.
     floor: usize,
+    /// Learnt before this connection.
+    hint: Hint,
 }
 
 impl ResultCap {
     /// True when a filter page of `count` events, asked with `limit`, may
-    /// have been cut by the relay and needs a next page to be sure.
+    /// have been cut by the relay and needs a next page to be sure. Only
+    /// this connection's evidence decides.
     pub(crate) fn may_be_cut(&self, count: usize, limit: usize) -> bool {
         if count == 0 {
             return false;
@@ -44,14 +63,40 @@ impl ResultCap {
         }
     }
 
-    /// The proven cap and the floor, for saving across a restart.
-    pub(crate) fn parts(&self) -> (Option<usize>, usize) {
-        (self.proven, self.floor)
+    /// True when the hint says a page of `count` was likely cut: the check
+    /// asks a full next page straight away rather than a probe.
+    pub(crate) fn hinted_cut(&self, count: usize) -> bool {
+        self.hint.proven.is_some_and(|cap| count >= cap)
     }
 
-    /// A cap saved by an earlier process; the caller clamps both values.
-    pub(crate) fn from_parts(proven: Option<usize>, floor: usize) -> Self {
-        ResultCap { proven, floor }
+    /// A new connection or a daily full sync: what was shown so far
+    /// becomes a hint, and proof must be shown again.
+    pub(crate) fn renew(&mut self) {
+        self.hint = self.for_saving();
+        self.proven = None;
+        self.floor = 0;
+    }
+
+    /// The best knowledge to carry to a later process: this connection's
+    /// where it showed anything, the hint otherwise.
+    pub(crate) fn for_saving(&self) -> Hint {
+        Hint {
+            proven: self.proven.or(self.hint.proven),
+            floor: if self.floor > 0 {
+                self.floor
+            } else {
+                self.hint.floor
+            },
+        }
+    }
+
+    /// A cap saved by an earlier process (the caller clamps both values):
+    /// a hint only.
+    pub(crate) fn from_hint(hint: Hint) -> Self {
+        ResultCap {
+            hint,
+            ..ResultCap::default()
+        }
     }
 
     /// A page returned `count` events for one filter: the relay returns at
@@ -61,14 +106,18 @@ impl ResultCap {
     }
 
     /// A page of `count` events, shorter than asked, was followed by older
-    /// events: the relay cuts at `count`.
+    /// events: the relay cuts at `count`. A cut below the hint lowers the
+    /// hint at once.
     pub(crate) fn learn_cut(&mut self, count: usize) {
         if count > 0 {
             self.proven = Some(self.proven.map_or(count, |c| c.min(count)));
+            if self.hint.proven.is_some_and(|h| h > count) {
+                self.hint.proven = Some(count);
+            }
         }
     }
 
-    /// The proven cap, if any.
+    /// The cap proven on this connection, if any.
     pub(crate) fn proven(&self) -> Option<usize> {
         self.proven
     }
@@ -109,5 +158,48 @@ mod tests {
         assert_eq!(cap.proven(), Some(50), "the smallest cut wins");
         cap.learn_cut(0);
         assert_eq!(cap.proven(), Some(50), "an empty page proves nothing");
+    }
+
+    #[test]
+    fn evidence_of_an_earlier_connection_is_only_a_hint() {
+        let mut cap = ResultCap::default();
+        cap.observe(300);
+        cap.learn_cut(300);
+        assert!(!cap.may_be_cut(150, 500), "this connection proved 300");
+        cap.renew();
+        assert_eq!(cap.proven(), None);
+        assert!(
+            cap.may_be_cut(150, 500),
+            "the relay may cap at 100 now: 150 must be checked again"
+        );
+        assert!(cap.hinted_cut(300), "the hint shapes the check");
+        assert!(!cap.hinted_cut(150));
+        assert_eq!(
+            cap.for_saving(),
+            Hint {
+                proven: Some(300),
+                floor: 300
+            }
+        );
+        cap.observe(100);
+        cap.learn_cut(100);
+        assert_eq!(
+            cap.for_saving().proven,
+            Some(100),
+            "a lower cut wins at once"
+        );
+        cap.renew();
+        assert!(cap.hinted_cut(100), "the hint fell with it");
+        assert!(!cap.hinted_cut(99));
+    }
+
+    #[test]
+    fn a_saved_floor_never_settles_a_page() {
+        let cap = ResultCap::from_hint(Hint {
+            proven: None,
+            floor: 500,
+        });
+        assert!(cap.may_be_cut(150, 500), "a state file is no proof");
+        assert_eq!(cap.for_saving().floor, 500, "but is kept for the next one");
     }
 }

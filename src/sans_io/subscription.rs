@@ -279,7 +279,10 @@ impl Subscription {
             // Short, and short of any proven cap: only the floor says it
             // may be cut. Ask just past the events sharing its oldest
             // second: one older event proves the cut.
-            let probe = count < asked && cap.proven().is_none_or(|c| count < c);
+            // A hint from an earlier connection that the relay cuts at this
+            // size asks a full page at once: the probe would only prove it.
+            let probe =
+                count < asked && cap.proven().is_none_or(|c| count < c) && !cap.hinted_cut(count);
             cap.observe(s.own.count);
             // An `ids` filter that got every id it asked is complete.
             let ids_done = f.ids.as_ref().is_some_and(|ids| count >= ids.len());

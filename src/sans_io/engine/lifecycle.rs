@@ -54,6 +54,8 @@ impl Engine {
             state.layer1_unread = false;
         }
         state.status = Status::Connected;
+        // The relay may have changed its cap while we were away.
+        state.result_cap.renew();
         state.conduct.on_connect();
         state.auth.on_connect();
         state.epoch = state.epoch.wrapping_add(1);
@@ -329,6 +331,9 @@ impl Engine {
         self.close_all_subscriptions(relay);
         let state = self.relay(relay);
         let jobs = state.clear_in_flight();
+        // A full sync proves the relay's cap again: it catches what a cap
+        // lowered since the last one cut.
+        state.result_cap.renew();
         state.requeue_where(|s| s == ItemState::Confirmed);
         if relay == self.own {
             self.subscribe_self(None, now);

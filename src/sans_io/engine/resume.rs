@@ -28,7 +28,7 @@ use super::{Action, Engine, Status, Timer, lifecycle};
 use crate::sans_io::health::{HealthTracker, SavedHealth};
 use crate::sans_io::index::{Item, RelayId};
 use crate::sans_io::relay_url::normalize;
-use crate::sans_io::result_cap::ResultCap;
+use crate::sans_io::result_cap::{Hint, ResultCap};
 use crate::sans_io::saved_state::{
     MAX_CONFIRMED, MAX_RELAYS, SavedLimits, SavedRelay, SavedState, item_hash,
 };
@@ -178,7 +178,7 @@ impl Engine {
         let ours = self.starting_limits();
         let l = &state.limits;
         let below = |theirs: usize, ours: usize| (theirs < ours).then_some(theirs as u64);
-        let (cap, floor) = state.result_cap.parts();
+        let hint = state.result_cap.for_saving();
         SavedLimits {
             subscriptions: below(l.subscriptions, ours.subscriptions),
             filters: below(l.filters_per_req, ours.filters_per_req),
@@ -186,8 +186,8 @@ impl Engine {
             page_limit: below(l.page_limit, ours.page_limit),
             tag_values: below(l.tag_values, ours.tag_values),
             kinds: below(l.kinds, ours.kinds),
-            result_cap: cap.map(|c| c as u64),
-            result_floor: (floor > 0).then_some(floor as u64),
+            result_cap: hint.proven.map(|c| c as u64),
+            result_floor: (hint.floor > 0).then_some(hint.floor as u64),
         }
     }
 
@@ -347,8 +347,12 @@ impl Engine {
         });
         let page = limits.page_limit;
         let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX).clamp(1, page);
-        state.result_cap =
-            ResultCap::from_parts(l.result_cap.map(clamp), l.result_floor.map_or(0, clamp));
+        // What an earlier process learnt is a hint, never proof: the relay
+        // may have changed its cap since.
+        state.result_cap = ResultCap::from_hint(Hint {
+            proven: l.result_cap.map(clamp),
+            floor: l.result_floor.map_or(0, clamp),
+        });
         // Only "does not" is taken: it saves a failed NEG-OPEN per job. A
         // saved "does" would stop a relay's failures from ever turning
         // negentropy off for it, so it must be shown again.
