@@ -53,7 +53,9 @@ pub(crate) struct TlsStream<T> {
     /// The peer sent close_notify: reads end cleanly.
     peer_closed: bool,
     /// The session failed (bad data from the peer, or the socket): every
-    /// later read and write returns this.
+    /// later read and write returns this. A read that decrypted plaintext
+    /// before the failure returns that plaintext instead; the next one
+    /// returns this.
     failed: Option<(io::ErrorKind, String)>,
 }
 
@@ -208,6 +210,13 @@ impl<T: Read + Write> TlsStream<T> {
 
     /// Reads the socket once into `back` and runs the session over what
     /// arrived; decrypted bytes go to `front`. Returns how many.
+    ///
+    /// Plaintext decrypted before a failure in the same read (a relay's
+    /// EOSE, then its fatal alert or a corrupt record) is the peer's last
+    /// word: it is returned, and the failure, which `run` keeps in
+    /// `failed` for good, is returned by the next read, once `plain` is
+    /// empty too; as rustls's buffered API delivers plaintext, then the
+    /// error.
     fn read_records(&mut self, front: &mut [u8], back: &mut [u8]) -> io::Result<usize> {
         let n = match self.sock.read(back)? {
             0 if self.peer_closed => return Ok(0),
@@ -223,7 +232,10 @@ impl<T: Read + Write> TlsStream<T> {
         let result = self.run(&mut back[..n], &[], &mut plain);
         let len = plain.len;
         self.plain = overflow;
-        result.map(|_| len)
+        match result {
+            Err(_) if len > 0 || !self.plain.is_empty() => Ok(len),
+            result => result.map(|_| len),
+        }
     }
 
     /// Sends what the socket will take; `WouldBlock` if some is left.
@@ -426,6 +438,8 @@ mod tests {
         rng: SmallRng,
         room: usize,
         closed: Rc<RefCell<bool>>,
+        /// A read takes a random part of what is there; else all that fits.
+        split: bool,
     }
 
     impl Read for Sock {
@@ -437,7 +451,11 @@ mod tests {
                     false => Err(io::ErrorKind::WouldBlock.into()),
                 };
             }
-            let n = self.rng.gen_range(1..=rx.len().min(buf.len()));
+            let most = rx.len().min(buf.len());
+            let n = match self.split {
+                true => self.rng.gen_range(1..=most),
+                false => most,
+            };
             for (b, byte) in buf.iter_mut().zip(rx.drain(..n)) {
                 *b = byte;
             }
@@ -510,6 +528,7 @@ mod tests {
             rng: SmallRng::seed_from_u64(seed),
             room: 1 + seed as usize % 3000,
             closed: closed.clone(),
+            split: true,
         };
         let name = ServerName::try_from("localhost").unwrap();
         let mut server = ServerConnection::new(Arc::new(server)).unwrap();
@@ -694,6 +713,57 @@ mod tests {
                 true => assert_eq!(end, Ok(())),
                 false => assert_eq!(end, Err(io::ErrorKind::UnexpectedEof)),
             }
+        }
+    }
+
+    /// A record that does not decrypt: an application-data header and a
+    /// tag's worth of zeros.
+    fn corrupt_record() -> Vec<u8> {
+        let mut record = vec![23, 3, 3, 0, 17];
+        record.extend([0; 17]);
+        record
+    }
+
+    #[test]
+    fn data_before_a_fatal_record_is_read_first_and_the_error_next() {
+        let last = br#"["EOSE","sub"]"#;
+        for seed in 0..48 {
+            let mut w = world(seed, true);
+            w.connect(b"hello");
+            // Half the runs get every byte in one socket read, the data
+            // and the fatal record together; the others split at random.
+            w.client.sock.split = seed % 2 == 1;
+            w.server.writer().write_all(last).unwrap();
+            let alert = seed % 4 < 2;
+            if alert {
+                // The server fails on a corrupt record and answers with
+                // a fatal alert, sent right after the data.
+                w.server.read_tls(&mut &corrupt_record()[..]).unwrap();
+                w.server.process_new_packets().unwrap_err();
+                w.pass_to_client();
+            } else {
+                w.pass_to_client();
+                w.to_client.borrow_mut().extend(corrupt_record());
+            }
+            let mut buf = vec![0; [65536, 4096, 64][seed as usize % 3]];
+            let mut got: Vec<u8> = Vec::new();
+            let e = loop {
+                match w.client.read(&mut buf) {
+                    Ok(0) => panic!("seed {seed}: a clean end"),
+                    Ok(n) => got.extend(&buf[..n]),
+                    Err(e) => break e,
+                }
+            };
+            assert_eq!(got, last.to_vec(), "seed {seed}: the last data, first");
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "seed {seed}: {e}");
+            if alert {
+                assert!(e.to_string().contains("alert"), "seed {seed}: {e}");
+            }
+            // The session stays failed: the error is neither lost nor
+            // turned into data or a clean end.
+            let again = w.client.read(&mut buf).unwrap_err();
+            assert_eq!(again.to_string(), e.to_string(), "seed {seed}");
+            assert_eq!(w.client.held(), 0, "seed {seed}: nothing held");
         }
     }
 
