@@ -842,3 +842,154 @@ fn a_saved_floor_does_not_make_a_capped_page_complete() {
     );
     sim.check();
 }
+
+/// Issue 23, finding 2: strfry refuses a whole REQ when one tag value is
+/// over 255 bytes. One announcement with a long `d` tag (185+ characters:
+/// its coordinate passes 255) was read as "message too large": the same
+/// 100-repo chunk was asked every minute, and none of the 99 ordinary
+/// repos packed with it synced, live events included.
+#[test]
+fn one_long_tag_value_does_not_block_the_repos_packed_with_it() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A).value_bytes = Some(255);
+    let owner = keys(1);
+    let own = sim.own.clone();
+    let long_d = "d".repeat(200);
+    let mut history = Vec::new();
+    for i in 0..100u64 {
+        let d = if i == 37 {
+            long_d.clone()
+        } else {
+            format!("r{i}")
+        };
+        sim.seed(&own, &announcement(&owner, &d, &[A], T0 - 10_000 + i));
+        let comment = repo_comment(&keys(2), &coord(&owner, &d), T0 - 5_000 + i, "c");
+        sim.seed(A, &comment);
+        if i != 37 {
+            history.push(comment);
+        }
+    }
+    sim.advance(Duration::from_secs(30));
+    assert_eq!(
+        sim.missing(&history),
+        vec![],
+        "the 99 ordinary repos synced"
+    );
+    assert_eq!(
+        sim.engine.stats().items_unaskable,
+        1,
+        "the long one counted"
+    );
+    let refusals = sim.relay(A).value_refusals;
+    assert!(refusals <= 10, "isolated in a few rounds, not {refusals}");
+    // Live events of the ordinary repos arrive too, and the long value is
+    // never asked again.
+    let live = repo_comment(&keys(3), &coord(&owner, "r5"), T0 + 100, "live");
+    sim.publish(A, &live);
+    sim.advance(Duration::from_secs(600));
+    assert!(sim.synced(&live.id), "live coverage for the others");
+    assert_eq!(
+        sim.relay(A).value_refusals,
+        refusals,
+        "no REQ carries it again"
+    );
+    sim.check();
+}
+
+/// `n` replies to `issue` all in second `at`, on relay `url`.
+fn burst(sim: &mut Sim, url: &str, issue: &Event, n: u64, at: u64) -> Vec<Event> {
+    let replies: Vec<Event> = (0..n)
+        .map(|i| reply(&keys(6), issue, at, &format!("bulk {i}")))
+        .collect();
+    for r in &replies {
+        sim.seed(url, r);
+    }
+    replies
+}
+
+/// Issue 23, finding 3: paging by `until` cannot get past a second that
+/// holds more matching events than the relay's cap: 150 replies in one
+/// second behind a cap of 100 lost 50. On a relay that speaks NIP-77 the
+/// second is reconciled and all arrive: whether history goes by REQ (the
+/// sink holds nothing yet, the first sync) or by negentropy (its `ids`
+/// fetch of the second is split).
+#[test]
+fn a_second_with_more_events_than_the_cap_is_read_whole_by_negentropy() {
+    for listing in [Listing::Empty, Listing::Held] {
+        let mut sim = Sim::new(config());
+        sim.listing = listing;
+        let a = sim.add_relay(A);
+        a.filter_cap = 100;
+        a.negentropy = NegMode::Supported;
+        let owner = keys(1);
+        let repo = announce(&mut sim, &owner, "r", &[A], T0);
+        let issue = root(&owner, 1621, &[&repo], T0 - 100_000, "issue");
+        let older = burst(&mut sim, A, &issue, 30, T0 - 90_000);
+        let bulk = burst(&mut sim, A, &issue, 150, T0 - 50_000);
+        let own = sim.own.clone();
+        sim.publish(&own, &issue);
+        sim.advance(Duration::from_secs(120));
+        let stats = sim.engine.stats();
+        let missing = sim.missing(&bulk).len();
+        assert_eq!(
+            missing, 0,
+            "{listing:?}: all 150 of the one second: {stats:?}"
+        );
+        assert_eq!(sim.missing(&older).len(), 0, "and what lies below it");
+        assert!(stats.seconds_split >= 1, "{stats:?}");
+        assert_eq!(stats.seconds_unreachable + stats.seconds_unverified, 0);
+        sim.check();
+    }
+}
+
+/// Issue 23, finding 3, without NIP-77: a saturated second spread over
+/// several roots is split by value until each part returns a short page.
+#[test]
+fn a_second_shared_by_many_roots_is_split_until_each_part_fits() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A).filter_cap = 100;
+    let owner = keys(1);
+    let repo = announce(&mut sim, &owner, "r", &[A], T0);
+    let own = sim.own.clone();
+    let mut all = Vec::new();
+    for i in 0..4 {
+        let issue = root(&owner, 1621, &[&repo], T0 - 100_000 + i, "issue");
+        all.extend(burst(&mut sim, A, &issue, 60, T0 - 50_000));
+        sim.publish(&own, &issue);
+    }
+    sim.advance(Duration::from_secs(120));
+    assert_eq!(
+        sim.missing(&all).len(),
+        0,
+        "240 replies in one second, 60 a root"
+    );
+    let stats = sim.engine.stats();
+    assert!(stats.seconds_split >= 1, "{stats:?}");
+    assert_eq!(stats.seconds_unreachable + stats.seconds_unverified, 0);
+    sim.check();
+}
+
+/// Issue 23, finding 3: where one value and one kind still fill the cap
+/// and the relay has no NIP-77, what stays unreachable is counted, never
+/// silent; everything else of the repo still arrives.
+#[test]
+fn an_unreadable_second_on_a_relay_without_negentropy_is_counted() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A).filter_cap = 100;
+    let owner = keys(1);
+    let repo = announce(&mut sim, &owner, "r", &[A], T0);
+    let issue = root(&owner, 1621, &[&repo], T0 - 100_000, "issue");
+    let older = burst(&mut sim, A, &issue, 30, T0 - 90_000);
+    let bulk = burst(&mut sim, A, &issue, 150, T0 - 50_000);
+    let own = sim.own.clone();
+    sim.publish(&own, &issue);
+    sim.advance(Duration::from_secs(120));
+    assert_eq!(sim.missing(&older).len(), 0, "below the second");
+    assert_eq!(sim.missing(&bulk).len(), 50, "a cap of 100 on 150");
+    let stats = sim.engine.stats();
+    assert!(
+        stats.seconds_unreachable + stats.seconds_unverified >= 1,
+        "said, not silent: {stats:?}"
+    );
+    sim.check();
+}

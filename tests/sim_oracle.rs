@@ -323,6 +323,7 @@ impl World {
                 max_subscriptions: max_subs.filter(|_| self.rng.gen_bool(0.5)).map(|(n, _)| n),
                 max_filters: self.rng.gen_bool(0.2).then(|| self.rng.gen_range(4..=20)),
                 max_message_length: None,
+                max_value_bytes: None,
             });
             let value_caps = self
                 .rng

@@ -20,6 +20,16 @@ pub(crate) enum Refusal {
     TooManyValues,
     /// Too many kinds in one filter (eventstore's SQL backends: 10).
     TooManyKinds,
+    /// One value of a filter is refused, not the message's size: strfry's
+    /// `bad req: error parsing #a: filter item too large` (a tag value
+    /// over 255 bytes) or `filter item too small` (an `#e`/`#p` value not
+    /// 64 hex). The whole REQ is refused for it: isolate the value.
+    /// `too_long` when the text says the value was too large or long (a
+    /// length limit the engine can learn), not malformed.
+    BadValue {
+        /// The value was refused for its length.
+        too_long: bool,
+    },
     /// `rate-limited:`: cool down, then retry.
     RateLimited,
     /// `auth-required:`: the relay wants NIP-42 first.
@@ -86,13 +96,19 @@ fn limit_kind(lower: &str) -> Option<Refusal> {
         "tags",
         "max_tag_values",
     ];
-    if lower.contains("too many kinds") || lower.contains("max_kinds") {
+    if is_value_refusal(lower) {
+        let too_long = lower.contains("too large") || lower.contains("too long");
+        Some(Refusal::BadValue { too_long })
+    } else if lower.contains("too many kinds") || lower.contains("max_kinds") {
         Some(Refusal::TooManyKinds)
     } else if (lower.contains("too many") || lower.contains("max_"))
         && values.iter().any(|v| lower.contains(v))
     {
         Some(Refusal::TooManyValues)
-    } else if lower.contains("too many filters") || lower.contains("max_filters") {
+    } else if lower.contains("too many filters")
+        || lower.contains("max_filters")
+        || lower.contains("arr too big")
+    {
         Some(Refusal::TooManyFilters)
     } else if lower.contains("too large")
         || lower.contains("too big")
@@ -106,6 +122,19 @@ fn limit_kind(lower: &str) -> Option<Refusal> {
     } else {
         None
     }
+}
+
+/// A refusal of one value in a filter rather than of the message: it
+/// names a filter item or the tag it parsed (strfry), or a value that is
+/// too long or malformed. "Too large" alone stays a message-size refusal.
+fn is_value_refusal(lower: &str) -> bool {
+    let names_item = lower.contains("filter item")
+        || lower.contains("error parsing #")
+        || lower.contains("tag value too")
+        || lower.contains("value too long")
+        || lower.contains("value too large")
+        || lower.contains("invalid tag value");
+    names_item && !lower.contains("too many")
 }
 
 #[cfg(test)]
@@ -179,6 +208,36 @@ mod tests {
             assert_eq!(Refusal::of_closed(reason), want, "{reason}");
             assert_eq!(Refusal::of_notice(reason), Some(want), "{reason}");
         }
+        for (reason, too_long) in [
+            (
+                "ERROR: bad req: error parsing #a: filter item too large",
+                true,
+            ),
+            (
+                "ERROR: bad req: error parsing #e: filter item too small",
+                false,
+            ),
+            ("error: Filter Item Too Large", true),
+            ("invalid: tag value too long", true),
+        ] {
+            let want = Refusal::BadValue { too_long };
+            assert_eq!(Refusal::of_closed(reason), want, "{reason}");
+            assert_eq!(Refusal::of_notice(reason), Some(want), "{reason}");
+        }
+        assert_eq!(
+            Refusal::of_closed("ERROR: bad req: arr too big"),
+            Refusal::TooManyFilters,
+            "strfry: over 200 filters"
+        );
+        assert_eq!(
+            Refusal::of_closed("error: message too large"),
+            Refusal::TooLarge,
+            "a size refusal names no item"
+        );
+        assert!(
+            !Refusal::BadValue { too_long: true }.is_limit(),
+            "lowers no limit"
+        );
         assert!(Refusal::TooManyValues.is_limit());
         assert!(Refusal::TooLarge.is_limit());
         assert!(!Refusal::RateLimited.is_limit());

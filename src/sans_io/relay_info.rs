@@ -26,7 +26,14 @@ pub struct RelayInfo {
     pub max_filters: Option<usize>,
     /// `max_message_length`: bytes per message the relay reads.
     pub max_message_length: Option<usize>,
+    /// The longest tag value the relay takes in a filter. NIP-11 has no
+    /// field for it; it is known from `software` for relays that refuse a
+    /// whole REQ over one value: strfry, 255 bytes.
+    pub max_value_bytes: Option<usize>,
 }
+
+/// strfry's longest filter tag value (its `filter item too large`).
+const STRFRY_VALUE_BYTES: usize = 255;
 
 /// The largest document we read; real ones are a few KiB.
 pub(crate) const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
@@ -45,8 +52,16 @@ impl RelayInfo {
         }
         let doc: Value = serde_json::from_str(json).ok()?;
         let doc = doc.as_object()?;
+        let strfry = doc
+            .get("software")
+            .and_then(Value::as_str)
+            .is_some_and(|s| s.to_ascii_lowercase().contains("strfry"));
+        let max_value_bytes = strfry.then_some(STRFRY_VALUE_BYTES);
         let Some(limitation) = doc.get("limitation").and_then(Value::as_object) else {
-            return Some(RelayInfo::default());
+            return Some(RelayInfo {
+                max_value_bytes,
+                ..RelayInfo::default()
+            });
         };
         let field = |name: &str| {
             let n = limitation.get(name)?.as_u64()?;
@@ -57,6 +72,7 @@ impl RelayInfo {
             max_subscriptions: field("max_subscriptions"),
             max_filters: field("max_filters"),
             max_message_length: field("max_message_length"),
+            max_value_bytes,
         })
     }
 }
@@ -77,8 +93,20 @@ mod tests {
                 max_subscriptions: Some(20),
                 max_filters: Some(10),
                 max_message_length: Some(131_072),
+                max_value_bytes: None,
             })
         );
+    }
+
+    #[test]
+    fn strfry_is_known_by_its_software() {
+        let doc = r#"{"software":"git+https://github.com/hoytech/strfry.git",
+            "limitation":{"max_limit":500}}"#;
+        let info = RelayInfo::parse(doc).unwrap();
+        assert_eq!(info.max_value_bytes, Some(255));
+        assert_eq!(info.max_limit, Some(500));
+        let bare = RelayInfo::parse(r#"{"software":"strfry"}"#).unwrap();
+        assert_eq!(bare.max_value_bytes, Some(255));
     }
 
     #[test]

@@ -26,6 +26,10 @@
 //! once instead of a probe first) but never settles one. Each connection,
 //! and each daily full sync, starts its evidence afresh ([`ResultCap::renew`]).
 
+/// The lowest per-filter cap relays in the wild are known to have:
+/// khatru over eventstore's SQL backends, 100.
+pub(crate) const LOWEST_CAP_IN_THE_WILD: usize = 100;
+
 /// What earlier connections learnt: a starting guess, never proof.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Hint {
@@ -67,6 +71,21 @@ impl ResultCap {
     /// asks a full next page straight away rather than a probe.
     pub(crate) fn hinted_cut(&self, count: usize) -> bool {
         self.hint.proven.is_some_and(|cap| count >= cap)
+    }
+
+    /// True when a short page of `count` events all in one second may have
+    /// been cut inside that second, so the second is asked on its own: it
+    /// is as large as the smallest cap known for the relay (proven now or
+    /// before), or as [`LOWEST_CAP_IN_THE_WILD`]. Smaller one-second
+    /// pages are checked by the usual probe below their second, which
+    /// proves a lower cap if there is one; asking each alone would cost
+    /// every quick reconnect's one-event pages a REQ more.
+    pub(crate) fn may_saturate(&self, count: usize) -> bool {
+        let known = [self.proven, self.hint.proven].into_iter().flatten().min();
+        count
+            >= known
+                .unwrap_or(LOWEST_CAP_IN_THE_WILD)
+                .min(LOWEST_CAP_IN_THE_WILD)
     }
 
     /// A new connection or a daily full sync: what was shown so far

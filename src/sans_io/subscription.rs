@@ -42,8 +42,12 @@ pub(crate) enum Scope {
     Targets,
 }
 
+/// Kinds remembered per filter at its page's oldest second, for a split
+/// of that second by kind; more are not needed to split it.
+const KINDS_AT_OLDEST: usize = 8;
+
 /// Events one filter returned in the current page.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct PageStats {
     /// Every event of the page the filter matches.
     all: Edge,
@@ -61,6 +65,8 @@ struct PageStats {
     /// than its oldest, the relay cut it at `prev`.
     prev_short: bool,
     prev_oldest: Option<Timestamp>,
+    /// Kinds of the events at the oldest second of `all`.
+    kinds: Vec<u16>,
 }
 
 /// How many events reached down to which second.
@@ -219,7 +225,13 @@ impl Subscription {
 
     /// Counts a stored event (before EOSE) toward the page of the filters
     /// it matched, once per id: copies of one event are one event of the page.
-    pub(crate) fn count_stored(&mut self, id: EventId, created_at: Timestamp, matched: &[usize]) {
+    pub(crate) fn count_stored(
+        &mut self,
+        id: EventId,
+        created_at: Timestamp,
+        kind: u16,
+        matched: &[usize],
+    ) {
         if !self.counted.insert(id) {
             return;
         }
@@ -227,14 +239,24 @@ impl Subscription {
         let alone = matched.len() == 1;
         for &i in matched {
             let s = &mut self.stats[i];
+            if s.all.oldest.is_none_or(|o| created_at < o) {
+                s.kinds.clear();
+            }
             s.all.add(created_at);
+            if s.all.oldest == Some(created_at)
+                && s.kinds.len() < KINDS_AT_OLDEST
+                && !s.kinds.contains(&kind)
+            {
+                s.kinds.push(kind);
+            }
             if alone {
                 s.own.add(created_at);
             }
         }
     }
 
-    /// The filters of the next page, or `None` when this page was the last.
+    /// What follows this page: the filters of the next page (`None` when
+    /// this page was the last), and the seconds it found saturated.
     /// Learns the relay's result cap from this page on the way
     /// ([`ResultCap`]).
     ///
@@ -242,12 +264,18 @@ impl Subscription {
     /// its `limit`, or the relay's proven or possible cap (see
     /// [`ResultCap::may_be_cut`]), or the whole REQ reached `limit` (a
     /// relay capping per REQ may have cut every filter). `until` is
-    /// inclusive, so a page whose oldest event is exactly its `until` made
-    /// no progress: more events share that second than one page holds.
-    /// Such a filter, if its page was full, first asks the same second
-    /// again with a doubled `limit` (up to [`MAX_LIMIT_FACTOR`] times the
-    /// page limit, which relays that allow larger pages will honour), and
-    /// otherwise steps one second back, so the chain always ends.
+    /// inclusive, so the next page asks the oldest second again: events
+    /// of it the cut left out come back.
+    ///
+    /// That fails when more events share one second than one page holds:
+    /// a page all in one second, asked again from that second, returns
+    /// the same page. Such a filter, if its page was full, first asks the
+    /// second again with a doubled `limit` (up to [`MAX_LIMIT_FACTOR`]
+    /// times the page limit, which relays that allow larger pages
+    /// honour). Otherwise the relay caps below what the second holds
+    /// (strfry clamps `limit` to 500, khatru to 100): the second is
+    /// [`Saturated`], for the engine to split (`saturated`), and the chain
+    /// goes on below it, so it always ends.
     ///
     /// A page with more events than asked (a filter's own events past its
     /// `limit`, or the REQ's past all its limits together) was cut by
@@ -255,20 +283,21 @@ impl Subscription {
     /// all it holds (or makes events up: a relay that answers every page
     /// with a fresh full page would otherwise be paged one second at a
     /// time, back to 1970). The chain ends.
-    pub(crate) fn next_page(&self, limit: usize, cap: &mut ResultCap) -> Option<Vec<PageFilter>> {
+    pub(crate) fn next_page(&self, limit: usize, cap: &mut ResultCap) -> PageEnd {
         for s in &self.stats {
             let older = matches!((s.all.oldest, s.prev_oldest), (Some(o), Some(p)) if o < p);
             if older && s.prev_short {
                 cap.learn_cut(s.prev);
             }
         }
+        let mut end = PageEnd::default();
         // More than asked: by one filter's own events, or by the REQ as a
         // whole beyond what all its filters' limits allow.
         let asked_of = |f: &Filter| f.limit.unwrap_or(limit);
         let asked_all: usize = self.filters.iter().map(asked_of).sum();
         let over = |(f, s): (&Filter, &PageStats)| s.own.count > asked_of(f);
         if self.total > asked_all || self.filters.iter().zip(&self.stats).any(over) {
-            return None;
+            return end;
         }
         let capped = self.total >= limit;
         let mut next = Vec::new();
@@ -278,9 +307,9 @@ impl Subscription {
             let cut = cap.may_be_cut(count, asked);
             // Short, and short of any proven cap: only the floor says it
             // may be cut. Ask just past the events sharing its oldest
-            // second: one older event proves the cut.
-            // A hint from an earlier connection that the relay cuts at this
-            // size asks a full page at once: the probe would only prove it.
+            // second: one older event proves the cut. A hint from an
+            // earlier connection that the relay cuts at this size asks a
+            // full page at once: the probe would only prove it.
             let probe =
                 count < asked && cap.proven().is_none_or(|c| count < c) && !cap.hinted_cut(count);
             cap.observe(s.own.count);
@@ -290,39 +319,91 @@ impl Subscription {
                 continue;
             }
             let edge = if s.own.count > 0 { s.own } else { s.all };
-            let filter = match edge.oldest {
-                Some(oldest) if f.until == Some(oldest) => {
-                    // A bigger limit helps only a page that was full: one
-                    // the relay cut short at this second would come back
-                    // the same.
-                    if count >= asked && asked < limit.saturating_mul(MAX_LIMIT_FACTOR) {
-                        f.clone().limit(asked.saturating_mul(2))
-                    } else {
+            let Some(oldest) = edge.oldest else {
+                next.push(PageFilter::after(f.clone(), s, count < asked, None));
+                continue;
+            };
+            let short = count < asked;
+            let one_second = edge.at_oldest == edge.count;
+            if f.until != Some(oldest) {
+                let filter = match (probe && !capped, one_second) {
+                    // A page all in one second says nothing of the relay's
+                    // cap beyond it: look below that second (older events
+                    // there prove the cut). If the page is as large as a
+                    // cap can be, the second is asked on its own too: it
+                    // may hold more than the relay returned.
+                    (true, true) => {
+                        if cap.may_saturate(count) {
+                            end.saturated.push(saturated(f, s, oldest, limit));
+                        }
                         let back = Timestamp::from_secs(oldest.as_secs().saturating_sub(1));
                         f.clone().until(back).limit(limit)
                     }
-                }
-                // A page all in one second says nothing of the relay's cap
-                // beyond it: look below that second.
-                Some(oldest) if probe && !capped && edge.at_oldest == edge.count => {
-                    let back = Timestamp::from_secs(oldest.as_secs().saturating_sub(1));
-                    f.clone().until(back).limit(limit)
-                }
-                Some(oldest) if probe && !capped => {
-                    f.clone().until(oldest).limit(edge.at_oldest + 1)
-                }
-                Some(oldest) => f.clone().until(oldest).limit(limit),
-                None => f.clone(),
-            };
-            next.push(PageFilter {
-                filter,
-                prev: s.own.count,
-                prev_short: count < asked,
-                prev_oldest: edge.oldest,
-            });
+                    (true, false) => f.clone().until(oldest).limit(edge.at_oldest + 1),
+                    (false, _) => f.clone().until(oldest).limit(limit),
+                };
+                next.push(PageFilter::after(filter, s, short, Some(oldest)));
+                continue;
+            }
+            // A bigger limit helps only a page that was full: one the
+            // relay cut short at this second would come back the same.
+            if count >= asked && asked < limit.saturating_mul(MAX_LIMIT_FACTOR) {
+                let filter = f.clone().limit(asked.saturating_mul(2));
+                next.push(PageFilter::after(filter, s, false, Some(oldest)));
+                continue;
+            }
+            end.saturated.push(saturated(f, s, oldest, limit));
+            // Below the second, unless the filter asked only that second.
+            if let Some(back) = oldest.as_secs().checked_sub(1)
+                && f.since.is_none_or(|since| since.as_secs() <= back)
+            {
+                let filter = f.clone().until(Timestamp::from_secs(back)).limit(limit);
+                next.push(PageFilter::after(filter, s, false, Some(oldest)));
+            }
         }
-        (!next.is_empty()).then_some(next)
+        end.next = (!next.is_empty()).then_some(next);
+        end
     }
+}
+
+/// Filter `f`'s page of `stats`, all at second `at`, as a saturated second.
+fn saturated(f: &Filter, stats: &PageStats, at: Timestamp, limit: usize) -> Saturated {
+    Saturated {
+        filter: f.clone().since(at).until(at).limit(limit),
+        count: stats.all.count,
+        alone: stats.own.count == stats.all.count,
+        kinds: stats.kinds.clone(),
+    }
+}
+
+/// What follows a page of stored events ([`Subscription::next_page`]).
+#[derive(Debug, Default)]
+pub(crate) struct PageEnd {
+    /// The next page of the chain, if it goes on.
+    pub next: Option<Vec<PageFilter>>,
+    /// Seconds that hold more matching events than the relay returns for
+    /// one filter: paging with `until` cannot get past them.
+    pub saturated: Vec<Saturated>,
+}
+
+/// One filter's second that filled the relay's cap: more events may share
+/// it than the relay returned.
+#[derive(Debug, Clone)]
+pub(crate) struct Saturated {
+    /// The filter narrowed to that second (`since` = `until`), `limit` at
+    /// the page limit.
+    pub filter: Filter,
+    /// Events the page returned at that second: the relay returns at
+    /// least this many for one filter, so a part of the second that
+    /// returns fewer holds all it has.
+    pub count: usize,
+    /// No other filter of its REQ matched those events: `count` is what
+    /// the relay returned for this filter alone. Otherwise part of them
+    /// may have come for a sibling filter, and `count` proves nothing of
+    /// the relay's cap.
+    pub alone: bool,
+    /// Kinds of those events (a few at most).
+    pub kinds: Vec<u16>,
 }
 
 /// A follow-up page waiting for a subscription slot: its filters and the
@@ -339,6 +420,9 @@ pub(crate) struct NextPage {
     pub page: u32,
     /// When the chain's first page was sent.
     pub started: Time,
+    /// Not a REQ: a saturated second to reconcile by NIP-77 (`filters`
+    /// is empty), which lists every id the relay holds in it.
+    pub reconcile: Option<Saturated>,
 }
 
 /// A filter of a follow-up page and what its previous page returned, so
@@ -353,6 +437,29 @@ pub(crate) struct PageFilter {
     pub prev_short: bool,
     /// The oldest event the previous page returned.
     pub prev_oldest: Option<Timestamp>,
+}
+
+impl PageFilter {
+    /// `filter`, following a page of `stats` (short of what it asked if
+    /// `short`) whose oldest event was at `oldest`.
+    fn after(filter: Filter, stats: &PageStats, short: bool, oldest: Option<Timestamp>) -> Self {
+        PageFilter {
+            filter,
+            prev: stats.own.count,
+            prev_short: short,
+            prev_oldest: oldest,
+        }
+    }
+
+    /// The first page of `filter`: no previous page to compare with.
+    pub(crate) fn first(filter: Filter) -> Self {
+        PageFilter {
+            filter,
+            prev: 0,
+            prev_short: false,
+            prev_oldest: None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -377,7 +484,7 @@ mod tests {
             Time::default(),
         );
         for (i, &t) in stamps.iter().enumerate() {
-            sub.count_stored(id(i), Timestamp::from_secs(t), &[0]);
+            sub.count_stored(id(i), Timestamp::from_secs(t), 1111, &[0]);
         }
         sub
     }
@@ -399,6 +506,7 @@ mod tests {
         let mut cap = ResultCap::default();
         let next = page(vec![filter()], &hundred(1_000))
             .next_page(500, &mut cap)
+            .next
             .expect("100 of 500 may be a cap of 100");
         let f = &next[0].filter;
         assert_eq!(f.until, Some(Timestamp::from_secs(901)));
@@ -411,19 +519,25 @@ mod tests {
         let mut cap = ResultCap::default();
         let next = page(vec![filter()], &hundred(1_000))
             .next_page(500, &mut cap)
+            .next
             .unwrap();
         let mut probe = page(vec![next[0].filter.clone()], &[901, 900]);
         probe.set_previous(&next);
         let more = probe
             .next_page(500, &mut cap)
+            .next
             .expect("a full probe goes on");
         assert_eq!(cap.proven(), Some(100), "the relay cuts at 100");
         assert_eq!(more[0].filter.limit, Some(500), "back to full pages");
         assert_eq!(more[0].filter.until, Some(Timestamp::from_secs(900)));
         // From now on a page of 100 continues without a probe, one of 99 ends.
-        let again = page(vec![filter()], &hundred(5_000)).next_page(500, &mut cap);
+        let again = page(vec![filter()], &hundred(5_000))
+            .next_page(500, &mut cap)
+            .next;
         assert_eq!(again.unwrap()[0].filter.limit, Some(500));
-        let short = page(vec![filter()], &hundred(5_000)[..99]).next_page(500, &mut cap);
+        let short = page(vec![filter()], &hundred(5_000)[..99])
+            .next_page(500, &mut cap)
+            .next;
         assert!(short.is_none());
     }
 
@@ -432,12 +546,15 @@ mod tests {
         let mut cap = ResultCap::default();
         let next = page(vec![filter()], &hundred(1_000))
             .next_page(500, &mut cap)
+            .next
             .unwrap();
         let mut probe = page(vec![next[0].filter.clone()], &[901]);
         probe.set_previous(&next);
-        assert!(probe.next_page(500, &mut cap).is_none());
+        assert!(probe.next_page(500, &mut cap).next.is_none());
         assert_eq!(cap.proven(), None);
-        let smaller = page(vec![filter()], &hundred(1_000)[..60]).next_page(500, &mut cap);
+        let smaller = page(vec![filter()], &hundred(1_000)[..60])
+            .next_page(500, &mut cap)
+            .next;
         assert!(smaller.is_none(), "below what the relay once returned");
     }
 
@@ -446,6 +563,7 @@ mod tests {
         let mut cap = ResultCap::default();
         let next = page(vec![filter()], &[700, 700, 700])
             .next_page(500, &mut cap)
+            .next
             .unwrap();
         assert_eq!(next[0].filter.until, Some(Timestamp::from_secs(699)));
         assert_eq!(next[0].filter.limit, Some(500));
@@ -455,12 +573,12 @@ mod tests {
     fn copies_of_one_event_count_once() {
         let mut sub = page(vec![filter().limit(5)], &[]);
         for _ in 0..10_000 {
-            sub.count_stored(id(7), Timestamp::from_secs(900), &[0]);
+            sub.count_stored(id(7), Timestamp::from_secs(900), 1111, &[0]);
         }
         let mut cap = ResultCap::default();
         cap.observe(5);
         assert!(
-            sub.next_page(5, &mut cap).is_none(),
+            sub.next_page(5, &mut cap).next.is_none(),
             "one event, not a full page"
         );
     }
@@ -470,7 +588,7 @@ mod tests {
         let mut cap = ResultCap::default();
         let flooded = page(vec![filter(), filter()], &[700; 2_000]);
         assert!(
-            flooded.next_page(500, &mut cap).is_none(),
+            flooded.next_page(500, &mut cap).next.is_none(),
             "2,000 events asked with limit 500: the relay ignores limit, nothing was cut"
         );
     }
@@ -479,6 +597,59 @@ mod tests {
     fn an_empty_page_or_a_kind_filter_with_nothing_ends() {
         let mut cap = ResultCap::default();
         let kinds = Filter::new().kind(Kind::from_u16(30617)).limit(500);
-        assert!(page(vec![kinds], &[]).next_page(500, &mut cap).is_none());
+        assert!(
+            page(vec![kinds], &[])
+                .next_page(500, &mut cap)
+                .next
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_page_stuck_in_one_second_is_saturated_and_paging_goes_below_it() {
+        let mut cap = ResultCap::default();
+        let stuck = filter().until(Timestamp::from_secs(700));
+        let end = page(vec![stuck], &[700; 100]).next_page(500, &mut cap);
+        let [sat] = end.saturated.as_slice() else {
+            panic!("one saturated second: {end:?}");
+        };
+        assert_eq!(sat.filter.since, Some(Timestamp::from_secs(700)));
+        assert_eq!(sat.filter.until, Some(Timestamp::from_secs(700)));
+        assert_eq!(sat.count, 100);
+        assert!(sat.alone);
+        assert_eq!(sat.kinds, vec![1111]);
+        let next = end.next.expect("and below it");
+        assert_eq!(next[0].filter.until, Some(Timestamp::from_secs(699)));
+    }
+
+    #[test]
+    fn a_full_page_stuck_in_one_second_first_asks_a_bigger_limit() {
+        let mut cap = ResultCap::default();
+        let stuck = filter().until(Timestamp::from_secs(700)).limit(100);
+        let end = page(vec![stuck], &[700; 100]).next_page(500, &mut cap);
+        assert!(end.saturated.is_empty(), "the relay may allow more");
+        assert_eq!(end.next.unwrap()[0].filter.limit, Some(200));
+    }
+
+    #[test]
+    fn a_first_page_as_large_as_a_cap_all_in_one_second_is_asked_alone() {
+        let mut cap = ResultCap::default();
+        let end = page(vec![filter()], &[700; 100]).next_page(500, &mut cap);
+        assert_eq!(
+            end.saturated.len(),
+            1,
+            "100 may be a cap cutting the second"
+        );
+        assert_eq!(
+            end.next.unwrap()[0].filter.until,
+            Some(Timestamp::from_secs(699))
+        );
+        let mut cap = ResultCap::default();
+        let few = page(vec![filter()], &[700; 3]).next_page(500, &mut cap);
+        assert!(
+            few.saturated.is_empty(),
+            "no relay caps at 3: the probe below decides"
+        );
+        assert!(few.next.is_some());
     }
 }

@@ -209,6 +209,23 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
             ("sink_listed", shell.sink_listed),
         ],
     );
+    counter_labeled(
+        &mut out,
+        "grasp_sync_unreachable_total",
+        "What a relay cannot be asked for: items with a value it refuses (value), seconds holding more events than it returns that no split or NIP-77 read whole (second; second_unverified where its cap is unknown, so the second may hold no more).",
+        "cause",
+        &[
+            ("value", s.items_unaskable),
+            ("second", s.seconds_unreachable),
+            ("second_unverified", s.seconds_unverified),
+        ],
+    );
+    counter(
+        &mut out,
+        "grasp_sync_seconds_split_total",
+        "Seconds holding more events for a filter than the relay returns, asked again in parts or by NIP-77.",
+        s.seconds_split,
+    );
     counter(
         &mut out,
         "grasp_sync_reads_throttled_total",

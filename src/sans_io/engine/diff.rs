@@ -153,7 +153,12 @@ impl Engine {
         }
         let mut repos = Vec::new();
         let mut roots = Vec::new();
+        let mut suspects = Vec::new();
         for item in std::mem::take(&mut state.queued) {
+            if !self.askable(relay, item) {
+                continue;
+            }
+            let state = &mut self.relays[relay.index()];
             let Some(slot) = state.items.get_mut(&item) else {
                 continue;
             };
@@ -161,21 +166,41 @@ impl Engine {
                 continue;
             }
             slot.state = ItemState::Pending(batch_id);
-            match item {
-                Item::Repo(_) => repos.push(item),
-                Item::Root(_) => roots.push(item),
+            match (state.suspects.get(&item), item) {
+                (Some(&size), _) => suspects.push((size, item)),
+                (None, Item::Repo(_)) => repos.push(item),
+                (None, Item::Root(_)) => roots.push(item),
             }
         }
-        if repos.is_empty() && roots.is_empty() {
+        if repos.is_empty() && roots.is_empty() && suspects.is_empty() {
             return;
         }
         self.batching.next_batch += 1;
+        let state = &mut self.relays[relay.index()];
         let mut chunks = 0;
+        let mut isolated: Vec<Item> = Vec::new();
         for part in [repos.as_slice(), roots.as_slice()] {
             for chunk in part.chunks(chunk_size) {
                 state.work.push_back(WorkRef {
                     batch: batch_id,
                     items: chunk.to_vec(),
+                });
+                chunks += 1;
+            }
+        }
+        // Suspects of a refused value, by the chunk size each may have
+        // (`bad_values`): repos and roots apart, each chunk asked alone.
+        suspects.sort_unstable_by_key(|&(size, item)| (size, matches!(item, Item::Root(_)), item));
+        for group in suspects.chunk_by(|a, b| {
+            (a.0, matches!(a.1, Item::Root(_))) == (b.0, matches!(b.1, Item::Root(_)))
+        }) {
+            let size = group[0].0.clamp(1, chunk_size);
+            for chunk in group.chunks(size) {
+                let items: Vec<Item> = chunk.iter().map(|&(_, i)| i).collect();
+                isolated.extend(&items);
+                state.work.push_back(WorkRef {
+                    batch: batch_id,
+                    items,
                 });
                 chunks += 1;
             }
@@ -186,6 +211,7 @@ impl Engine {
             roots.len()
         );
         repos.extend(roots);
+        repos.extend(isolated);
         state.batches.insert(
             batch_id,
             Batch {

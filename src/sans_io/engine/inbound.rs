@@ -132,7 +132,7 @@ impl Engine {
         s.heard = true;
         let matched: Vec<usize> = s.matching(&event).collect();
         if !s.eose {
-            s.count_stored(event.id, event.created_at, &matched);
+            s.count_stored(event.id, event.created_at, event.kind.as_u16(), &matched);
         }
         let scope = s.scope;
         let compacted_match = scope == Scope::Targets
@@ -348,7 +348,8 @@ impl Engine {
         let Some(s) = state.subs.get_mut(id) else {
             return;
         };
-        let next = s.next_page(limit, &mut state.result_cap);
+        let end = s.next_page(limit, &mut state.result_cap);
+        let next = end.next;
         let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
         let work = std::mem::take(&mut s.work);
         // A finished page is closed before its follow-up opens: the relay
@@ -357,6 +358,9 @@ impl Engine {
             self.close_subscription(relay, id);
         } else {
             s.compact();
+        }
+        for saturated in end.saturated {
+            self.split_saturated(relay, saturated, scope, &work, started, now);
         }
         match next {
             Some(filters) if page < max_pages => {
@@ -370,6 +374,7 @@ impl Engine {
                     work,
                     page: page + 1,
                     started,
+                    reconcile: None,
                 });
             }
             _ => {
@@ -379,6 +384,7 @@ impl Engine {
                         self.relay_url(relay)
                     );
                 }
+                self.clear_suspects(relay, &work);
                 for w in work {
                     self.complete_chunk(relay, w.batch);
                 }
@@ -430,7 +436,10 @@ impl Engine {
             let url = self.relay_url(relay);
             info!("{url}: refusing notice: {}{}", relay_text(text), dropped(n));
         }
-        if matches!(refusal, Refusal::TooManyValues | Refusal::TooManyKinds) {
+        if matches!(
+            refusal,
+            Refusal::TooManyValues | Refusal::TooManyKinds | Refusal::BadValue { .. }
+        ) {
             let state = self.relay(relay);
             state.value_notice = state.value_notice.or(Some(refusal));
             return;
@@ -532,6 +541,11 @@ impl Engine {
         }
         if refusal == Refusal::AuthRequired {
             self.on_auth_required(relay, now);
+        }
+        if let Refusal::BadValue { too_long } = refusal {
+            // Asked again at once, split: each round halves the suspects'
+            // chunks, so the offending item stands alone in a few rounds.
+            return self.isolate_bad_value(relay, &sub, too_long);
         }
         if refusal.is_limit() && !self.relays[relay.index()].limits.at_floor(refusal) {
             let hint = match refusal {

@@ -98,6 +98,7 @@ impl Engine {
             filters_per_req: info.max_filters,
             message_bytes: info.max_message_length,
             page_limit: info.max_limit,
+            value_bytes: info.max_value_bytes,
             ..StatedLimits::default()
         });
         info!(

@@ -45,6 +45,7 @@
 //! self-subscription's resume point, kept by `inbound` and `requests`).
 
 mod auth;
+mod bad_values;
 mod conduct;
 mod diff;
 mod inbound;
@@ -55,6 +56,7 @@ mod negentropy;
 mod relay;
 mod requests;
 mod resume;
+mod saturated;
 mod sub_table;
 
 pub use conduct::Offence;
@@ -235,6 +237,19 @@ pub struct Stats {
     /// The most negentropy jobs ever in flight at once, over all relays
     /// (bounded by `Config::neg_jobs_at_once`).
     pub neg_jobs_peak: u64,
+    /// Items (repos, roots) a relay cannot be asked for: it refuses one of
+    /// their values (strfry: a tag value over 255 bytes). Their events on
+    /// that relay are unreachable.
+    pub items_unaskable: u64,
+    /// Seconds of a relay's history that hold more events for one filter
+    /// than the relay returns, and that no split or NIP-77 could read
+    /// whole: some of their events are unreachable there.
+    pub seconds_unreachable: u64,
+    /// Saturated seconds that no split or NIP-77 could read whole, on a
+    /// relay whose cap is unknown: they may hold no more than was read.
+    pub seconds_unverified: u64,
+    /// Saturated seconds split into smaller queries or reconciled by NIP-77.
+    pub seconds_split: u64,
 }
 
 /// Why the engine could not start.
@@ -764,6 +779,7 @@ impl Engine {
             page_limit: self.config.page_limit.max(1),
             tag_values: self.config.chunk_size.max(1),
             kinds: usize::MAX,
+            value_bytes: usize::MAX,
         }
     }
 

@@ -37,7 +37,7 @@ use crate::sans_io::reconcile::{
     IDS_PER_FILTER, MAX_NEED, Reconciliation, Step, fetch_filters, means_unsupported,
 };
 use crate::sans_io::relay_text::{dropped, relay_text};
-use crate::sans_io::subscription::{NextPage, PageFilter, Scope, WorkRef};
+use crate::sans_io::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
 use crate::sans_io::time::Time;
 
 /// How many `neg_timeout`s a job may wait for the sink's listings.
@@ -108,6 +108,11 @@ pub(super) struct NegJob {
     started: Time,
     /// Last sign of progress (a list or a relay answer), for the timeout.
     progress: Time,
+    /// A saturated second reconciled against nothing held (`saturated`):
+    /// what the relay lists there is fetched. It has no REQ to fall back
+    /// to (REQ already read what it could), so a failure goes on to the
+    /// split by kind; and the chain that found it covers it live.
+    second: Option<(Saturated, Scope)>,
 }
 
 impl std::fmt::Debug for NegJob {
@@ -198,6 +203,7 @@ impl Engine {
             need: Vec::new(),
             started: now,
             progress: now,
+            second: None,
         };
         let state = self.relay(relay);
         let epoch = state.epoch;
@@ -206,7 +212,48 @@ impl Engine {
             now + self.config.neg_timeout,
             Timer::NegTimeout(relay, epoch, id),
         );
-        self.job_listed(relay, id);
+        self.job_listed(relay, id, now);
+    }
+
+    /// Starts a job over saturated second `sat` for the chain that found
+    /// it (its `work`, `scope` and start): nothing is listed, the relay
+    /// lists every id it holds in that second. It takes room like any job
+    /// but is not made to wait for its turn: it holds no listing, and the
+    /// chain's subscription slot it took is free again.
+    pub(super) fn start_second_job(
+        &mut self,
+        relay: RelayId,
+        sat: Saturated,
+        scope: Scope,
+        work: Vec<WorkRef>,
+        started: Time,
+        now: Time,
+    ) {
+        let id = self.next_sub;
+        self.next_sub += 1;
+        self.listings.turns.started(relay, id);
+        let mut filter = sat.filter.clone();
+        filter.limit = None;
+        let nothing: Held = Vec::new().into();
+        let job = NegJob {
+            work,
+            held: vec![(0, Some(nothing))],
+            filters: vec![filter],
+            current: 0,
+            session: None,
+            need: Vec::new(),
+            started,
+            progress: now,
+            second: Some((sat, scope)),
+        };
+        let state = self.relay(relay);
+        let epoch = state.epoch;
+        state.neg_jobs.insert(id, job);
+        self.arm_deadline(
+            now + self.config.neg_timeout,
+            Timer::NegTimeout(relay, epoch, id),
+        );
+        self.open_session(relay, id, now);
     }
 
     /// How long a job waits for the sink's listings: they wait in line at
@@ -229,7 +276,7 @@ impl Engine {
             info!("the sink cannot list what it holds; negentropy off");
             self.listings.sink_lists = false;
             for (relay, id, _) in self.listings.cache.unanswerable() {
-                self.requeue_job(relay, id, ToReq::Failed);
+                self.requeue_job(relay, id, ToReq::Failed, now);
             }
             return self.after_jobs_ended(now);
         };
@@ -242,7 +289,7 @@ impl Engine {
             if let Some((_, slot)) = job.held.get_mut(i) {
                 *slot = Some(listed.clone());
             }
-            self.job_listed(relay, id);
+            self.job_listed(relay, id, now);
         }
         drop(listed);
         self.after_jobs_ended(now);
@@ -251,7 +298,7 @@ impl Engine {
     /// Once every filter of the job is listed: to REQ if the sink holds
     /// nothing for any (negentropy would only add a round), else the first
     /// session. Schedules nothing itself: its callers flush.
-    fn job_listed(&mut self, relay: RelayId, id: u64) {
+    fn job_listed(&mut self, relay: RelayId, id: u64, now: Time) {
         let Some(job) = self.relays[relay.index()].neg_jobs.get(&id) else {
             return;
         };
@@ -266,15 +313,15 @@ impl Engine {
         {
             // Not a failure: counted apart from fallbacks.
             debug!("{}: nothing held locally; REQ", self.relay_url(relay));
-            return self.requeue_job(relay, id, ToReq::NothingHeld);
+            return self.requeue_job(relay, id, ToReq::NothingHeld, now);
         }
-        self.open_session(relay, id);
+        self.open_session(relay, id, now);
     }
 
     /// Sends `NEG-OPEN` for the job's current filter. The job keeps its
     /// share of the listing until it ends, so jobs of other relays asking
     /// the same filter meanwhile use it too.
-    fn open_session(&mut self, relay: RelayId, id: u64) {
+    fn open_session(&mut self, relay: RelayId, id: u64, now: Time) {
         let limit = self.relays[relay.index()].limits.message_bytes;
         let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
             return;
@@ -302,7 +349,7 @@ impl Engine {
             }
             Err(e) => {
                 debug!("{}: {e:?}; REQ", self.relay_url(relay));
-                self.requeue_job(relay, id, ToReq::Failed);
+                self.requeue_job(relay, id, ToReq::Failed, now);
             }
         }
     }
@@ -401,7 +448,7 @@ impl Engine {
             return self.job_to_req(relay, id, ToReq::Failed, now);
         }
         if job.current < job.filters.len() {
-            self.open_session(relay, id);
+            self.open_session(relay, id, now);
             return self.after_jobs_ended(now);
         }
         let Some(job) = self.end_job(relay, id) else {
@@ -432,7 +479,9 @@ impl Engine {
             self.relay_url(relay),
             job.need.len()
         );
-        self.relay(relay).mark_uncovered(job.started);
+        if job.second.is_none() {
+            self.relay(relay).mark_uncovered(job.started);
+        }
         let state = &self.relays[relay.index()];
         let max_ids = IDS_PER_FILTER.min(self.page_limit(relay)).max(1);
         let groups = fetch_filters(&job.need, max_ids, state.limits.message_bytes);
@@ -452,11 +501,12 @@ impl Engine {
         }
         for group in groups {
             state.next_pages.push_back(NextPage {
-                filters: vec![first_page(group.filter)],
+                filters: vec![PageFilter::first(group.filter)],
                 scope: Scope::Exact,
                 work: job.work.clone(),
                 page: 1,
                 started: job.started,
+                reconcile: None,
             });
         }
         self.dirty.push(relay);
@@ -466,13 +516,13 @@ impl Engine {
     /// Moves a job's chunks to the REQ path, for reason `why`, and lets
     /// waiting relays have its room.
     fn job_to_req(&mut self, relay: RelayId, id: u64, why: ToReq, now: Time) {
-        self.requeue_job(relay, id, why);
+        self.requeue_job(relay, id, why, now);
         self.after_jobs_ended(now);
     }
 
     /// Moves a job's chunks to the front of the relay's queue, marked for
     /// REQ; schedules nothing (the scheduler calls this).
-    fn requeue_job(&mut self, relay: RelayId, id: u64, why: ToReq) {
+    fn requeue_job(&mut self, relay: RelayId, id: u64, why: ToReq, now: Time) {
         let Some(job) = self.end_job(relay, id) else {
             return;
         };
@@ -486,6 +536,16 @@ impl Engine {
                     self.relay(relay).neg = NegSupport::Unsupported;
                 }
             }
+        }
+        if let Some((sat, scope)) = job.second {
+            // REQ already read what it could of that second: the parts
+            // by kind take over from this job's chain, which ends.
+            self.split_by_kind(relay, sat, scope, &job.work, job.started, now);
+            for w in &job.work {
+                self.complete_chunk(relay, w.batch);
+            }
+            self.dirty.push(relay);
+            return;
         }
         let state = self.relay(relay);
         state.neg_bypass.extend(job.work.iter().map(|w| w.batch));
@@ -603,15 +663,5 @@ impl Engine {
             ToReq::Failed
         };
         self.job_to_req(relay, id, why, now);
-    }
-}
-
-/// The first page of an `ids` fetch: no previous page to compare with.
-fn first_page(filter: Filter) -> PageFilter {
-    PageFilter {
-        filter,
-        prev: 0,
-        prev_short: false,
-        prev_oldest: None,
     }
 }

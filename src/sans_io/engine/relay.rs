@@ -84,10 +84,17 @@ pub(super) struct Limits {
     pub tag_values: usize,
     /// Kinds per filter the relay accepts.
     pub kinds: usize,
+    /// Bytes of one tag value the relay accepts in a filter (strfry: 255);
+    /// an item with a longer value cannot be asked there.
+    pub value_bytes: usize,
 }
 
 /// The smallest message limit a refusal may lower us to.
 pub(super) const MIN_MESSAGE_BYTES: usize = 4096;
+
+/// The shortest tag value limit a relay may teach us: a root id is 64 hex
+/// characters, and a limit below it would make every root unaskable.
+pub(super) const MIN_VALUE_BYTES: usize = 64;
 
 /// Limits a relay stated (its NIP-11 document, or a state file that
 /// remembers what it taught us); `None` where it said nothing.
@@ -99,6 +106,7 @@ pub(super) struct StatedLimits {
     pub page_limit: Option<usize>,
     pub tag_values: Option<usize>,
     pub kinds: Option<usize>,
+    pub value_bytes: Option<usize>,
 }
 
 impl Limits {
@@ -120,6 +128,7 @@ impl Limits {
         lower(&mut self.page_limit, stated.page_limit, 1);
         lower(&mut self.tag_values, stated.tag_values, 1);
         lower(&mut self.kinds, stated.kinds, 1);
+        lower(&mut self.value_bytes, stated.value_bytes, MIN_VALUE_BYTES);
     }
 
     /// True when the limit `refusal` names cannot be lowered any further.
@@ -191,6 +200,15 @@ pub(super) struct RelayState {
     /// subscription: the next subscription not heard from yet that the
     /// relay answers is the refused one (see `Engine::blame_value_notice`).
     pub value_notice: Option<Refusal>,
+    /// Items in a REQ the relay refused for one of its values (strfry's
+    /// `filter item too large`), each with the most items its chunk may
+    /// hold: halved at each refusal until the offending item stands alone.
+    /// A suspect's chunk travels in a REQ of its own. Cleared by an EOSE.
+    pub suspects: HashMap<Item, usize>,
+    /// Items the relay cannot be asked for: one of their values is refused
+    /// alone (or breaks `limits.value_bytes`). Kept out of every chunk and
+    /// live filter on this relay for the process's life.
+    pub unaskable: HashSet<Item>,
     /// Waiting for pending batches before consolidating.
     pub consolidating: bool,
     /// Historic work paused (after a refusal) until this time.
@@ -237,6 +255,8 @@ impl RelayState {
             uncovered_since: None,
             layer1_unread: false,
             value_notice: None,
+            suspects: HashMap::new(),
+            unaskable: HashSet::new(),
             consolidating: false,
             paused_until: None,
             epoch: 0,
@@ -339,6 +359,7 @@ mod tests {
             page_limit: 500,
             tag_values: 100,
             kinds: 100,
+            value_bytes: 1024,
         };
         let mut state = RelayState::new(Role::Remote { bootstrap: false }, limits);
         for id in 0..64 {

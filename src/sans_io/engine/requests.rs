@@ -102,9 +102,13 @@ impl Engine {
             {
                 return;
             }
-            let Some(next) = self.relay(relay).next_pages.pop_front() else {
+            let Some(mut next) = self.relay(relay).next_pages.pop_front() else {
                 return;
             };
+            if let Some(sat) = next.reconcile.take() {
+                self.start_second_job(relay, sat, next.scope, next.work, next.started, now);
+                continue;
+            }
             let encoded = next.filters.iter().map(|p| Encoded::new(p.filter.clone()));
             let id = self.open_subscription(
                 relay,
@@ -167,6 +171,11 @@ impl Engine {
             let Some(work) = state.work.get(chunks.len()) else {
                 break;
             };
+            // A chunk suspected of a refused value goes alone: strfry
+            // refuses a whole REQ for one value.
+            if !chunks.is_empty() && self.is_suspect_chunk(relay, work) {
+                break;
+            }
             let more = match built.take() {
                 Some(b) if b.limit == limit && b.work == *work => b.filters,
                 _ => chunk_filters_encoded(&self.index, &work.items, None, limit),
@@ -186,6 +195,9 @@ impl Engine {
             bytes += more_bytes;
             filters.extend(more);
             chunks.push(work.clone());
+            if self.is_suspect_chunk(relay, &chunks[0]) {
+                break;
+            }
         }
         let state = self.relay(relay);
         state.work.drain(..chunks.len());

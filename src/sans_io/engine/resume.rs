@@ -344,6 +344,7 @@ impl Engine {
             page_limit: size(l.page_limit),
             tag_values: size(l.tag_values),
             kinds: size(l.kinds),
+            value_bytes: None,
         });
         let page = limits.page_limit;
         let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX).clamp(1, page);

@@ -74,6 +74,10 @@ pub struct FakeRelay {
     pub filter_cap: usize,
     /// Filters refused for too many values (eventstore's SQL backends).
     pub value_caps: Option<ValueCaps>,
+    /// Longest tag value a filter may carry, as strfry (255 bytes): a REQ
+    /// with a longer one is refused whole, `CLOSED "ERROR: bad req: error
+    /// parsing #a: filter item too large"`.
+    pub value_bytes: Option<usize>,
     /// Refusals by `value_caps`: one per REQ refused with `CLOSED`, one
     /// per filter refused with a `NOTICE`.
     pub value_refusals: usize,
@@ -153,6 +157,7 @@ impl FakeRelay {
             cap: usize::MAX,
             filter_cap: usize::MAX,
             value_caps: None,
+            value_bytes: None,
             value_refusals: 0,
             max_subs: None,
             subs: HashMap::new(),
@@ -379,6 +384,12 @@ impl FakeRelay {
         if tagged && self.authed && self.restricted_after_auth {
             return closed("restricted: members only");
         }
+        if let Some(letter) = self.value_bytes.and_then(|max| long_value(&filters, max)) {
+            self.value_refusals += 1;
+            return closed(&format!(
+                "ERROR: bad req: error parsing #{letter}: filter item too large"
+            ));
+        }
         // Not `pop_front_if`: it needs Rust 1.93, above the crate's rust-version.
         if let Some(reason) = tagged.then(|| self.close_next.pop_front()).flatten() {
             return closed(&reason);
@@ -479,6 +490,16 @@ impl FakeRelay {
     pub fn has(&self, id: &EventId) -> bool {
         self.events.iter().any(|e| e.id == *id)
     }
+}
+
+/// The tag letter of the first value over `max` bytes in `filters`.
+fn long_value(filters: &[Filter], max: usize) -> Option<char> {
+    filters.iter().find_map(|f| {
+        f.generic_tags
+            .iter()
+            .find(|(_, values)| values.iter().any(|v| v.len() > max))
+            .map(|(tag, _)| tag.as_char())
+    })
 }
 
 /// Negentropy's variable-length integer: base 128, most significant

@@ -1,0 +1,146 @@
+//! Refusals of one value: finding the item that carries it and asking
+//! everything else.
+//!
+//! strfry refuses a whole REQ when any tag value in it is over 255 bytes
+//! (`bad req: error parsing #a: filter item too large`). A repo whose `d`
+//! tag is long enough gives such a coordinate, and anyone can publish one:
+//! read as "message too large", the refusal halved the message size (which
+//! never helps) and the same 100-repo chunk was asked again every minute,
+//! so none of the repos packed with it synced.
+//!
+//! Instead, the items of a REQ refused for a value become suspects: their
+//! chunks are asked alone (one REQ each), at half the size at each new
+//! refusal, so the offending item stands alone after a few rounds while
+//! the others sync. An item refused alone cannot be asked on that relay
+//! at all: it is kept out of every later chunk and live filter there, and
+//! said once in the log and in `Stats::items_unaskable`. A refusal that
+//! says the value was too long also teaches the relay's value length
+//! limit, so other items with values as long are never sent.
+
+use log::{debug, warn};
+
+use super::Engine;
+use super::relay::{ItemState, MIN_VALUE_BYTES};
+use crate::sans_io::index::{Item, RelayId};
+use crate::sans_io::relay_text::relay_text;
+use crate::sans_io::subscription::{Subscription, WorkRef};
+
+impl Engine {
+    /// `sub` was refused for one of its values: its items (its chunks', or
+    /// what a live subscription covered) are isolated further. Its
+    /// batches were failed already, so the items are back in the diff.
+    pub(super) fn isolate_bad_value(&mut self, relay: RelayId, sub: &Subscription, too_long: bool) {
+        let mut items: Vec<Item> = sub
+            .work
+            .iter()
+            .flat_map(|w| w.items.iter())
+            .copied()
+            .collect();
+        if items.is_empty() {
+            items = sub.covers.iter().flatten().copied().collect();
+            self.demote_confirmed(relay, &items);
+        }
+        items.sort_unstable();
+        items.dedup();
+        match items.as_slice() {
+            [] => debug!(
+                "{}: a value refused in a REQ of no items",
+                self.relay_url(relay)
+            ),
+            [item] => self.mark_unaskable(relay, *item, too_long),
+            _ => {
+                let size = items.len().div_ceil(2);
+                let state = self.relay(relay);
+                for item in items {
+                    let at = state.suspects.entry(item).or_insert(size);
+                    *at = (*at).min(size);
+                }
+                debug!("{}: isolating a refused value", self.relay_url(relay));
+            }
+        }
+        self.dirty.push(relay);
+    }
+
+    /// Confirmed items of a refused live subscription go back to history,
+    /// where they are isolated like any refused chunk.
+    fn demote_confirmed(&mut self, relay: RelayId, items: &[Item]) {
+        let state = self.relay(relay);
+        for item in items {
+            if let Some(slot) = state.items.get_mut(item)
+                && slot.state == ItemState::Confirmed
+            {
+                slot.state = ItemState::Queued;
+                state.queued.push(*item);
+            }
+        }
+    }
+
+    /// `item` cannot be asked on `relay`: one line, one count, and, for a
+    /// length refusal, the relay's value limit lowered below its value.
+    fn mark_unaskable(&mut self, relay: RelayId, item: Item, too_long: bool) {
+        let longest = self.longest_value(item);
+        let state = self.relay(relay);
+        state.suspects.remove(&item);
+        if !state.unaskable.insert(item) {
+            return;
+        }
+        if too_long && longest > MIN_VALUE_BYTES {
+            state.limits.value_bytes = state.limits.value_bytes.min(longest - 1);
+        }
+        self.stats.items_unaskable += 1;
+        warn!(
+            "{}: refuses to be asked for {} (a value of {longest} bytes); its events there are unreachable",
+            self.relay_url(relay),
+            self.item_name(item)
+        );
+    }
+
+    /// True when `item` may be asked on `relay`; an item whose values
+    /// break the relay's known value limit is marked unaskable here,
+    /// before any REQ carries it.
+    pub(super) fn askable(&mut self, relay: RelayId, item: Item) -> bool {
+        let state = &self.relays[relay.index()];
+        if state.unaskable.contains(&item) {
+            return false;
+        }
+        if self.longest_value(item) > state.limits.value_bytes {
+            self.mark_unaskable(relay, item, false);
+            return false;
+        }
+        true
+    }
+
+    /// A chunk whose items are suspects: it travels in a REQ of its own.
+    pub(super) fn is_suspect_chunk(&self, relay: RelayId, work: &WorkRef) -> bool {
+        let suspects = &self.relays[relay.index()].suspects;
+        !suspects.is_empty() && work.items.iter().any(|i| suspects.contains_key(i))
+    }
+
+    /// The chunks of `work` were answered to EOSE: their items are cleared.
+    pub(super) fn clear_suspects(&mut self, relay: RelayId, work: &[WorkRef]) {
+        let suspects = &mut self.relay(relay).suspects;
+        if suspects.is_empty() {
+            return;
+        }
+        for item in work.iter().flat_map(|w| w.items.iter()) {
+            suspects.remove(item);
+        }
+    }
+
+    /// The longest tag value a filter for `item` carries: a repo's
+    /// coordinate (its `d` identifier is shorter), a root's 64-hex id.
+    fn longest_value(&self, item: Item) -> usize {
+        match item {
+            Item::Repo(repo) => self.index.repo_coord(repo).len(),
+            Item::Root(_) => 64,
+        }
+    }
+
+    /// How the log names an item.
+    fn item_name(&self, item: Item) -> String {
+        match item {
+            Item::Repo(repo) => format!("repo {}", relay_text(self.index.repo_coord(repo))),
+            Item::Root(root) => format!("root {}", self.index.root_event(root)),
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Seconds that hold more matching events than a relay returns.
+//!
+//! Relays clamp `limit` (strfry to 500, khatru over eventstore to 100) and
+//! page by `until`, which is a second: when one second holds more events
+//! for a filter than the cap, every page from that second returns the same
+//! events, and paging can only step past it. Replies imported in bulk,
+//! bridged or backdated share seconds that way: 150 replies in one second
+//! behind a cap of 100 lost 50.
+//!
+//! Such a second ([`Saturated`]) is asked again in parts, each its own
+//! chain that completes the same chunks: first the filter's values in
+//! halves (a tag's values are alternatives, so the halves together match
+//! what it matched), down to one value; then, with one value left, NIP-77
+//! over that second where the relay may speak it (an empty local set: the
+//! relay lists every id it holds there, fetched by `ids`); then the kinds
+//! the page showed, one each. A part returning fewer events than the
+//! saturated page holds all there is (the relay returns at least that many
+//! for one filter). What still fills the cap with one value and one kind,
+//! on a relay without NIP-77, cannot be read: it is counted
+//! (`Stats::seconds_unreachable`) and logged with relay, filter and second.
+
+use std::collections::BTreeSet;
+
+use log::{info, warn};
+use nostr::prelude::{Filter, Kind};
+
+use super::Engine;
+use crate::sans_io::index::RelayId;
+use crate::sans_io::relay_text::{dropped, relay_text};
+use crate::sans_io::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
+use crate::sans_io::time::Time;
+
+impl Engine {
+    /// Asks saturated second `sat` again in parts, each a chain of its own
+    /// that completes `work` too.
+    pub(super) fn split_saturated(
+        &mut self,
+        relay: RelayId,
+        sat: Saturated,
+        scope: Scope,
+        work: &[WorkRef],
+        started: Time,
+        now: Time,
+    ) {
+        if !sat.alone {
+            // Its count may include events sent for a sibling filter: the
+            // second asked on its own tells what the relay returns for it.
+            let alone = vec![sat.filter.clone()];
+            return self.ask_parts(relay, &sat, alone, scope, work, started);
+        }
+        if let Some(parts) = value_halves(&sat.filter) {
+            return self.ask_parts(relay, &sat, parts, scope, work, started);
+        }
+        let tagged = !sat.filter.generic_tags.is_empty();
+        if scope != Scope::Own && tagged && self.negentropy_usable(relay) {
+            self.stats.seconds_split += 1;
+            self.add_chains(relay, work, 1);
+            self.relay(relay).next_pages.push_back(NextPage {
+                filters: Vec::new(),
+                scope,
+                work: work.to_vec(),
+                page: 1,
+                started,
+                reconcile: Some(sat),
+            });
+            return;
+        }
+        self.split_by_kind(relay, sat, scope, work, started, now);
+    }
+
+    /// The last resort for saturated second `sat` (one value, and NIP-77
+    /// not spoken or failed): one part per kind the page showed, or, if
+    /// it showed one kind only, unreachable.
+    pub(super) fn split_by_kind(
+        &mut self,
+        relay: RelayId,
+        sat: Saturated,
+        scope: Scope,
+        work: &[WorkRef],
+        started: Time,
+        now: Time,
+    ) {
+        let asked = sat.filter.kinds.as_ref().map_or(usize::MAX, BTreeSet::len);
+        if sat.kinds.len() > 1 && asked > 1 {
+            let parts = sat
+                .kinds
+                .iter()
+                .map(|&k| sat.filter.clone().kind(Kind::from_u16(k)))
+                .collect();
+            return self.ask_parts(relay, &sat, parts, scope, work, started);
+        }
+        self.unreachable_second(relay, &sat, now);
+    }
+
+    /// One chain per part of a saturated second.
+    fn ask_parts(
+        &mut self,
+        relay: RelayId,
+        sat: &Saturated,
+        parts: Vec<Filter>,
+        scope: Scope,
+        work: &[WorkRef],
+        started: Time,
+    ) {
+        self.stats.seconds_split += 1;
+        info!(
+            "{}: {} events in one second fill its cap; asking it in {} parts",
+            self.relay_url(relay),
+            sat.count,
+            parts.len()
+        );
+        self.add_chains(relay, work, parts.len() as u32);
+        for filter in parts {
+            self.relay(relay).next_pages.push_back(NextPage {
+                filters: vec![PageFilter::first(filter)],
+                scope,
+                work: work.to_vec(),
+                page: 1,
+                started,
+                reconcile: None,
+            });
+        }
+    }
+
+    /// `n` more chains complete each chunk of `work`: its batch waits for
+    /// them all.
+    fn add_chains(&mut self, relay: RelayId, work: &[WorkRef], n: u32) {
+        let batches = &mut self.relay(relay).batches;
+        for w in work {
+            if let Some(b) = batches.get_mut(&w.batch) {
+                b.chunks_left += n;
+            }
+        }
+    }
+
+    /// Says that saturated second `sat` cannot be read whole. Where the
+    /// relay showed it cuts at this size (a proven cap, or our page limit
+    /// filled), events are surely left there; otherwise the relay may
+    /// simply hold no more (its cap is unknown on this connection), which
+    /// is said apart so that an alert on the first means a loss.
+    pub(super) fn unreachable_second(&mut self, relay: RelayId, sat: &Saturated, now: Time) {
+        let state = &self.relays[relay.index()];
+        let cut = sat.count >= state.limits.page_limit
+            || state.result_cap.proven().is_some_and(|c| sat.count >= c);
+        if cut {
+            self.stats.seconds_unreachable += 1;
+        } else {
+            self.stats.seconds_unverified += 1;
+        }
+        let Some(n) = self.log_budget.admit(relay.index(), now) else {
+            return;
+        };
+        let (url, second) = (
+            self.relay_url(relay),
+            sat.filter.until.map_or(0, |t| t.as_secs()),
+        );
+        let filter = sat.filter.as_json();
+        let (count, filter) = (sat.count, relay_text(&filter));
+        if cut {
+            warn!(
+                "{url}: second {second} holds more events for {filter} than the {count} it returns; the rest are unreachable there (no NIP-77){}",
+                dropped(n)
+            );
+        } else {
+            info!(
+                "{url}: cannot tell whether second {second} holds more events for {filter} than the {count} it returned (cap unknown, no NIP-77){}",
+                dropped(n)
+            );
+        }
+    }
+}
+
+/// The filter with its `ids`, or else its widest tag's values, in two
+/// halves, if it has more than one there (an `ids` fetch of a negentropy
+/// job can hold more ids of one second than the relay's cap).
+fn value_halves(filter: &Filter) -> Option<Vec<Filter>> {
+    if let Some(ids) = filter.ids.as_ref().filter(|ids| ids.len() > 1) {
+        let half = ids.len().div_ceil(2);
+        let part = |ids: Vec<_>| Filter {
+            ids: Some(ids.into_iter().collect()),
+            ..filter.clone()
+        };
+        let low: Vec<_> = ids.iter().take(half).copied().collect();
+        let high: Vec<_> = ids.iter().skip(half).copied().collect();
+        return Some(vec![part(low), part(high)]);
+    }
+    let (tag, values) = filter
+        .generic_tags
+        .iter()
+        .max_by_key(|(_, values)| values.len())
+        .filter(|(_, values)| values.len() > 1)?;
+    let half = values.len().div_ceil(2);
+    let (low, high): (Vec<_>, Vec<_>) = values.iter().enumerate().partition(|(i, _)| *i < half);
+    let part = |values: Vec<(usize, &String)>| {
+        let mut f = filter.clone();
+        f.generic_tags
+            .insert(*tag, values.into_iter().map(|(_, v)| v.clone()).collect());
+        f
+    };
+    Some(vec![part(low), part(high)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{EventId, SingleLetterTag};
+
+    #[test]
+    fn halves_match_what_the_filter_matched() {
+        let e = SingleLetterTag::LOWERCASE_E;
+        let values: Vec<String> = (0..5).map(|i| format!("{i:064x}")).collect();
+        let filter = Filter::new().custom_tags(e, values.clone());
+        let halves = value_halves(&filter).expect("five values split");
+        let got: Vec<Vec<String>> = halves
+            .iter()
+            .map(|f| f.generic_tags[&e].iter().cloned().collect())
+            .collect();
+        assert_eq!(got, vec![values[..3].to_vec(), values[3..].to_vec()]);
+        let one = Filter::new().custom_tags(e, values[..1].to_vec());
+        assert!(value_halves(&one).is_none(), "one value does not split");
+        assert!(value_halves(&Filter::new()).is_none());
+        let ids: Vec<EventId> = (0..3u8)
+            .map(|i| EventId::from_byte_array([i; 32]))
+            .collect();
+        let halves = value_halves(&Filter::new().ids(ids.clone())).expect("ids split");
+        let got: Vec<usize> = halves
+            .iter()
+            .map(|f| f.ids.as_ref().map_or(0, |i| i.len()))
+            .collect();
+        assert_eq!(got, vec![2, 1]);
+    }
+}
