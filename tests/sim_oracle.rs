@@ -216,6 +216,8 @@ struct World {
     anchors: Vec<usize>,
     counter: u64,
     desc: String,
+    /// The engine may use NIP-77.
+    negentropy: bool,
 }
 
 const OWN_SLOT: usize = usize::MAX;
@@ -259,6 +261,7 @@ impl World {
             "world {seed}: own {} threshold {} chunk {} negentropy {}",
             cfg.own_relay, cfg.consolidation_threshold, cfg.chunk_size, cfg.negentropy
         );
+        let negentropy = cfg.negentropy;
         let mut sim = Sim::new(cfg);
         sim.trace = std::env::var("ORACLE_TRACE").ok();
         let own = sim.own.clone();
@@ -279,6 +282,7 @@ impl World {
             anchors: Vec::new(),
             counter: 0,
             desc,
+            negentropy,
         };
         w.setup_relays();
         w
@@ -301,6 +305,16 @@ impl World {
         let own_cap = *[usize::MAX, usize::MAX, 500, 100, 50]
             .choose(&mut self.rng)
             .unwrap();
+        // An own relay that refuses a listing now and then (LocalRelay
+        // under load): the shell tells the engine nothing.
+        if self.rng.gen_bool(0.3) {
+            let n = self.rng.gen_range(2..=6);
+            self.sim.listing = sim_listing_flaky(n);
+            let _ = writeln!(
+                self.desc,
+                "  own relay: leaves every {n}th listing unanswered"
+            );
+        }
         let own = self.own.clone();
         self.sim.relay(&own).filter_cap = own_cap;
         let _ = writeln!(
@@ -345,7 +359,10 @@ impl World {
                     Duration::from_millis(self.rng.gen_range(0..=200)),
                 )
             });
+            // strfry refuses a whole REQ over a tag value of 256 bytes or more.
+            let strfry = self.rng.gen_bool(0.2);
             let relay = self.sim.add_relay(url);
+            relay.value_bytes = strfry.then_some(255);
             if let Some((per_message, reply, query)) = timing {
                 relay.per_message = per_message;
                 relay.reply_delay = reply;
@@ -358,7 +375,8 @@ impl World {
             relay.negentropy = neg;
             let _ = writeln!(
                 self.desc,
-                "  {url}: cap {cap}{}{}{} neg {neg:?}{}",
+                "  {url}: cap {cap}{}{}{}{} neg {neg:?}{}",
+                if strfry { " strfry-values" } else { "" },
                 info.map_or(String::new(), |i| format!(" nip11 {i:?}")),
                 if value_caps.is_some() {
                     " eventstore-value-caps"
@@ -522,6 +540,14 @@ impl World {
         let own_count = self.rng.gen_range(2..=4);
         for i in 0..own_count {
             let repo = self.new_repo(Role::Own, OWNERS + 1 + i as u8, format!("own{i}"));
+            let relays = self.random_relays(1, 3);
+            self.announce_own(repo, relays, Place::Seed);
+        }
+        // A repo whose `d` tag makes its coordinate longer than strfry
+        // takes: its events cannot be asked for on strfry-like relays.
+        if self.rng.gen_bool(0.3) {
+            let d = format!("long-{}", "d".repeat(200));
+            let repo = self.new_repo(Role::Own, OWNERS + 5, d);
             let relays = self.random_relays(1, 3);
             self.announce_own(repo, relays, Place::Seed);
         }
@@ -890,7 +916,9 @@ impl World {
                 self.note(format!("new root for repo {}", self.repos[repo].d));
                 self.new_root(repo, self.now() - back, Place::Publish);
             }
-            72..=75 => self.burst(),
+            72..=73 => self.burst(),
+            74 => self.same_second_burst(),
+            75 => self.change_cap(),
             76..=78 => {
                 let r = self.rng.gen_range(0..REMOTES.len());
                 let reason = *[
@@ -1035,6 +1063,56 @@ impl World {
                 ),
             );
             self.put(r, &ev, Place::Publish);
+        }
+    }
+
+    /// More events for one target in one second than a relay returns per
+    /// filter, on a relay that speaks NIP-77 (elsewhere they are
+    /// unreachable, and said so: `sim_no_loss` checks that).
+    fn same_second_burst(&mut self) {
+        let target = self.random_target();
+        let home = self.home(target);
+        let Some(&r) = home.choose(&mut self.rng) else {
+            return;
+        };
+        let relay = &self.sim.relays[REMOTES[r]];
+        let cap = relay.filter_cap;
+        if cap > 500 || relay.negentropy != NegMode::Supported || !self.negentropy {
+            return;
+        }
+        let n = (cap as f64 * self.rng.gen_range(1.1..2.0)) as u64;
+        let name = self.target_name(target);
+        let at = self.now() - self.rng.gen_range(10_000..500_000);
+        self.note(format!(
+            "{n} events in second t{:+} for {name} on {}",
+            at as i64 - T0 as i64,
+            REMOTES[r]
+        ));
+        for _ in 0..n {
+            let ev = self.event_for(target, at);
+            self.origin
+                .insert(ev.id, format!("same-second burst on {}", REMOTES[r]));
+            self.put(r, &ev, Place::Publish);
+        }
+    }
+
+    /// A relay moves to a store with another cap (strfry to khatru, a
+    /// config change) and restarts: what it showed before is a hint only.
+    fn change_cap(&mut self) {
+        let r = self.rng.gen_range(0..REMOTES.len());
+        let url = REMOTES[r];
+        let cap = *CAPS.choose(&mut self.rng).unwrap();
+        self.note(format!("{url} moves to a store capping at {cap}"));
+        let relay = self.sim.relay(url);
+        relay.filter_cap = cap;
+        if let Some(info) = relay.info.as_mut()
+            && info.max_limit.is_some()
+        {
+            info.max_limit = Some(cap);
+        }
+        if relay.online {
+            self.sim.stop_relay(url);
+            self.restarts.push((self.now() + 5, r));
         }
     }
 
@@ -1200,7 +1278,14 @@ impl World {
             .enumerate()
             .map(|(i, r)| (r.id.to_hex(), i))
             .collect();
-        let on = |repo: usize, r: usize| synced.get(&repo).is_some_and(|o| o.relays.contains(&r));
+        // A repo whose coordinate a strfry-like relay refuses cannot be
+        // asked for there: nothing of it is expected from that relay.
+        let askable = |repo: usize, r: usize| {
+            self.repos[repo].coord.len() <= 255 || self.sim.relays[REMOTES[r]].value_bytes.is_none()
+        };
+        let on = |repo: usize, r: usize| {
+            synced.get(&repo).is_some_and(|o| o.relays.contains(&r)) && askable(repo, r)
+        };
         // Roots the engine must know: on the own relay, in the sink, or on
         // a relay of a repo of ours they name (Layer 2 brings them).
         let known: Vec<bool> = self
@@ -1237,10 +1322,9 @@ impl World {
                 }
                 if e.kind.as_u16() == 30618 {
                     let d = e.tags.identifier().unwrap_or_default();
-                    if let Some((&y, _)) = synced
-                        .iter()
-                        .find(|(y, o)| self.repos[**y].d == d && o.relays.contains(&r))
-                    {
+                    if let Some((&y, _)) = synced.iter().find(|(y, o)| {
+                        self.repos[**y].d == d && o.relays.contains(&r) && askable(**y, r)
+                    }) {
                         why = Some(format!("state of repo {}", self.repos[y].d));
                     }
                 }
@@ -1494,6 +1578,12 @@ impl World {
 }
 
 /// `ev` signed again with another `created_at`.
+/// The sim's own-relay listing mode that leaves every `n`th request
+/// unanswered (the oracle's own `Listing` enum is about announcements).
+fn sim_listing_flaky(n: usize) -> grasp_sync::testing::sim::Listing {
+    grasp_sync::testing::sim::Listing::Flaky(n)
+}
+
 fn resign_at(k: &Keys, ev: &Event, created_at: u64) -> Event {
     sign(
         k,

@@ -136,6 +136,11 @@ impl ResultCap {
         }
     }
 
+    /// The most events one filter got in one page on this connection.
+    pub(crate) fn floor(&self) -> usize {
+        self.floor
+    }
+
     /// The cap proven on this connection, if any.
     pub(crate) fn proven(&self) -> Option<usize> {
         self.proven

@@ -284,13 +284,13 @@ impl Subscription {
     /// with a fresh full page would otherwise be paged one second at a
     /// time, back to 1970). The chain ends.
     pub(crate) fn next_page(&self, limit: usize, cap: &mut ResultCap) -> PageEnd {
+        let mut end = PageEnd::default();
         for s in &self.stats {
             let older = matches!((s.all.oldest, s.prev_oldest), (Some(o), Some(p)) if o < p);
             if older && s.prev_short {
                 cap.learn_cut(s.prev);
             }
         }
-        let mut end = PageEnd::default();
         // More than asked: by one filter's own events, or by the REQ as a
         // whole beyond what all its filters' limits allow.
         let asked_of = |f: &Filter| f.limit.unwrap_or(limit);
@@ -313,9 +313,27 @@ impl Subscription {
             let probe =
                 count < asked && cap.proven().is_none_or(|c| count < c) && !cap.hinted_cut(count);
             cap.observe(s.own.count);
-            // An `ids` filter that got every id it asked is complete.
-            let ids_done = f.ids.as_ref().is_some_and(|ids| count >= ids.len());
-            if ids_done || !(cut || capped) {
+            // An `ids` filter knows what it lacks: the ids that did not
+            // come, asked again until a page brings none of them (the
+            // relay does not hold those). Paging by `until` instead left
+            // ids of one crowded second behind a cap below the fetch.
+            if let Some(ids) = &f.ids {
+                let rest: Vec<EventId> = ids
+                    .iter()
+                    .filter(|id| !self.counted.contains(id))
+                    .copied()
+                    .collect();
+                if !rest.is_empty() && rest.len() < ids.len() {
+                    let limit = rest.len();
+                    let filter = Filter {
+                        ids: Some(rest.into_iter().collect()),
+                        ..f.clone()
+                    };
+                    next.push(PageFilter::first(filter.limit(limit)));
+                }
+                continue;
+            }
+            if !(cut || capped) {
                 continue;
             }
             let edge = if s.own.count > 0 { s.own } else { s.all };
@@ -333,11 +351,17 @@ impl Subscription {
                     // cap can be, the second is asked on its own too: it
                     // may hold more than the relay returned.
                     (true, true) => {
-                        if cap.may_saturate(count) {
-                            end.saturated.push(saturated(f, s, oldest, limit));
-                        }
+                        let second = saturated(f, s, oldest, limit);
                         let back = Timestamp::from_secs(oldest.as_secs().saturating_sub(1));
-                        f.clone().until(back).limit(limit)
+                        let filter = f.clone().until(back).limit(limit);
+                        let below = PageFilter::after(filter, s, short, Some(oldest));
+                        if cap.may_saturate(count) {
+                            end.saturated.push(second);
+                        } else {
+                            end.unsure.push(second);
+                        }
+                        next.push(below);
+                        continue;
                     }
                     (true, false) => f.clone().until(oldest).limit(edge.at_oldest + 1),
                     (false, _) => f.clone().until(oldest).limit(limit),
@@ -352,7 +376,17 @@ impl Subscription {
                 next.push(PageFilter::after(filter, s, false, Some(oldest)));
                 continue;
             }
-            end.saturated.push(saturated(f, s, oldest, limit));
+            // As many as the relay may cap at: it may hold more there. A
+            // probe's few events at its second are all it has there; a
+            // part of a saturated second (`since` = `until`) was asked
+            // because it may hold more, and only its count says.
+            let part = f.since == Some(oldest);
+            // The second asked again with a bigger limit after a full page:
+            // less than asked now may be the relay's cap, not the second's end.
+            let reasked = s.prev_oldest == Some(oldest) && !s.prev_short;
+            if count >= asked || part || reasked || cap.may_saturate(count) {
+                end.saturated.push(saturated(f, s, oldest, limit));
+            }
             // Below the second, unless the filter asked only that second.
             if let Some(back) = oldest.as_secs().checked_sub(1)
                 && f.since.is_none_or(|since| since.as_secs() <= back)
@@ -384,6 +418,11 @@ pub(crate) struct PageEnd {
     /// Seconds that hold more matching events than the relay returns for
     /// one filter: paging with `until` cannot get past them.
     pub saturated: Vec<Saturated>,
+    /// Seconds that may be saturated, if the relay caps as low as their
+    /// count: a short page all in one second, smaller than any cap known
+    /// ([`ResultCap::may_saturate`]). Later pages on the connection tell
+    /// (`saturated::recheck_unsure`).
+    pub unsure: Vec<Saturated>,
 }
 
 /// One filter's second that filled the relay's cap: more events may share

@@ -336,7 +336,6 @@ impl Engine {
         }
         s.eose = true;
         s.heard = true;
-        s.end_stored();
         state.health.record_success();
         if s.scope == Scope::Own {
             // Everything before now is read: a re-subscription after a
@@ -349,6 +348,7 @@ impl Engine {
             return;
         };
         let end = s.next_page(limit, &mut state.result_cap);
+        s.end_stored();
         let next = end.next;
         let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
         let work = std::mem::take(&mut s.work);
@@ -390,6 +390,9 @@ impl Engine {
                 }
             }
         }
+        // After the chunks completed: whether history is read decides.
+        self.note_unsure(relay, end.unsure, scope);
+        self.recheck_unsure(relay, now);
         self.dirty.push(relay);
         self.maybe_consolidate(relay, now);
     }
@@ -425,7 +428,7 @@ impl Engine {
     /// the NOTICE is held until the relay answers a REQ not heard from
     /// yet: that one is the refused one ([`Self::blame_value_notice`]).
     fn on_notice(&mut self, relay: RelayId, text: &str, now: Time) {
-        if self.neg_notice(relay, text, now) {
+        if self.neg_limit_notice(relay, text, now) || self.neg_notice(relay, text, now) {
             return;
         }
         let Some(refusal) = Refusal::of_notice(text) else {
@@ -587,7 +590,10 @@ impl Engine {
         let limits = &mut state.limits;
         match refusal {
             Refusal::TooManySubscriptions => {
-                let open = state.subs.len();
+                // What was open of the refused kind; jobs count with REQs
+                // in our budget, so they count here too (else the limit
+                // fell to the REQs alone, 1 beside nine jobs, for good).
+                let open = state.subs.len() + state.neg_jobs.len();
                 limits.subscriptions = open.clamp(1, limits.subscriptions.saturating_sub(1).max(1));
             }
             Refusal::TooManyFilters => {

@@ -177,6 +177,9 @@ pub struct ItemCounts {
     pub pending: usize,
     /// Confirmed.
     pub confirmed: usize,
+    /// Targeted but never asked: the relay refuses one of its values
+    /// (see [`Stats::items_unaskable`]).
+    pub unaskable: usize,
 }
 
 /// Counters for metrics.
@@ -499,12 +502,21 @@ impl Engine {
     /// The relay's NIP-11 document, fetched for [`Action::FetchInfo`]
     /// (`None`: none could be had). Its limits only ever lower ours; they
     /// apply to the next REQs.
-    pub fn handle_relay_info(&mut self, _now: Time, relay: RelayId, info: Option<RelayInfo>) {
+    pub fn handle_relay_info(&mut self, now: Time, relay: RelayId, info: Option<RelayInfo>) {
         if let Some(state) = self.relays.get_mut(relay.index()) {
             state.info_answered = true;
         }
         if let Some(info) = info {
             self.apply_relay_info(relay, info);
+        }
+        // The provisional limit is lifted: more may start now.
+        if self
+            .relays
+            .get(relay.index())
+            .is_some_and(|s| s.status == Status::Connected)
+        {
+            self.dirty.push(relay);
+            self.flush(now);
         }
     }
 
@@ -632,11 +644,23 @@ impl Engine {
 
     /// Items of a relay per state.
     pub fn item_counts(&self, relay: RelayId) -> ItemCounts {
-        let (queued, pending, confirmed) = self.relays[relay.index()].item_counts();
+        let state = &self.relays[relay.index()];
+        let (queued, pending, confirmed) = state.item_counts();
+        let unaskable = state
+            .unaskable
+            .iter()
+            .filter(|i| {
+                state
+                    .items
+                    .get(i)
+                    .is_some_and(|s| s.state == ItemState::Queued)
+            })
+            .count();
         ItemCounts {
-            queued,
+            queued: queued - unaskable,
             pending,
             confirmed,
+            unaskable,
         }
     }
 
@@ -774,6 +798,7 @@ impl Engine {
     fn starting_limits(&self) -> Limits {
         Limits {
             subscriptions: self.config.max_subscriptions.max(1),
+            neg_sessions: self.config.max_subscriptions.max(1),
             filters_per_req: self.config.max_filters_per_req.max(1),
             message_bytes: self.config.max_message_bytes.max(1024),
             page_limit: self.config.page_limit.max(1),

@@ -36,6 +36,7 @@ use crate::sans_io::index::RelayId;
 use crate::sans_io::reconcile::{
     IDS_PER_FILTER, MAX_NEED, Reconciliation, Step, fetch_filters, means_unsupported,
 };
+use crate::sans_io::refusal::Refusal;
 use crate::sans_io::relay_text::{dropped, relay_text};
 use crate::sans_io::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
 use crate::sans_io::time::Time;
@@ -86,6 +87,9 @@ enum ToReq {
     Failed,
     /// The relay showed it does not speak NIP-77: remembered.
     Unsupported,
+    /// The relay refused the session for its limit on sessions: its
+    /// work waits in the queue for negentropy again, once one ends.
+    Limit,
 }
 
 /// One packed chunk of historic work done by negentropy.
@@ -405,7 +409,12 @@ impl Engine {
                         message: close,
                     });
                 }
-                let why = if answered_before {
+                let refusal = Refusal::of_closed(&reason);
+                let why = if refusal == Refusal::TooManySubscriptions {
+                    self.lower_neg_limit(relay);
+                    ToReq::Limit
+                } else if answered_before || matches!(refusal, Refusal::BadValue { .. }) {
+                    // A refused value says nothing of NIP-77: REQ finds it.
                     ToReq::Failed
                 } else {
                     ToReq::Unsupported
@@ -413,6 +422,53 @@ impl Engine {
                 self.job_to_req(relay, id, why, now);
             }
         }
+    }
+
+    /// A NOTICE refusing a negentropy session for the relay's limit
+    /// (strfry: `ERROR: too many concurrent NEG requests`), naming none:
+    /// the newest session not answered yet is the refused one. True when
+    /// the notice was one.
+    pub(super) fn neg_limit_notice(&mut self, relay: RelayId, text: &str, now: Time) -> bool {
+        let lower = text.to_ascii_lowercase();
+        let names_neg =
+            lower.contains("neg ") || lower.contains("neg-") || lower.contains("negentropy");
+        if !names_neg || Refusal::of_notice(text) != Some(Refusal::TooManySubscriptions) {
+            return false;
+        }
+        let refused = self.relays[relay.index()]
+            .neg_jobs
+            .iter()
+            .filter(|(_, j)| j.session.as_ref().is_some_and(|s| !s.answered()))
+            .map(|(id, _)| *id)
+            .max();
+        info!(
+            "{}: negentropy session refused for its limit: {}",
+            self.relay_url(relay),
+            relay_text(text)
+        );
+        self.lower_neg_limit(relay);
+        if let Some(id) = refused {
+            self.job_to_req(relay, id, ToReq::Limit, now);
+        }
+        true
+    }
+
+    /// The relay refused one session more than it allows: it allows those
+    /// open besides that one.
+    fn lower_neg_limit(&mut self, relay: RelayId) {
+        let state = self.relay(relay);
+        let open = state
+            .neg_jobs
+            .values()
+            .filter(|j| j.session.is_some())
+            .count();
+        let limits = &mut state.limits;
+        limits.neg_sessions = open.saturating_sub(1).clamp(1, limits.neg_sessions);
+        debug!(
+            "{}: negentropy sessions now at most {}",
+            self.relay_url(relay),
+            self.relays[relay.index()].limits.neg_sessions
+        );
     }
 
     /// A NOTICE; true when it told a job's relay that NEG is unknown there.
@@ -536,6 +592,10 @@ impl Engine {
                     self.relay(relay).neg = NegSupport::Unsupported;
                 }
             }
+            ToReq::Limit => self.stats.refusals += 1,
+        }
+        if why == ToReq::Limit {
+            return self.wait_for_neg_room(relay, job);
         }
         if let Some((sat, scope)) = job.second {
             // REQ already read what it could of that second: the parts
@@ -551,6 +611,29 @@ impl Engine {
         state.neg_bypass.extend(job.work.iter().map(|w| w.batch));
         for work in job.work.into_iter().rev() {
             state.work.push_front(work);
+        }
+        self.dirty.push(relay);
+    }
+
+    /// A job refused for the relay's session limit goes back as it was:
+    /// its chunks to the front of the queue, a saturated second to the
+    /// front of the follow-up pages, both for negentropy again.
+    fn wait_for_neg_room(&mut self, relay: RelayId, job: NegJob) {
+        let state = self.relay(relay);
+        match job.second {
+            Some((sat, scope)) => state.next_pages.push_front(NextPage {
+                filters: Vec::new(),
+                scope,
+                work: job.work,
+                page: 1,
+                started: job.started,
+                reconcile: Some(sat),
+            }),
+            None => {
+                for work in job.work.into_iter().rev() {
+                    state.work.push_front(work);
+                }
+            }
         }
         self.dirty.push(relay);
     }

@@ -24,7 +24,7 @@ use crate::sans_io::health::HealthTracker;
 use crate::sans_io::index::Item;
 use crate::sans_io::refusal::Refusal;
 use crate::sans_io::result_cap::ResultCap;
-use crate::sans_io::subscription::{NextPage, Purpose, Subscription, WorkRef};
+use crate::sans_io::subscription::{NextPage, Purpose, Saturated, Scope, Subscription, WorkRef};
 use crate::sans_io::time::Time;
 
 /// Where a targeted item stands on one relay.
@@ -75,7 +75,12 @@ pub(super) struct Batch {
 /// Limits of one relay, lowered when it refuses.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Limits {
+    /// REQs open at once.
     pub subscriptions: usize,
+    /// NIP-77 sessions open at once. strfry counts them apart from REQs
+    /// (each against `maxSubsPerConnection`) and refuses one over it with
+    /// its own NOTICE, so each kind has its own limit, learnt apart.
+    pub neg_sessions: usize,
     pub filters_per_req: usize,
     pub message_bytes: usize,
     /// `limit` asked per filter: ours, or the relay's NIP-11 `max_limit`.
@@ -88,6 +93,13 @@ pub(super) struct Limits {
     /// an item with a longer value cannot be asked there.
     pub value_bytes: usize,
 }
+
+/// Unsure seconds a relay keeps at most; the oldest go first.
+pub(super) const MAX_UNSURE: usize = 256;
+
+/// REQs, and negentropy sessions, a relay gets at once while its NIP-11
+/// document is on its way.
+pub(super) const PROVISIONAL_LIMIT: usize = 4;
 
 /// The smallest message limit a refusal may lower us to.
 pub(super) const MIN_MESSAGE_BYTES: usize = 4096;
@@ -119,6 +131,7 @@ impl Limits {
             }
         };
         lower(&mut self.subscriptions, stated.subscriptions, 1);
+        lower(&mut self.neg_sessions, stated.subscriptions, 1);
         lower(&mut self.filters_per_req, stated.filters_per_req, 1);
         lower(
             &mut self.message_bytes,
@@ -209,6 +222,11 @@ pub(super) struct RelayState {
     /// alone (or breaks `limits.value_bytes`). Kept out of every chunk and
     /// live filter on this relay for the process's life.
     pub unaskable: HashSet<Item>,
+    /// Seconds that may hold more than the relay returned, if it caps as
+    /// low as their count (`saturated`): split once a cut that low shows,
+    /// dropped once a larger page does. Per connection, at most
+    /// [`MAX_UNSURE`].
+    pub unsure: Vec<(Saturated, Scope)>,
     /// Waiting for pending batches before consolidating.
     pub consolidating: bool,
     /// Historic work paused (after a refusal) until this time.
@@ -257,6 +275,7 @@ impl RelayState {
             value_notice: None,
             suspects: HashMap::new(),
             unaskable: HashSet::new(),
+            unsure: Vec::new(),
             consolidating: false,
             paused_until: None,
             epoch: 0,
@@ -267,9 +286,40 @@ impl RelayState {
         }
     }
 
-    /// Subscription slots in use: REQs and negentropy jobs.
-    pub(super) fn open_count(&self) -> usize {
-        self.subs.len() + self.neg_jobs.len()
+    /// The NIP-11 document was asked and is not answered yet: the relay's
+    /// limits may be far below ours.
+    pub(super) fn info_pending(&self) -> bool {
+        self.info_asked && !self.info_answered
+    }
+
+    /// True when one more REQ or job fits the relay's subscription limit
+    /// (a conservative one while its NIP-11 document is on its way). Jobs
+    /// count too: a relay may count them with its REQs, and a job started
+    /// while every REQ slot is taken mostly finds the sink holding
+    /// nothing and waits for a slot anyway (ten times the listings, at
+    /// 110,000 items).
+    pub(super) fn req_room(&self) -> bool {
+        self.subs.len() + self.neg_jobs.len() < self.budget(self.limits.subscriptions)
+    }
+
+    /// True when one more negentropy job fits: the subscription limit and
+    /// the relay's own limit on sessions (strfry counts them apart and
+    /// refuses one over it by its own NOTICE).
+    pub(super) fn neg_room(&self) -> bool {
+        self.req_room() && self.neg_jobs.len() < self.budget(self.limits.neg_sessions)
+    }
+
+    /// `limit`, or [`PROVISIONAL_LIMIT`] below it until the relay's NIP-11
+    /// document is answered or failed: strfry with `maxSubsPerConnection`
+    /// under our 10 refused the excess of the jobs started in the 33 ms
+    /// before its document arrived, and the refused ones waited out their
+    /// timeout.
+    fn budget(&self, limit: usize) -> usize {
+        if self.info_pending() {
+            limit.min(PROVISIONAL_LIMIT)
+        } else {
+            limit
+        }
     }
 
     /// Filters of subscriptions kept open for live events.
@@ -339,6 +389,7 @@ impl RelayState {
         self.neg_jobs.clear();
         self.neg_bypass.clear();
         self.value_notice = None;
+        self.unsure = Vec::new();
         self.consolidating = false;
         self.uncovered_since = None;
         jobs
@@ -354,6 +405,7 @@ mod tests {
     fn a_burst_gives_its_room_back() {
         let limits = Limits {
             subscriptions: 64,
+            neg_sessions: 64,
             filters_per_req: 10,
             message_bytes: 65_536,
             page_limit: 500,

@@ -39,18 +39,17 @@ impl Engine {
             {
                 break;
             }
-            if state.open_count() >= state.limits.subscriptions
-                && !self.evict_live_for_history(relay, now)
-            {
+            // A suspect of a refused value goes by REQ: only a REQ's
+            // answer clears it (a relay may take in NEG-OPEN what it
+            // refuses in a REQ, and the live set would be refused again).
+            let bypass = state.work.front().is_some_and(|w| {
+                state.neg_bypass.contains(&w.batch) || self.is_suspect_chunk(relay, w)
+            });
+            let neg = !bypass && self.negentropy_usable(relay);
+            if !state.req_room() && !self.evict_live_for_history(relay, now) {
                 break;
             }
-            let state = &self.relays[relay.index()];
-            let bypass = state
-                .work
-                .front()
-                .is_some_and(|w| state.neg_bypass.contains(&w.batch));
-            let neg = !bypass && self.negentropy_usable(relay);
-            if neg && !self.neg_admit(relay) {
+            if neg && (!self.relays[relay.index()].neg_room() || !self.neg_admit(relay)) {
                 break;
             }
             let (chunks, filters) = self.take_packed_chunks(relay);
@@ -97,9 +96,11 @@ impl Engine {
                 return;
             }
             let may_evict = !next.work.is_empty();
-            if state.open_count() >= state.limits.subscriptions
-                && !(may_evict && self.evict_live_for_history(relay, now))
-            {
+            if next.reconcile.is_some() {
+                if !state.neg_room() {
+                    return;
+                }
+            } else if !(state.req_room() || may_evict && self.evict_live_for_history(relay, now)) {
                 return;
             }
             let Some(mut next) = self.relay(relay).next_pages.pop_front() else {

@@ -21,14 +21,18 @@
 
 use std::collections::BTreeSet;
 
-use log::{info, warn};
+use log::{debug, info, warn};
 use nostr::prelude::{Filter, Kind};
 
 use super::Engine;
+use super::relay::MAX_UNSURE;
 use crate::sans_io::index::RelayId;
 use crate::sans_io::relay_text::{dropped, relay_text};
 use crate::sans_io::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
 use crate::sans_io::time::Time;
+
+/// The smallest page size taken for a relay's cap without proof.
+const SMALLEST_CAP_GUESS: usize = 20;
 
 impl Engine {
     /// Asks saturated second `sat` again in parts, each a chain of its own
@@ -82,14 +86,76 @@ impl Engine {
     ) {
         let asked = sat.filter.kinds.as_ref().map_or(usize::MAX, BTreeSet::len);
         if sat.kinds.len() > 1 && asked > 1 {
+            // Each part asks one kind instead of the filter's (`kind()`
+            // would add it to them and ask the same again).
             let parts = sat
                 .kinds
                 .iter()
-                .map(|&k| sat.filter.clone().kind(Kind::from_u16(k)))
+                .map(|&k| Filter {
+                    kinds: Some(BTreeSet::from([Kind::from_u16(k)])),
+                    ..sat.filter.clone()
+                })
                 .collect();
+            // Kinds the cut page did not show are not asked: a filter
+            // cannot say "every other kind". What they hold stays unknown.
+            self.stats.seconds_unverified += 1;
+            if let Some(n) = self.log_budget.admit(relay.index(), now) {
+                info!(
+                    "{}: second {} split by the {} kinds it showed; events of other kinds there are unverified (no NIP-77){}",
+                    self.relay_url(relay),
+                    sat.filter.until.map_or(0, |t| t.as_secs()),
+                    sat.kinds.len(),
+                    dropped(n)
+                );
+            }
             return self.ask_parts(relay, &sat, parts, scope, work, started);
         }
         self.unreachable_second(relay, &sat, now);
+    }
+
+    /// Seconds that may be saturated if the relay caps as low as their
+    /// count: kept until the connection shows which.
+    pub(super) fn note_unsure(&mut self, relay: RelayId, unsure: Vec<Saturated>, scope: Scope) {
+        let state = self.relay(relay);
+        state.unsure.extend(unsure.into_iter().map(|s| (s, scope)));
+        let over = state.unsure.len().saturating_sub(MAX_UNSURE);
+        if over > 0 {
+            state.unsure.drain(..over);
+            debug!("{}: {over} unsure seconds dropped", self.relay_url(relay));
+        }
+    }
+
+    /// What the connection showed of the relay's cap settles unsure
+    /// seconds: a cut at or below one's count makes it saturated (split,
+    /// outside any batch: the chain that found it has ended, and its
+    /// events are historic), a larger page makes it complete.
+    ///
+    /// Once the relay's history is read (no batch, chunk or page left) and
+    /// nothing settled one, a second as large as the largest page the
+    /// relay returned for any filter is taken as saturated: that size is
+    /// the likeliest cap (a relay capping at 50 whose crowded second is
+    /// its newest shows no cut below it), if it is at least
+    /// [`SMALLEST_CAP_GUESS`]: a relay whose largest page is smaller has
+    /// too few events to be capping them.
+    pub(super) fn recheck_unsure(&mut self, relay: RelayId, now: Time) {
+        let state = self.relay(relay);
+        if state.unsure.is_empty() {
+            return;
+        }
+        let cap = state.result_cap;
+        let read = state.batches.is_empty() && state.work.is_empty() && state.next_pages.is_empty();
+        let cut = |s: &Saturated| {
+            cap.proven().is_some_and(|c| s.count >= c)
+                || (read && s.count >= cap.floor() && s.count >= SMALLEST_CAP_GUESS)
+        };
+        let (saturated, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut state.unsure)
+            .into_iter()
+            .filter(|(s, _)| cut(s) || s.count >= cap.floor())
+            .partition(|(s, _)| cut(s));
+        state.unsure = rest;
+        for (sat, scope) in saturated {
+            self.split_saturated(relay, sat, scope, &[], now, now);
+        }
     }
 
     /// One chain per part of a saturated second.
@@ -103,7 +169,7 @@ impl Engine {
         started: Time,
     ) {
         self.stats.seconds_split += 1;
-        info!(
+        debug!(
             "{}: {} events in one second fill its cap; asking it in {} parts",
             self.relay_url(relay),
             sat.count,

@@ -125,6 +125,12 @@ pub struct FakeRelay {
     pub negentropy: NegMode,
     /// NEG-OPENs received.
     pub neg_opens: usize,
+    /// Most negentropy sessions open at once, counted apart from REQs as
+    /// strfry does; one more is refused with `NOTICE "ERROR: too many
+    /// concurrent NEG requests"`, naming no session.
+    pub max_neg: Option<usize>,
+    /// NEG-OPENs refused by `max_neg`.
+    pub neg_refusals: usize,
     /// The NIP-11 limits it publishes (`None`: no document).
     pub info: Option<RelayInfo>,
     /// NIP-11 documents asked of it.
@@ -177,6 +183,8 @@ impl FakeRelay {
             authed: false,
             negentropy: NegMode::Unknown,
             neg_opens: 0,
+            max_neg: None,
+            neg_refusals: 0,
             info: None,
             info_fetches: 0,
             neg_sessions: HashMap::new(),
@@ -249,6 +257,24 @@ impl FakeRelay {
                 }
                 NegMode::Silent => return Vec::new(),
                 NegMode::Supported | NegMode::Endless { .. } => {}
+            }
+            if self
+                .value_bytes
+                .is_some_and(|max| long_value(std::slice::from_ref(&filter), max).is_some())
+            {
+                self.value_refusals += 1;
+                return vec![format!(
+                    r#"["NEG-ERR","{sub}","ERROR: bad msg: filter item too large"]"#
+                )];
+            }
+            if self
+                .max_neg
+                .is_some_and(|max| self.neg_sessions.len() >= max)
+            {
+                self.neg_refusals += 1;
+                return vec![
+                    RelayMessage::notice("ERROR: too many concurrent NEG requests").as_json(),
+                ];
             }
             let mut storage = NegentropyStorageVector::new();
             for e in self

@@ -52,6 +52,10 @@ pub enum Listing {
     Unable,
     /// Never.
     Silent,
+    /// With what it stores, except every `n`th request, which it never
+    /// answers (a LocalRelay own relay refusing a listing's REQ now and
+    /// then: the shell tells the engine nothing).
+    Flaky(usize),
 }
 
 /// What becomes of the events the engine outputs for the sink.
@@ -293,6 +297,8 @@ impl Sim {
                     Listing::Empty => Some(Vec::new()),
                     Listing::Unable => None,
                     Listing::Silent => return,
+                    Listing::Flaky(n) if self.lists_asked.is_multiple_of(n.max(1)) => return,
+                    Listing::Flaky(_) => Some(self.held(&filter)),
                 };
                 self.engine.handle_local_list(self.now, request, held);
             }
