@@ -1175,6 +1175,24 @@ impl World {
             }
         }
         self.advance(Duration::from_secs(600));
+        // A daily sync may have started in the last minutes, its jobs
+        // waiting out a listing the own relay left unanswered: let them
+        // (no relay's daily sync comes again within two hours).
+        for _ in 0..60 {
+            if !self.any_pending() {
+                break;
+            }
+            self.advance(Duration::from_secs(120));
+        }
+    }
+
+    /// True while some relay has a batch pending.
+    fn any_pending(&self) -> bool {
+        let engine = &self.sim.engine;
+        REMOTES
+            .iter()
+            .filter_map(|url| engine.relay_id(url))
+            .any(|id| engine.item_counts(id).pending > 0)
     }
 
     fn run(mut self, steps: usize, verbose: bool) -> Result<Tally, Failure> {

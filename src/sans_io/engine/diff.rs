@@ -135,11 +135,20 @@ impl Engine {
         }
     }
 
-    /// Runs the diff and the scheduler for every relay marked dirty.
+    /// Runs the diff and the scheduler for every relay marked dirty, then
+    /// offers free negentropy room to the relays waiting for it. Offering
+    /// it only when a job ended left waiting relays waiting for good once
+    /// no job was left to end (a daily sync or a lost connection dropped
+    /// the last ones): their batches stayed pending.
     pub(super) fn flush(&mut self, now: Time) {
-        while let Some(relay) = self.dirty.pop() {
-            self.diff_relay(relay);
-            self.schedule(relay, now);
+        loop {
+            while let Some(relay) = self.dirty.pop() {
+                self.diff_relay(relay);
+                self.schedule(relay, now);
+            }
+            if !self.offer_turn(now) {
+                return;
+            }
         }
     }
 

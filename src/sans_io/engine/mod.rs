@@ -749,6 +749,17 @@ impl Engine {
                     }
                 }
             }
+            let chains = relay.open_chains();
+            for (b, batch) in &relay.batches {
+                let open = chains.get(b).copied().unwrap_or(0);
+                if open != batch.chunks_left {
+                    return Err(format!(
+                        "{}: batch {b} waits for {} chains, {open} are working for it",
+                        self.relay_url(id),
+                        batch.chunks_left
+                    ));
+                }
+            }
             if relay.status != Status::Connected
                 && (!relay.subs.is_empty() || !relay.batches.is_empty())
             {

@@ -119,6 +119,14 @@ pub(super) struct NegJob {
     second: Option<(Saturated, Scope)>,
 }
 
+impl NegJob {
+    /// The chunks this job completes.
+    #[cfg(any(test, feature = "testing"))]
+    pub(super) fn work(&self) -> &[WorkRef] {
+        &self.work
+    }
+}
+
 impl std::fmt::Debug for NegJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NegJob")
@@ -145,6 +153,17 @@ impl Engine {
     /// out; the scheduler runs again when the turn comes.
     pub(super) fn neg_admit(&mut self, relay: RelayId) -> bool {
         self.listings.turns.admit(relay)
+    }
+
+    /// Offers free room to the relay whose turn is next, if one waits;
+    /// false when none was offered (no room, or no one waits).
+    pub(super) fn offer_turn(&mut self, now: Time) -> bool {
+        let Some(relay) = self.listings.turns.next_turn() else {
+            return false;
+        };
+        self.schedule(relay, now);
+        self.listings.turns.end_turn();
+        true
     }
 
     /// Removes job `id` of `relay`, freeing its room and, at the next
@@ -672,11 +691,6 @@ impl Engine {
             .cache
             .release_due(|&(relay, id, _)| !alive(relay, id));
         self.flush(now);
-        while let Some(relay) = self.listings.turns.next_turn() {
-            self.schedule(relay, now);
-            self.listings.turns.end_turn();
-            self.flush(now);
-        }
     }
 
     /// Every job holds room and no room is held by a job that is gone.

@@ -361,6 +361,26 @@ impl RelayState {
         }
     }
 
+    /// Chains still working for each batch: chunks queued, REQs before
+    /// their last EOSE, follow-up pages, negentropy jobs. A batch is
+    /// confirmed when its count of chains left reaches zero, so the two
+    /// must agree: more chains than counted would confirm it while some
+    /// are unanswered, fewer would never confirm it.
+    #[cfg(any(test, feature = "testing"))]
+    pub(super) fn open_chains(&self) -> HashMap<u64, u32> {
+        let mut chains: HashMap<u64, u32> = HashMap::new();
+        let refs = self
+            .work
+            .iter()
+            .chain(self.subs.values().flat_map(|s| s.work.iter()))
+            .chain(self.next_pages.iter().flat_map(|p| p.work.iter()))
+            .chain(self.neg_jobs.values().flat_map(|j| j.work().iter()));
+        for w in refs {
+            *chains.entry(w.batch).or_default() += 1;
+        }
+        chains
+    }
+
     /// Gives back the room a burst left in its collections (a first sync's
     /// dozens of subscriptions, batches and queued chunks) once they hold
     /// little again. Collections keep their largest size otherwise: at
