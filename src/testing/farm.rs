@@ -21,7 +21,8 @@
 //! and never challenges, like most relays. [`FarmOptions::profiles`] limits
 //! chosen relays the way khatru relays over eventstore's SQL backends are
 //! limited (see [`crate::testing::limits`]): results capped per filter,
-//! filters with too many values refused, a NIP-11 document published.
+//! filters with too many values refused, a NIP-11 document published; or
+//! makes them answer like strfry ([`RelayProfile::strfry`]).
 //!
 //! # Why one mio thread
 //!
@@ -64,18 +65,27 @@
 //!
 //! This file holds the handle, its options and the thread's loop (commands,
 //! timers, readiness); `conn` what is kept per relay and per connection;
-//! `connections` listening, accepting, restarting and closing; `protocol`
-//! the answers to nostr messages and live delivery; `auth` and `neg`
-//! NIP-42 and NIP-77; `port` a restarted relay's port while it is down.
+//! `connections` listening, accepting, restarting and closing; `http` plain
+//! HTTP (NIP-11) before the handshake; `protocol` the answers to nostr
+//! messages and live delivery; `auth` and `neg` NIP-42 and NIP-77; `port` a
+//! restarted relay's port while it is down. `strfry` answers for relays
+//! that behave like strfry ([`RelayProfile::strfry`]), reading messages
+//! with `strfry_req` and checking events with `strfry_event`.
 //!
 //! [`TestRelay`]: crate::testing::relay::TestRelay
 
 mod auth;
 mod conn;
 mod connections;
+mod http;
 mod neg;
 mod port;
 mod protocol;
+mod strfry;
+mod strfry_event;
+mod strfry_req;
+
+pub use super::limits::StrfryLimits;
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -207,7 +217,8 @@ pub struct FarmOptions {
     pub tls: Option<Arc<ServerConfig>>,
     /// Answer NIP-77 negentropy (frames of at most 60,000 bytes, at most 64
     /// sessions per connection). Default: off, `NEG-OPEN` gets the
-    /// "unsupported message" `NOTICE` most relays send today.
+    /// "unsupported message" `NOTICE` most relays send today. strfry relays
+    /// ([`RelayProfile::strfry`]) answer it either way, as strfry does.
     pub negentropy: bool,
     /// Relays (by number) that serve reads only after NIP-42 AUTH: each
     /// connection is challenged as it opens, and `REQ` (`CLOSED`) and
@@ -246,6 +257,59 @@ pub struct RelayProfile {
     /// [`Fault::LargeEventNotice`](crate::testing::fault::Fault::LargeEventNotice)
     /// in a farm relay, for `demo --chaos`. `None`: any size is taken.
     pub max_event_bytes: Option<usize>,
+    /// Answer like strfry (f8a56a8) with these limits, because strfry is
+    /// among the relays the engine meets and its limits and texts differ
+    /// from the farm's default everywhere a client can tell (see
+    /// [`StrfryLimits`] and [`RelayProfile::strfry`]). `None`: the farm's
+    /// default answers. With it, the fields above but `no_negentropy` are
+    /// ignored, and so are the farm-wide `max_results_per_req` and
+    /// `max_subscriptions` (strfry has its own); `no_negentropy` is
+    /// strfry's `relay.negentropy.enabled = false`.
+    pub strfry: Option<StrfryLimits>,
+}
+
+impl RelayProfile {
+    /// A relay that behaves like strfry f8a56a8 with its default
+    /// configuration, as a raw client sees it:
+    ///
+    /// - a filter's `limit` clamped to 500, silently; filters answered one
+    ///   after another, an event two filters match sent once but counted
+    ///   toward both limits; `since`/`until` inclusive;
+    /// - a `REQ` of more than 200 filters, a filter with more than 3 tag
+    ///   letters, a tag value over 255 bytes, an `#e`/`#p` value not 64
+    ///   hex digits (and other filters strfry cannot read) refused whole:
+    ///   `CLOSED "ERROR: bad req: ..."`, with strfry's text;
+    /// - at most 200 REQs scanning, 200 live REQs (counted at their EOSE)
+    ///   and 200 NIP-77 sessions per connection, refused by
+    ///   `NOTICE "ERROR: too many concurrent REQs"` or `"ERROR: too many
+    ///   concurrent NEG requests"`;
+    /// - every `CLOSED` and `NOTICE` text starts with `ERROR: `;
+    /// - a websocket message or frame over 131,072 bytes drops the
+    ///   connection;
+    /// - NIP-11 on plain `ws://` for `Accept: application/nostr+json`
+    ///   exactly (any other plain `GET` gets a landing page), naming
+    ///   `max_message_length`, `max_subscriptions`, `max_limit`,
+    ///   `negentropy: 1` and strfry's `software`;
+    /// - NIP-77 answered whatever [`FarmOptions::negentropy`] says (500,000
+    ///   byte frames), refused past 1,000,000 events;
+    /// - events over 65,536 bytes of JSON, over 3 years old or over 15
+    ///   minutes ahead (of the wall clock) refused with `OK false
+    ///   "invalid: ..."`.
+    ///
+    /// The numbers are [`StrfryLimits::default`]; set `strfry` to other
+    /// limits to reach one cheaply.
+    pub fn strfry() -> RelayProfile {
+        RelayProfile {
+            strfry: Some(StrfryLimits::default()),
+            ..RelayProfile::default()
+        }
+    }
+
+    /// True if the relay answers plain HTTP on its port (NIP-11, and
+    /// strfry's landing page), so connections are peeked at first.
+    fn serves_http(&self) -> bool {
+        self.nip11 || self.strfry.is_some()
+    }
 }
 
 /// Counters over the whole farm, since start.
@@ -774,93 +838,6 @@ impl Farm {
         }
     }
 
-    /// A connection to a relay serving NIP-11, before its handshake: a
-    /// NIP-11 request is answered and the connection closed (false); any
-    /// other request goes on to the websocket handshake (true); an
-    /// incomplete head waits for more bytes (false).
-    fn sniff(&mut self, key: usize) -> bool {
-        let Some((relay, own)) = self.conns.get(key).map(|c| (c.relay, Arc::clone(&c.own))) else {
-            return false;
-        };
-        let own_client = self.own_client(&own);
-        let limitation = self.limitation(relay);
-        let ws_config = self.ws_config;
-        let Some(conn) = self.conns.get_mut(key) else {
-            return false;
-        };
-        let Phase::Sniffing(stream) = &mut conn.phase else {
-            return true;
-        };
-        let mut buf = vec![0u8; MAX_HEAD];
-        let seen = match stream.transport_mut().tcp.peek(&mut buf) {
-            Ok(0) => {
-                self.close(key);
-                return false;
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => return false,
-            Err(_) => {
-                self.close(key);
-                return false;
-            }
-        };
-        match classify_http(&buf[..seen]) {
-            // Readiness is edge-triggered: the rest of the head raises
-            // another event.
-            HttpHead::Incomplete => false,
-            HttpHead::Other => {
-                let Phase::Sniffing(stream) = std::mem::replace(&mut conn.phase, Phase::Closed)
-                else {
-                    return false;
-                };
-                match Farm::start_handshake(stream, ws_config, own_client) {
-                    Some(phase) => {
-                        if let Some(conn) = self.conns.get_mut(key) {
-                            conn.phase = phase;
-                        }
-                        true
-                    }
-                    None => {
-                        self.close(key);
-                        false
-                    }
-                }
-            }
-            HttpHead::Nip11(head) => {
-                let document = nip11_document(&limitation);
-                let tcp = &mut stream.transport_mut().tcp;
-                // Consumed first: closing with unread bytes would reset the
-                // connection and could lose the answer. The document is
-                // small: one write fits an empty socket buffer.
-                let mut consumed = vec![0u8; head];
-                let served = tcp.read_exact(&mut consumed).is_ok()
-                    && tcp.write_all(&nip11_response(&document)).is_ok();
-                if served {
-                    self.counters.info_served.fetch_add(1, Ordering::Relaxed);
-                }
-                let _ = tcp.shutdown(Shutdown::Write);
-                self.close(key);
-                false
-            }
-        }
-    }
-
-    /// The NIP-11 `limitation` of relay `relay`.
-    fn limitation(&self, relay: usize) -> Limitation {
-        let cap = self.relays[relay]
-            .profile
-            .max_results_per_filter
-            .unwrap_or(usize::MAX)
-            .min(self.cap);
-        Limitation {
-            max_limit: (cap != usize::MAX).then_some(cap),
-            max_subscriptions: self.max_subscriptions.map(|(n, _)| n),
-            max_filters: None,
-            max_message_length: None,
-        }
-    }
-
     /// Drives a connection after readiness: handshake, then every frame
     /// readable, then everything writable.
     fn drive(&mut self, key: usize) {
@@ -898,7 +875,7 @@ impl Farm {
             };
             match ws.read() {
                 Ok(Message::Text(text)) => self.on_text(key, text.as_str()),
-                Ok(Message::Binary(_)) => self.reply(key, &RelayMessage::notice(PARSE_ERROR)),
+                Ok(Message::Binary(bytes)) => self.on_binary(key, &bytes),
                 // Pings are answered by tungstenite (on the next flush); a
                 // close is answered too and the next read reports the end.
                 Ok(_) => {}
@@ -931,6 +908,17 @@ impl Farm {
             return;
         };
         if !conn.queue(msg) {
+            log::debug!("relay farm: client too slow, disconnecting");
+            self.close(key);
+        }
+    }
+
+    /// Queues an already serialized reply (see [`Conn::queue_text`]).
+    fn reply_text(&mut self, key: usize, text: String) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        if !conn.queue_text(text) {
             log::debug!("relay farm: client too slow, disconnecting");
             self.close(key);
         }

@@ -2,6 +2,7 @@
 //! stream under a connection (plain TCP or TLS, counting its bytes).
 
 use super::super::store::EventKey;
+use super::strfry::StrfryConn;
 use super::*;
 use tungstenite::WebSocket;
 use tungstenite::handshake::MidHandshake;
@@ -145,6 +146,8 @@ pub(super) struct Conn {
     pub(super) subs: HashMap<SubscriptionId, Vec<Filter>>,
     /// Open negentropy reconciliations.
     pub(super) negs: NegSessions,
+    /// On a strfry relay: its limits and the REQs still scanning.
+    pub(super) strfry: Option<StrfryConn>,
     /// The NIP-42 challenge sent, on a relay that requires AUTH.
     pub(super) challenge: Option<String>,
     /// A valid AUTH arrived: reads are served.
@@ -163,51 +166,42 @@ impl Conn {
     /// Queues a message; false if the client is too far behind (it must be
     /// disconnected).
     pub(super) fn queue(&mut self, msg: &RelayMessage<'_>) -> bool {
-        if let Some(text) = to_json(msg) {
-            self.queued += text.len();
-            self.out.push_back(Out::Text(text));
+        match to_json(msg) {
+            Some(text) => self.queue_text(text),
+            None => self.queued <= MAX_QUEUED,
         }
+    }
+
+    /// Queues an already serialized message (one nostr's `RelayMessage`
+    /// cannot say, e.g. strfry's four-element `NEG-ERR`); false as
+    /// [`queue`](Conn::queue).
+    pub(super) fn queue_text(&mut self, text: String) -> bool {
+        self.queued += text.len();
+        self.out.push_back(Out::Text(text));
         self.queued <= MAX_QUEUED
     }
 
     /// Hands queued messages to tungstenite while the socket takes them,
     /// then flushes. An error means the connection is dead.
     pub(super) fn write(&mut self, store: &Store) -> tungstenite::Result<()> {
-        let Phase::Open(ws) = &mut self.phase else {
+        if !matches!(self.phase, Phase::Open(_)) {
             return Ok(());
-        };
+        }
         if self.mute {
             self.out.clear();
             self.queued = 0;
         }
         if self.blocked {
-            match ws.flush() {
+            match self.flush() {
                 Ok(()) => self.blocked = false,
                 Err(e) if would_block(&e) => return Ok(()),
                 Err(e) => return Err(e),
             }
         }
-        while let Some(next) = self.out.front_mut() {
-            let text = match next {
-                Out::Text(text) => {
-                    let text = std::mem::take(text);
-                    self.out.pop_front();
-                    self.queued -= text.len();
-                    Some(text)
-                }
-                Out::Stored { sub, keys } => match keys.find_map(|k| store.get_by_key(&k)) {
-                    Some(event) => to_json(&RelayMessage::Event {
-                        subscription_id: Cow::Borrowed(sub),
-                        event: Cow::Borrowed(event),
-                    }),
-                    None => {
-                        let eose = to_json(&RelayMessage::eose(sub.clone()));
-                        self.out.pop_front();
-                        eose
-                    }
-                },
+        while let Some(text) = self.next_text(store) {
+            let Phase::Open(ws) = &mut self.phase else {
+                return Ok(());
             };
-            let Some(text) = text else { continue };
             match ws.write(Message::text(text)) {
                 Ok(()) => {}
                 // The frame stays in tungstenite's buffer for the next flush.
@@ -219,7 +213,7 @@ impl Conn {
             }
         }
         // Pongs and close replies, and TLS records rustls still holds.
-        match ws.flush() {
+        match self.flush() {
             Ok(()) => Ok(()),
             Err(e) if would_block(&e) => {
                 self.blocked = true;
@@ -227,6 +221,57 @@ impl Conn {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Flushes the websocket (nothing to do if it is not open).
+    fn flush(&mut self) -> tungstenite::Result<()> {
+        match &mut self.phase {
+            Phase::Open(ws) => ws.flush(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes the next message to send off the queue, serialized; `None`
+    /// when the queue is empty.
+    fn next_text(&mut self, store: &Store) -> Option<String> {
+        loop {
+            let text = match self.out.front_mut()? {
+                Out::Text(text) => {
+                    let text = std::mem::take(text);
+                    self.out.pop_front();
+                    self.queued -= text.len();
+                    Some(text)
+                }
+                Out::Stored { sub, keys } => match keys.find_map(|k| store.get_by_key(&k)) {
+                    Some(event) => to_json(&RelayMessage::Event {
+                        subscription_id: Cow::Borrowed(sub),
+                        event: Cow::Borrowed(event),
+                    }),
+                    None => self.end_stored(),
+                },
+            };
+            // `None`: a message serde_json failed on (logged); skip it.
+            if text.is_some() {
+                return text;
+            }
+        }
+    }
+
+    /// The front entry, a `REQ`'s stored answer, is done: it goes and its
+    /// `EOSE` is returned. On a strfry relay the `REQ` goes live then, or
+    /// is refused with a `NOTICE` queued right after the `EOSE` (see
+    /// [`finish_scan`](Conn::finish_scan)).
+    fn end_stored(&mut self) -> Option<String> {
+        let Some(Out::Stored { sub, .. }) = self.out.front() else {
+            return None;
+        };
+        let sub = sub.clone();
+        self.out.pop_front();
+        if let Some(notice) = self.finish_scan(&sub) {
+            self.queued += notice.len();
+            self.out.push_front(Out::Text(notice));
+        }
+        to_json(&RelayMessage::eose(sub))
     }
 
     /// Sends the first fragment of a `bytes`-byte text message and an

@@ -1,6 +1,8 @@
 //! The relay farm's connections: listening (again, after a restart),
 //! accepting, setting handshakes up, restarting a relay and closing.
 
+use super::super::limits::STRFRY_NEG_FRAME_LIMIT;
+use super::strfry::StrfryConn;
 use super::*;
 
 impl Farm {
@@ -76,6 +78,7 @@ impl Farm {
     pub(super) fn add_conn(&mut self, relay: usize, mut tcp: TcpStream) {
         let own = Arc::new(AtomicBool::new(false));
         let own_client = self.own_client(&own);
+        let ws_config = self.ws_config_for(relay);
         let entry = self.conns.vacant_entry();
         let key = entry.key();
         if key >= INDEX_LIMIT {
@@ -111,13 +114,19 @@ impl Farm {
                 }
             },
         };
-        let phase = if self.relays[relay].profile.nip11 && self.tls.is_none() {
+        let profile = &self.relays[relay].profile;
+        let phase = if profile.serves_http() && self.tls.is_none() {
             Phase::Sniffing(stream)
         } else {
-            match Farm::start_handshake(stream, self.ws_config, own_client) {
+            match Farm::start_handshake(stream, ws_config, own_client) {
                 Some(phase) => phase,
                 None => return,
             }
+        };
+        let strfry = profile.strfry.map(StrfryConn::new);
+        let negs = match profile.strfry {
+            Some(limits) => NegSessions::new(limits.max_subscriptions, STRFRY_NEG_FRAME_LIMIT),
+            None => NegSessions::default(),
         };
         let challenge = self.relays[relay].auth.then(|| challenge(&mut self.rng));
         let mut conn = Conn {
@@ -126,7 +135,8 @@ impl Farm {
             own,
             phase,
             subs: HashMap::new(),
-            negs: NegSessions::default(),
+            negs,
+            strfry,
             challenge: challenge.clone(),
             authed: false,
             out: VecDeque::new(),

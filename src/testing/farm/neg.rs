@@ -10,6 +10,10 @@
 //! negentropy refuses, an unknown session, too many sessions) is a
 //! `NEG-ERR`, never a panic: the farm thread serves every relay.
 //!
+//! The session limit and frame size are the connection's (strfry allows
+//! other numbers than rust-nostr); so is the wording of failures, which
+//! [`NegSessions::start`] and [`NegSessions::reconcile`] return typed.
+//!
 //! Pure state and messages, no IO: the farm thread feeds it and queues what
 //! it returns.
 
@@ -30,12 +34,47 @@ pub(super) const FRAME_LIMIT: u64 = 60_000;
 pub(super) const MAX_SESSIONS: usize = 64;
 
 /// The open reconciliations of one connection, by subscription id.
-#[derive(Default)]
 pub(super) struct NegSessions {
     sessions: HashMap<SubscriptionId, Negentropy<'static, NegentropyStorageVector>>,
+    /// Most sessions open at once.
+    max_sessions: usize,
+    /// Largest frame sent, in bytes before hex.
+    frame_limit: u64,
+}
+
+impl Default for NegSessions {
+    /// rust-nostr's relays: [`MAX_SESSIONS`], [`FRAME_LIMIT`].
+    fn default() -> NegSessions {
+        NegSessions::new(MAX_SESSIONS, FRAME_LIMIT)
+    }
+}
+
+/// Why a session could not start or go on. How a relay words it is its
+/// own business: [`NegSessions::open`] and [`NegSessions::message`] word it
+/// as rust-nostr's relays do, the strfry relay its way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum NegFailure {
+    /// As many sessions are open as allowed.
+    TooMany,
+    /// No open session has that id.
+    Unknown,
+    /// The set could not be built (negentropy's error).
+    Build(String),
+    /// negentropy refused the frame (its error); the session is gone.
+    Refused(String),
 }
 
 impl NegSessions {
+    /// No sessions; at most `max_sessions` at once, frames of at most
+    /// `frame_limit` bytes.
+    pub(super) fn new(max_sessions: usize, frame_limit: u64) -> NegSessions {
+        NegSessions {
+            sessions: HashMap::new(),
+            max_sessions,
+            frame_limit,
+        }
+    }
+
     /// `NEG-OPEN`: a session over `items` (the relay's matches for the
     /// filter), answering `initial` (hex). An open session with the same id
     /// is replaced, as NIP-77 says. Returns `NEG-MSG` or `NEG-ERR`.
@@ -45,9 +84,51 @@ impl NegSessions {
         items: impl IntoIterator<Item = (Timestamp, EventId)>,
         initial: &str,
     ) -> RelayMessage<'static> {
+        let Some(frame) = decode(initial) else {
+            self.sessions.remove(&sub);
+            return neg_err(sub, "invalid: not hex");
+        };
+        match self.start(sub.clone(), items, &frame) {
+            Ok(reply) => neg_msg(sub, &reply),
+            Err(failure) => neg_err(sub, &rust_nostr_reason(&failure)),
+        }
+    }
+
+    /// `NEG-MSG`: the next frame of an open session. An unknown session,
+    /// bad hex or a frame negentropy refuses is a `NEG-ERR` (and ends the
+    /// session).
+    pub(super) fn message(&mut self, sub: SubscriptionId, hex: &str) -> RelayMessage<'static> {
+        if !self.sessions.contains_key(&sub) {
+            return neg_err(sub, &rust_nostr_reason(&NegFailure::Unknown));
+        }
+        let Some(frame) = decode(hex) else {
+            self.sessions.remove(&sub);
+            return neg_err(sub, "invalid: not hex");
+        };
+        match self.reconcile(&sub, &frame) {
+            Ok(reply) => neg_msg(sub, &reply),
+            Err(failure) => neg_err(sub, &rust_nostr_reason(&failure)),
+        }
+    }
+
+    /// True if a session `sub` could open now: there is room, or it
+    /// replaces an open one.
+    pub(super) fn has_room(&self, sub: &SubscriptionId) -> bool {
+        self.sessions.contains_key(sub) || self.sessions.len() < self.max_sessions
+    }
+
+    /// Starts a session over `items` (replacing one with the same id) and
+    /// answers the first `frame`: the reply frame, or why not (no session is
+    /// left open then).
+    pub(super) fn start(
+        &mut self,
+        sub: SubscriptionId,
+        items: impl IntoIterator<Item = (Timestamp, EventId)>,
+        frame: &[u8],
+    ) -> Result<Vec<u8>, NegFailure> {
         self.sessions.remove(&sub);
-        if self.sessions.len() >= MAX_SESSIONS {
-            return neg_err(sub, "blocked: too many negentropy sessions");
+        if !self.has_room(&sub) {
+            return Err(NegFailure::TooMany);
         }
         let mut storage = NegentropyStorageVector::new();
         for (created_at, id) in items {
@@ -56,41 +137,29 @@ impl NegSessions {
                 .is_err()
             {
                 // Only a sealed storage refuses an insert; it is sealed below.
-                return neg_err(sub, "error: could not build the set");
+                return Err(NegFailure::Build("could not build the set".to_owned()));
             }
         }
-        let negentropy = match storage
+        let negentropy = storage
             .seal()
-            .and_then(|()| Negentropy::owned(storage, FRAME_LIMIT))
-        {
-            Ok(negentropy) => negentropy,
-            Err(e) => return neg_err(sub, &format!("error: {e}")),
-        };
+            .and_then(|()| Negentropy::owned(storage, self.frame_limit))
+            .map_err(|e| NegFailure::Build(e.to_string()))?;
         self.sessions.insert(sub.clone(), negentropy);
-        self.message(sub, initial)
+        self.reconcile(&sub, frame)
     }
 
-    /// `NEG-MSG`: the next frame of an open session. An unknown session,
-    /// bad hex or a frame negentropy refuses is a `NEG-ERR` (and ends the
-    /// session).
-    pub(super) fn message(&mut self, sub: SubscriptionId, hex: &str) -> RelayMessage<'static> {
-        let Some(negentropy) = self.sessions.get_mut(&sub) else {
-            return neg_err(sub, "closed: no such negentropy session");
-        };
-        let reply = match decode(hex) {
-            Some(frame) => negentropy.reconcile(&frame).map_err(|e| e.to_string()),
-            None => Err("not hex".to_owned()),
-        };
-        match reply {
-            Ok(frame) => RelayMessage::NegMsg {
-                subscription_id: Cow::Owned(sub),
-                message: Cow::Owned(encode(&frame)),
-            },
-            Err(e) => {
-                self.sessions.remove(&sub);
-                neg_err(sub, &format!("invalid: {e}"))
-            }
-        }
+    /// The next frame of open session `sub`, or why not (a refused frame
+    /// ends the session).
+    pub(super) fn reconcile(
+        &mut self,
+        sub: &SubscriptionId,
+        frame: &[u8],
+    ) -> Result<Vec<u8>, NegFailure> {
+        let negentropy = self.sessions.get_mut(sub).ok_or(NegFailure::Unknown)?;
+        negentropy.reconcile(frame).map_err(|e| {
+            self.sessions.remove(sub);
+            NegFailure::Refused(e.to_string())
+        })
     }
 
     /// `NEG-CLOSE`: forgets the session (unknown ones are ignored).
@@ -102,6 +171,24 @@ impl NegSessions {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.sessions.len()
+    }
+}
+
+/// A failure as rust-nostr's relays word it in a `NEG-ERR`.
+fn rust_nostr_reason(failure: &NegFailure) -> String {
+    match failure {
+        NegFailure::TooMany => "blocked: too many negentropy sessions".to_owned(),
+        NegFailure::Unknown => "closed: no such negentropy session".to_owned(),
+        NegFailure::Build(e) => format!("error: {e}"),
+        NegFailure::Refused(e) => format!("invalid: {e}"),
+    }
+}
+
+/// `["NEG-MSG", sub, hex(frame)]`.
+pub(super) fn neg_msg(sub: SubscriptionId, frame: &[u8]) -> RelayMessage<'static> {
+    RelayMessage::NegMsg {
+        subscription_id: Cow::Owned(sub),
+        message: Cow::Owned(encode(frame)),
     }
 }
 

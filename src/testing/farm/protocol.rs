@@ -1,13 +1,17 @@
 //! The relay farm's side of the nostr protocol: what a relay answers to
 //! EVENT, REQ, CLOSE, AUTH and NEG-* messages, and live delivery of what
-//! it stores to its subscribers. The farm's loop (`farm.rs`) moves the
-//! bytes; this is what they mean.
+//! it stores to its subscribers. A strfry relay answers its own way
+//! (`strfry`), sharing AUTH and live delivery. The farm's loop (`farm.rs`)
+//! moves the bytes; this is what they mean.
 
 use super::*;
 
 impl Farm {
-    /// Answers one text message.
+    /// Answers one text message (a strfry relay its own way, see `strfry`).
     pub(super) fn on_text(&mut self, key: usize, text: &str) {
+        if let Some(limits) = self.strfry(key) {
+            return self.on_strfry_text(key, text, limits);
+        }
         match ClientMessage::from_json(text) {
             Ok(ClientMessage::Event(event)) => self.on_event(key, event.into_owned()),
             Ok(ClientMessage::Req {
@@ -44,6 +48,15 @@ impl Farm {
             }
             Ok(_) => self.reply(key, &RelayMessage::notice("error: unsupported message")),
             Err(_) => self.reply(key, &RelayMessage::notice(PARSE_ERROR)),
+        }
+    }
+
+    /// Answers one binary message: a parse error, but strfry reads it as it
+    /// reads text (uWebSockets hands it either kind).
+    pub(super) fn on_binary(&mut self, key: usize, bytes: &[u8]) {
+        match self.strfry(key) {
+            Some(limits) => self.on_strfry_text(key, &String::from_utf8_lossy(bytes), limits),
+            None => self.reply(key, &RelayMessage::notice(PARSE_ERROR)),
         }
     }
 
