@@ -36,6 +36,10 @@ fn demo_syncs_everything_and_prints_the_summary_line() {
             "restart_received",
             "restart_seconds",
             "shards",
+            "unreachable_expected",
+            "unreachable_values",
+            "unreachable_seconds",
+            "seconds_split",
         ]
     );
     let get = |k: &str| fields.iter().find(|(n, _)| *n == k).unwrap().1;
@@ -44,6 +48,13 @@ fn demo_syncs_everything_and_prints_the_summary_line() {
     assert_eq!(get("missing"), "0");
     assert_eq!(get("expected"), get("synced"));
     assert!(get("expected").parse::<u64>().unwrap() > 100);
+    // Issue 23: a strfry-like relay alone carries a repo whose coordinate
+    // it refuses; the repo is said unreachable (in each run), its two
+    // events are not expected, and nothing else is unreachable: the issue
+    // with 150 replies in one second on a capped relay arrived whole.
+    assert_eq!(get("unreachable_expected"), "2");
+    assert!(get("unreachable_values").parse::<u64>().unwrap() >= 1);
+    assert_eq!(get("unreachable_seconds"), "0");
     assert!(
         stdout.contains("restarting relay"),
         "a relay restarts midway"

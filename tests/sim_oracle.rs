@@ -359,10 +359,14 @@ impl World {
                     Duration::from_millis(self.rng.gen_range(0..=200)),
                 )
             });
-            // strfry refuses a whole REQ over a tag value of 256 bytes or more.
+            // strfry refuses a whole REQ over a tag value of 256 bytes or
+            // more, and counts NIP-77 sessions apart from REQs.
             let strfry = self.rng.gen_bool(0.2);
+            let max_neg = (neg == NegMode::Supported && self.rng.gen_bool(0.3))
+                .then(|| self.rng.gen_range(1..=3));
             let relay = self.sim.add_relay(url);
             relay.value_bytes = strfry.then_some(255);
+            relay.max_neg = max_neg;
             if let Some((per_message, reply, query)) = timing {
                 relay.per_message = per_message;
                 relay.reply_delay = reply;
@@ -375,8 +379,9 @@ impl World {
             relay.negentropy = neg;
             let _ = writeln!(
                 self.desc,
-                "  {url}: cap {cap}{}{}{}{} neg {neg:?}{}",
+                "  {url}: cap {cap}{}{}{}{}{} neg {neg:?}{}",
                 if strfry { " strfry-values" } else { "" },
+                max_neg.map_or(String::new(), |n| format!(" max_neg {n}")),
                 info.map_or(String::new(), |i| format!(" nip11 {i:?}")),
                 if value_caps.is_some() {
                     " eventstore-value-caps"

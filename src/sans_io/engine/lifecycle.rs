@@ -330,6 +330,7 @@ impl Engine {
     fn daily_sync(&mut self, relay: RelayId, now: Time) {
         info!("{}: daily fresh sync", self.relay_url(relay));
         self.close_all_subscriptions(relay);
+        self.close_all_sessions(relay);
         let state = self.relay(relay);
         let jobs = state.clear_in_flight();
         // A full sync proves the relay's cap again: it catches what a cap

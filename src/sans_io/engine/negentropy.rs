@@ -155,6 +155,24 @@ impl Engine {
         self.listings.turns.admit(relay)
     }
 
+    /// Sends `NEG-CLOSE` for every session of `relay`'s jobs, which are
+    /// about to be dropped on a live connection (a daily sync): a relay
+    /// that counts sessions (strfry) would count them for good, and refuse
+    /// every later one over its limit.
+    pub(super) fn close_all_sessions(&mut self, relay: RelayId) {
+        let open: Vec<u64> = self.relays[relay.index()]
+            .neg_jobs
+            .iter()
+            .filter(|(_, j)| j.session.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in open {
+            let subscription_id = Cow::Owned(SubscriptionId::new(format!("{id:x}")));
+            let message = ClientMessage::NegClose { subscription_id }.as_json();
+            self.actions.push_back(Action::Send { relay, message });
+        }
+    }
+
     /// Offers free room to the relay whose turn is next, if one waits;
     /// false when none was offered (no room, or no one waits).
     pub(super) fn offer_turn(&mut self, now: Time) -> bool {
@@ -430,8 +448,7 @@ impl Engine {
                 }
                 let refusal = Refusal::of_closed(&reason);
                 let why = if refusal == Refusal::TooManySubscriptions {
-                    self.lower_neg_limit(relay);
-                    ToReq::Limit
+                    self.neg_limit_refusal(relay)
                 } else if answered_before || matches!(refusal, Refusal::BadValue { .. }) {
                     // A refused value says nothing of NIP-77: REQ finds it.
                     ToReq::Failed
@@ -465,11 +482,26 @@ impl Engine {
             self.relay_url(relay),
             relay_text(text)
         );
-        self.lower_neg_limit(relay);
+        let why = self.neg_limit_refusal(relay);
         if let Some(id) = refused {
-            self.job_to_req(relay, id, ToReq::Limit, now);
+            self.job_to_req(relay, id, why, now);
         }
         true
+    }
+
+    /// A session refused for the relay's limit: the limit falls to what is
+    /// open besides it, and the job waits for room. If nothing else of
+    /// ours is open, the relay refuses even one (sessions counted that we
+    /// cannot see): waiting would ask again at once, forever, so the job
+    /// goes to REQ.
+    fn neg_limit_refusal(&mut self, relay: RelayId) -> ToReq {
+        let open = self.relays[relay.index()]
+            .neg_jobs
+            .values()
+            .filter(|j| j.session.is_some())
+            .count();
+        self.lower_neg_limit(relay);
+        if open > 1 { ToReq::Limit } else { ToReq::Failed }
     }
 
     /// The relay refused one session more than it allows: it allows those

@@ -66,6 +66,12 @@ pub struct EngineCounters {
     pub sink_rejected: u64,
     /// Events the own relay could not take, set aside by the outbox.
     pub sink_set_aside: u64,
+    /// Repos (and roots) a relay cannot be asked for: it refuses a value.
+    pub unreachable_values: u64,
+    /// Seconds a relay without NIP-77 cannot be read whole in.
+    pub unreachable_seconds: u64,
+    /// Seconds past a relay's cap asked again in parts or by NIP-77.
+    pub seconds_split: u64,
 }
 
 impl EngineProcess {
@@ -160,6 +166,9 @@ impl EngineProcess {
             events_received: get("grasp_sync_events_total{outcome=\"received\"}"),
             sink_rejected: get("grasp_sync_sink_events_total{outcome=\"rejected\"}"),
             sink_set_aside: get("grasp_sync_sink_events_total{outcome=\"set_aside\"}"),
+            unreachable_values: get("grasp_sync_unreachable_total{cause=\"value\"}"),
+            unreachable_seconds: get("grasp_sync_unreachable_total{cause=\"second\"}"),
+            seconds_split: get("grasp_sync_seconds_split_total "),
         }
     }
 
@@ -259,6 +268,9 @@ impl std::ops::Add for EngineCounters {
             events_received: self.events_received + o.events_received,
             sink_rejected: self.sink_rejected + o.sink_rejected,
             sink_set_aside: self.sink_set_aside + o.sink_set_aside,
+            unreachable_values: self.unreachable_values + o.unreachable_values,
+            unreachable_seconds: self.unreachable_seconds + o.unreachable_seconds,
+            seconds_split: self.seconds_split + o.seconds_split,
         }
     }
 }

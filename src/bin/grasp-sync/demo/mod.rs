@@ -48,7 +48,7 @@ use grasp_sync::testing::cert::{CA_PEM, LEAF_KEY_PEM, LEAF_PEM};
 use grasp_sync::testing::farm::{FarmOptions, RelayFarm, RelayProfile};
 use grasp_sync::testing::limits::ValueCaps;
 use grasp_sync::testing::relay::server_tls_config;
-use scenario::{Scenario, generate};
+use scenario::{Roles, Scenario, generate};
 use shards::EngineSet;
 
 /// Demo parameters (`grasp-sync demo --relays N --repos M --events K --seed S`).
@@ -146,6 +146,9 @@ pub struct DemoSummary {
     pub restart: RestartSummary,
     /// Engines run side by side, one per shard.
     pub shards: u32,
+    /// Events placed where no relay can be asked for them (the long-`d`
+    /// repo on a strfry-like relay): not in `expected`.
+    pub unreachable_expected: usize,
 }
 
 impl DemoSummary {
@@ -164,7 +167,8 @@ impl DemoSummary {
             "demo: relays={} expected={} synced={} missing={missing} seconds={:.1} peak_rss_kib={} reqs={}{chaos} \
              neg_sessions={} neg_rounds={} neg_ids_fetched={} neg_fallbacks={} relay_neg_errors={} auth_attempts={} \
              auth_rejected={} restart_needed={} restart_synced={} restart_fetched={} restart_received={} \
-             restart_seconds={:.1} shards={}{}",
+             restart_seconds={:.1} shards={}{} unreachable_expected={} unreachable_values={} \
+             unreachable_seconds={} seconds_split={}",
             self.relays,
             self.expected,
             self.synced,
@@ -185,6 +189,10 @@ impl DemoSummary {
             r.seconds,
             self.shards,
             self.chaos.map_or(String::new(), |c| c.large_fields()),
+            self.unreachable_expected,
+            c.unreachable_values,
+            c.unreachable_seconds,
+            c.seconds_split,
         )
     }
 
@@ -268,6 +276,9 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
     let farm_len = n - chaotic + 1;
     let auth_required = auth_relays(farm_len);
     let (mut profiles, busy) = capped_profiles(farm_len, opts.busy_issues(farm_len));
+    let strfry = strfry_relays(farm_len);
+    profiles.extend(strfry.iter().map(|&i| (i, RelayProfile::strfry())));
+    let crowded = crowded_relay(&profiles, &busy);
     if opts.chaos {
         profiles.push((0, chaos::own_profile()));
     }
@@ -290,7 +301,14 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
     .map_err(|e| format!("starting relays: {e}"))?;
     let own_url = farm.url(0);
     let urls: Vec<String> = (1..farm.len()).map(|i| farm.url(i)).collect();
-    let scenario = generate(opts, &own_url, &urls, &chaos.urls(), &busy, &req_only);
+    let strfry_indexes: Vec<usize> = strfry.iter().map(|i| i - 1).collect();
+    let roles = Roles {
+        busy: &busy,
+        req_only: &req_only,
+        strfry: &strfry_indexes,
+        crowded,
+    };
+    let scenario = generate(opts, &own_url, &urls, &chaos.urls(), &roles);
     farm.seed(0, scenario.own.clone());
     for (i, events) in scenario.remote.iter().enumerate() {
         farm.seed(i + 1, events.clone());
@@ -317,6 +335,16 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         auth_required.len()
     );
     println!("{}", describe_profiles(&profiles, busy.len(), opts.tls));
+    println!(
+        "demo: {} relays behave like strfry (500 per filter, 255-byte tag values, three subscription counts); \
+         one of them alone carries a repo with a {}-character d tag ({} events no relay can be asked for); \
+         {} capped relay holds an issue with {} replies in one second",
+        strfry.len(),
+        scenario::LONG_D_LEN,
+        scenario.unreachable.len(),
+        usize::from(crowded.is_some()),
+        scenario::SAME_SECOND_REPLIES,
+    );
     if opts.chaos {
         println!("{}", chaos.describe());
     }
@@ -421,6 +449,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         relay_neg_errors: stats.neg_errors,
         restart,
         shards: opts.shards,
+        unreachable_expected: scenario.unreachable.len(),
     };
     match summary.chaos_failure() {
         Some(failure) => {
@@ -479,8 +508,33 @@ fn capped_profiles(farm_len: usize, busy_count: usize) -> (Vec<(usize, RelayProf
     (profiles, busy)
 }
 
+/// Remote relays (farm numbers) that behave like strfry: every seventh
+/// from 1 that is not capped like khatru (numbers divisible by 3).
+fn strfry_relays(farm_len: usize) -> Vec<usize> {
+    (1..farm_len).filter(|i| i % 7 == 1 && i % 3 != 0).collect()
+}
+
+/// The capped relay (index into the remote relay URLs) that holds an issue
+/// with more replies in one second than it returns: the first that speaks
+/// NIP-77 and holds no busy issue, so the engine reads that second whole
+/// by negentropy.
+fn crowded_relay(profiles: &[(usize, RelayProfile)], busy: &[usize]) -> Option<usize> {
+    profiles
+        .iter()
+        .find(|(i, p)| {
+            p.max_results_per_filter == Some(CAPPED_RESULTS)
+                && !p.no_negentropy
+                && !busy.contains(&(i - 1))
+        })
+        .map(|(i, _)| i - 1)
+}
+
 /// A line saying how the capped relays are limited.
 fn describe_profiles(profiles: &[(usize, RelayProfile)], busy: usize, tls: bool) -> String {
+    let profiles: Vec<&(usize, RelayProfile)> = profiles
+        .iter()
+        .filter(|(_, p)| p.max_results_per_filter == Some(CAPPED_RESULTS))
+        .collect();
     let refusing = profiles
         .iter()
         .filter(|(_, p)| p.value_caps.is_some())

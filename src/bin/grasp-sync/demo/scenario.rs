@@ -20,7 +20,7 @@ use nostr::prelude::{
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{BUSY_REPLIES, DemoOptions};
+use super::{BUSY_REPLIES, CAPPED_RESULTS, DemoOptions};
 
 /// One generated repository.
 struct Repo {
@@ -48,6 +48,31 @@ pub struct Scenario {
     /// Events published while the engine is down, before its restart:
     /// (farm relay, event). Each is on one honest relay.
     pub down: Vec<(usize, Event)>,
+    /// Events no engine can ask for: those of the repo whose `d` tag
+    /// makes its coordinate longer than a strfry-like relay takes, on such
+    /// a relay alone. Not expected; the engine counts the repo unreachable.
+    pub unreachable: Vec<EventId>,
+}
+
+/// `d` of the repo strfry-like relays cannot be asked for: its coordinate
+/// (`30617:<64 hex>:<d>`) passes 255 bytes.
+pub const LONG_D_LEN: usize = 200;
+
+/// Replies in the one second of the crowded issue: more than a capped
+/// relay returns for one filter (see [`CAPPED_RESULTS`]).
+pub const SAME_SECOND_REPLIES: usize = CAPPED_RESULTS + 50;
+
+/// What some remote relays (indexes into the URLs) are for.
+#[derive(Debug, Clone, Copy)]
+pub struct Roles<'a> {
+    /// Capped relays read by REQ, each holding a busy issue.
+    pub busy: &'a [usize],
+    /// Relays that do not speak NIP-77.
+    pub req_only: &'a [usize],
+    /// Relays that behave like strfry; the first carries the long-`d` repo.
+    pub strfry: &'a [usize],
+    /// The capped relay holding an issue with a crowded second.
+    pub crowded: Option<usize>,
 }
 
 /// Repos one owner key announces at most (there are at least 8 owners).
@@ -73,9 +98,14 @@ pub fn generate(
     own_url: &str,
     urls: &[String],
     chaotic: &[String],
-    busy: &[usize],
-    req_only: &[usize],
+    roles: &Roles<'_>,
 ) -> Scenario {
+    let Roles {
+        busy,
+        req_only,
+        strfry,
+        crowded,
+    } = *roles;
     let mut rng = SmallRng::seed_from_u64(opts.seed);
     let n = urls.len();
     let all = n + chaotic.len();
@@ -96,6 +126,7 @@ pub fn generate(
         live: Vec::new(),
         expected: Vec::new(),
         down: Vec::new(),
+        unreachable: Vec::new(),
     };
     let mut repos: Vec<Repo> = (0..repo_count)
         .map(|i| {
@@ -147,6 +178,20 @@ pub fn generate(
     }
     for &relay in busy {
         add_busy_issue(&mut s, &mut repos, &authors, relay, now - 75_000);
+    }
+    if let Some(relay) = crowded {
+        add_crowded_issue(&mut s, &mut repos, &authors, relay, now - 74_000);
+    }
+    if let Some(&relay) = strfry.first() {
+        add_long_repo(
+            &mut s,
+            &owners[0],
+            &authors,
+            own_url,
+            &urls[relay],
+            relay,
+            now - 73_000,
+        );
     }
     let live_from = event_count - event_count / 10;
     for i in 0..event_count {
@@ -242,6 +287,82 @@ fn add_busy_issue(s: &mut Scenario, repos: &mut [Repo], authors: &[Keys], relay:
     repo.roots.push((issue, relay));
     for event in events {
         s.expected.push(event.id);
+        s.remote[relay].push(event);
+    }
+}
+
+/// An issue of the first repo hosted on `relay` (a capped relay that
+/// speaks NIP-77) with [`SAME_SECOND_REPLIES`] replies all in one second,
+/// as replies imported in bulk are: paging by `until` cannot get past
+/// that second, so the engine asks it again by negentropy. Nothing if no
+/// repo lists the relay.
+fn add_crowded_issue(
+    s: &mut Scenario,
+    repos: &mut [Repo],
+    authors: &[Keys],
+    relay: usize,
+    at: u64,
+) {
+    let Some(repo) = repos.iter_mut().find(|r| r.relays.contains(&relay)) else {
+        return;
+    };
+    let coord = format!("30617:{}:{}", repo.owner.public_key().to_hex(), repo.d);
+    let issue = sign(&authors[0], 1621, at, vec![tag(&["a", &coord])], "imported");
+    let id = issue.id.to_hex();
+    let mut events = vec![issue.clone()];
+    for j in 0..SAME_SECOND_REPLIES {
+        events.push(sign(
+            &authors[j % authors.len()],
+            1111,
+            at + 1,
+            vec![tag(&["E", &id]), tag(&["e", &id]), tag(&["K", "1621"])],
+            &format!("imported reply {j}"),
+        ));
+    }
+    repo.roots.push((issue, relay));
+    for event in events {
+        s.expected.push(event.id);
+        s.remote[relay].push(event);
+    }
+}
+
+/// A repo whose `d` tag is [`LONG_D_LEN`] characters, announced on the own
+/// relay, listing only strfry-like relay `relay` (at `url`), with an
+/// issue and replies there. strfry refuses any REQ carrying its coordinate,
+/// so none of it can be asked for: not expected, and the engine must
+/// isolate it so the repos packed with it still sync.
+fn add_long_repo(
+    s: &mut Scenario,
+    owner: &Keys,
+    authors: &[Keys],
+    own_url: &str,
+    url: &str,
+    relay: usize,
+    at: u64,
+) {
+    let d = format!("long-{}", "d".repeat(LONG_D_LEN - 5));
+    let relays = Tag::parse(["relays", own_url, url]).expect("the relays tag has a name");
+    let clone = clone_url(own_url, owner, &d);
+    let ann = sign(
+        owner,
+        30617,
+        at,
+        vec![tag(&["d", &d]), relays, tag(&["clone", &clone])],
+        "",
+    );
+    let coord = format!("30617:{}:{d}", owner.public_key().to_hex());
+    let issue = sign(&authors[1], 1621, at + 1, vec![tag(&["a", &coord])], "long");
+    let id = issue.id.to_hex();
+    let reply = sign(
+        &authors[2],
+        1111,
+        at + 2,
+        vec![tag(&["E", &id]), tag(&["e", &id])],
+        "r",
+    );
+    s.own.push(ann);
+    for event in [issue, reply] {
+        s.unreachable.push(event.id);
         s.remote[relay].push(event);
     }
 }
