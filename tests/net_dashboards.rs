@@ -174,6 +174,10 @@ fn dashboard_and_alerts_name_only_exported_metrics() {
         exported.contains_key("grasp_sync_own_relay_connected"),
         "the own relay's link is exported: {page}"
     );
+    for link in ["read", "write"] {
+        let series = format!("grasp_sync_own_relay_connected{{link=\"{link}\"}}");
+        assert!(page.contains(&series), "the {link} link apart: {page}");
+    }
 
     let dash = dashboard_exprs();
     let bad = unknown_names(&dash, &exported);

@@ -302,11 +302,13 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         sink.outbox_capacity as u64,
     );
     if let Some(open) = sink.own_relay_open {
-        gauge(
+        let read = engine.relay_status(engine.own_relay()) == Status::Connected;
+        gauge_labeled(
             &mut out,
             "grasp_sync_own_relay_connected",
-            "1 while the websocket to the own relay is open.",
-            u64::from(open),
+            "1 while each link to the own relay is open: write (synced events go out) and read (the self-subscription that sees new repos and roots, and the listings).",
+            "link",
+            &[("write", u64::from(open)), ("read", u64::from(read))],
         );
     }
     counter_labeled(

@@ -8,6 +8,7 @@
 //! confirmed and catches up with `since = last_connected - window`, a
 //! timestamp. Pending batches are dropped at disconnect, not at reconnect.
 
+use crate::sans_io::own_relay::client::RECONNECT as OWN_RECONNECT;
 use log::{debug, info, warn};
 use nostr::prelude::Timestamp;
 use rand::rngs::SmallRng;
@@ -239,6 +240,11 @@ impl Engine {
 
     /// Marks `relay` disconnected after a failure and schedules the retry.
     pub(super) fn fail_connection(&mut self, relay: RelayId, now: Time) {
+        if relay == self.own {
+            return self.fail_connection_with(relay, now, |health, _, _| {
+                health.record_failure_exact(now, &OWN_RECONNECT)
+            });
+        }
         let penalty = self.relays[relay.index()].conduct.backoff_steps();
         self.fail_connection_with(relay, now, |health, policy, rng| {
             health.record_failure(now, policy, penalty, rng)

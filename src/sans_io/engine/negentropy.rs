@@ -501,7 +501,11 @@ impl Engine {
             .filter(|j| j.session.is_some())
             .count();
         self.lower_neg_limit(relay);
-        if open > 1 { ToReq::Limit } else { ToReq::Failed }
+        if open > 1 {
+            ToReq::Limit
+        } else {
+            ToReq::Failed
+        }
     }
 
     /// The relay refused one session more than it allows: it allows those

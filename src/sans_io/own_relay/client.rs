@@ -34,11 +34,15 @@ use crate::sans_io::relay_info::RelayInfo;
 use crate::sans_io::relay_text::relay_text;
 use crate::sans_io::time::Time;
 
-/// When to connect again after the connection failed: 500 ms after the
-/// first failure in a row, doubling to a 30 s cap, back to the start once a
-/// connection opens. The own relay is never given up on (it is where every
-/// synced event goes), so nothing here ever counts as dead.
-const RECONNECT: BackoffPolicy = BackoffPolicy {
+/// When to connect to the own relay again after a connection failed: 500
+/// ms after the first failure in a row, doubling to a 30 s cap, back to the
+/// start once a connection opens. The own relay is never given up on (it
+/// is where every synced event goes, and where new repos and roots are
+/// seen), so nothing here ever counts as dead. Both links keep it: this
+/// write link, and the engine's read link (the self-subscription and the
+/// listings), which had the remote relays' backoff and came back up to an
+/// hour after the relay did.
+pub(crate) const RECONNECT: BackoffPolicy = BackoffPolicy {
     base: Duration::from_millis(500),
     max: Duration::from_secs(30),
     dead_after: Duration::MAX,
