@@ -55,6 +55,8 @@ pub(crate) struct SinkView {
     pub outbox_capacity: usize,
     /// Own-relay delivery counters.
     pub outbox: OutboxStats,
+    /// Events a minute the own relay takes while it rate-limits us.
+    pub accepted_per_minute: Option<u64>,
 }
 
 /// Renders every metric as Prometheus text.
@@ -324,6 +326,20 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
             ("set_aside", sink.outbox.set_aside),
         ],
     );
+    counter(
+        &mut out,
+        "grasp_sync_own_relay_rate_limited_total",
+        "EVENTs the own relay refused with rate-limited: (each retried, paced to what it takes).",
+        sink.outbox.rate_limited,
+    );
+    if let Some(per_minute) = sink.accepted_per_minute {
+        gauge(
+            &mut out,
+            "grasp_sync_own_relay_accepted_per_minute",
+            "While the own relay rate-limits the sync: the events a minute it takes.",
+            per_minute,
+        );
+    }
     counter_labeled(
         &mut out,
         "grasp_sync_bytes_total",

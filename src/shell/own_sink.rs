@@ -242,6 +242,7 @@ impl Shell {
                 outbox_depth: own.client.outbox_depth(),
                 outbox_capacity: own.client.outbox_capacity(),
                 outbox: own.client.outbox_stats(),
+                accepted_per_minute: own.client.accepted_per_minute(),
             },
             SinkState::Custom(_) => SinkView::default(),
         }

@@ -124,7 +124,12 @@ pub(crate) struct OwnRelayClient {
     /// Listing pages and AUTH for the open connection, in order.
     control: VecDeque<String>,
     outputs: VecDeque<ClientOutput>,
+    /// When the operator was last told the own relay throttles the sync.
+    throttle_warned: Option<Time>,
 }
+
+/// How often the operator is told, at most, that the own relay throttles.
+const THROTTLE_WARN_EVERY: Duration = Duration::from_secs(60);
 
 impl OwnRelayClient {
     /// A client of `url` whose outbox holds `capacity` events before the
@@ -140,6 +145,7 @@ impl OwnRelayClient {
             draining: false,
             control: VecDeque::new(),
             outputs: VecDeque::new(),
+            throttle_warned: None,
         }
     }
 
@@ -329,6 +335,40 @@ impl OwnRelayClient {
         {
             self.outputs.push_back(ClientOutput::Stored(event));
         }
+        self.warn_if_throttled(now);
+    }
+
+    /// While the own relay rate-limits us, tells the operator once a
+    /// minute what it takes and what waits: a throttled sync looks like a
+    /// stalled one otherwise.
+    fn warn_if_throttled(&mut self, now: Time) {
+        let Some(rate) = self.outbox.accepted_rate() else {
+            return;
+        };
+        if self
+            .throttle_warned
+            .is_some_and(|at| now < at + THROTTLE_WARN_EVERY)
+        {
+            return;
+        }
+        self.throttle_warned = Some(now);
+        let waiting = self.outbox.depth();
+        let drain = Duration::from_secs_f64(waiting as f64 / rate.max(1e-3));
+        warn!(
+            "own relay {} rate-limits the sync: it takes about {:.2} events a minute; {waiting} \
+             events wait in the outbox (about {} min to drain; remote reads pause while it is \
+             full); let this client write faster (README: Beside your relay)",
+            self.url,
+            rate * 60.0,
+            drain.as_secs().div_ceil(60),
+        );
+    }
+
+    /// Events a minute the own relay takes while it rate-limits us.
+    pub(crate) fn accepted_per_minute(&self) -> Option<u64> {
+        self.outbox
+            .accepted_rate()
+            .map(|r| (r * 60.0).round() as u64)
     }
 
     /// A `NOTICE` names no event; one saying an event was too large still
@@ -682,9 +722,10 @@ mod tests {
 
     /// nostr-rs-relay answers an event over its `max_event_bytes` with this
     /// `NOTICE` and no `OK`; a full window of them used to stall the outbox
-    /// for good.
+    /// for good. (The first window is the pacer's initial one.)
     #[test]
     fn size_notices_set_a_full_window_aside_and_the_rest_goes() {
+        const WINDOW: usize = crate::sans_io::own_relay::pacer::INITIAL_WINDOW;
         let keys = Keys::generate();
         let mut c = open_client(None);
         let big = "x".repeat(2_000);
@@ -737,5 +778,39 @@ mod tests {
         assert!(!c.has_room(), "in flight still counts");
         c.handle_message(T0, &ok(&events[0].id.to_hex(), true, ""));
         assert!(c.has_room());
+    }
+
+    /// Issue 24: a rate-limited own relay is paced, one event at a time
+    /// after the refusal, and what it takes is known (for the warning and
+    /// `grasp_sync_own_relay_accepted_per_minute`); once it takes all we
+    /// send again, nothing is paced.
+    #[test]
+    fn a_rate_limited_own_relay_is_paced_and_its_rate_known() {
+        let keys = Keys::generate();
+        let mut c = open_client(None);
+        let events: Vec<_> = (0..100).map(|n| event(&keys, 1, 1_000 + n)).collect();
+        for e in &events {
+            c.push(e.clone());
+        }
+        let first = sent_ids(&texts(&mut c, T0));
+        assert_eq!(c.accepted_per_minute(), None, "not throttled yet");
+        for id in &first {
+            c.handle_message(T0, &ok(id, false, "rate-limited: slow down, please"));
+        }
+        assert_eq!(c.accepted_per_minute(), Some(60), "one a second to start");
+        assert!(texts(&mut c, T0).is_empty(), "the refused window waits");
+        let at = c.poll_timeout().expect("woken for the next send");
+        let mut sent = sent_ids(&texts(&mut c, at));
+        assert_eq!(sent, first[..1], "one, the oldest refused, goes again");
+        let mut now = at;
+        while !sent.is_empty() {
+            for id in &sent {
+                c.handle_message(now, &ok(id, true, ""));
+            }
+            now = c.poll_timeout().unwrap_or(now).max(now);
+            sent = sent_ids(&texts(&mut c, now));
+        }
+        assert_eq!(c.accepted_per_minute(), None, "unpaced once it takes all");
+        assert_eq!(c.outbox_stats().rate_limited, first.len() as u64);
     }
 }

@@ -6,5 +6,6 @@
 pub(crate) mod client;
 pub(crate) mod listing;
 pub(crate) mod outbox;
+pub(crate) mod pacer;
 
 pub(crate) use client::{ClientOutput, OwnRelayClient, Transmit};

@@ -31,6 +31,7 @@ use std::time::Duration;
 use log::{debug, warn};
 use nostr::prelude::{ClientMessage, Event, EventId};
 
+use crate::sans_io::own_relay::pacer::Pacer;
 use crate::sans_io::relay_text::relay_text;
 use crate::sans_io::time::Time;
 
@@ -45,6 +46,8 @@ pub(crate) struct OutboxStats {
     pub rejected: u64,
     /// Put back for a retry.
     pub retried: u64,
+    /// Of those, refused with `rate-limited:`.
+    pub rate_limited: u64,
     /// Set aside: over the own relay's size limit, or struck out (refused
     /// without an answer, or a poison pill).
     pub set_aside: u64,
@@ -64,11 +67,13 @@ pub(crate) const STRIKES: u8 = 3;
 /// nostr-rs-relay), so smaller ones struck out for some other reason.
 pub(crate) const LARGE: usize = 64 * 1024;
 
-/// An event waiting to be sent, with its strikes so far.
+/// An event waiting to be sent, with its strikes so far and its place in
+/// the order events were pushed.
 #[derive(Debug)]
 struct Waiting {
     event: Event,
     strikes: u8,
+    seq: u64,
 }
 
 /// An event in flight: sent at `at` as a message of `bytes` bytes.
@@ -76,6 +81,7 @@ struct Waiting {
 struct Sent {
     event: Event,
     strikes: u8,
+    seq: u64,
     bytes: usize,
     at: Time,
 }
@@ -95,6 +101,10 @@ pub(crate) struct Outbox {
     last_ok: Option<Time>,
     /// Longest `EVENT` message the own relay takes, once learned.
     max_bytes: Option<usize>,
+    /// Spacing of sends to a relay that rate-limits them.
+    pacer: Pacer,
+    /// The next event's place in the order pushed.
+    next_seq: u64,
     /// Counters.
     pub stats: OutboxStats,
 }
@@ -114,6 +124,8 @@ impl Outbox {
             failures: 0,
             last_ok: None,
             max_bytes: None,
+            pacer: Pacer::default(),
+            next_seq: 0,
             stats: OutboxStats::default(),
         }
     }
@@ -122,7 +134,13 @@ impl Outbox {
     /// checks [`Outbox::is_full`] and stops reading relays while it holds,
     /// so an event already received is never dropped.
     pub(crate) fn push(&mut self, event: Event) {
-        self.queue.push_back(Waiting { event, strikes: 0 });
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.queue.push_back(Waiting {
+            event,
+            strikes: 0,
+            seq,
+        });
     }
 
     /// True when the caller should stop taking events.
@@ -145,9 +163,19 @@ impl Outbox {
         self.depth() == 0
     }
 
-    /// When a paused outbox may send again.
+    /// When a paused (or paced) outbox may send again.
     pub(crate) fn paused_until(&self) -> Option<Time> {
-        self.paused_until
+        let paced = self.pacer.next_send().filter(|_| !self.queue.is_empty());
+        match (self.paused_until, paced) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Events a second the own relay takes while it rate-limits us (`None`
+    /// while it takes all we send).
+    pub(crate) fn accepted_rate(&self) -> Option<f64> {
+        self.pacer.rate()
     }
 
     /// When the first event in flight runs out of time.
@@ -159,12 +187,16 @@ impl Outbox {
     /// window, any pause and the strikes allow. Events over the known size
     /// limit are set aside on the way.
     pub(crate) fn next_message(&mut self, now: Time) -> Option<String> {
-        if self.paused_until.is_some_and(|t| now < t) {
+        if self.paused_until.is_some_and(|t| now < t) || !self.pacer.may_send(now) {
             return None;
         }
         self.paused_until = None;
         while self.may_send(self.queue.front()?.strikes) {
-            let Waiting { event, strikes } = self.queue.pop_front()?;
+            let Waiting {
+                event,
+                strikes,
+                seq,
+            } = self.queue.pop_front()?;
             let message = ClientMessage::event(event.clone()).as_json();
             if self.max_bytes.is_some_and(|max| message.len() > max) {
                 self.set_aside(&event, "over the own relay's size limit");
@@ -173,9 +205,11 @@ impl Outbox {
             self.inflight.push(Sent {
                 event,
                 strikes,
+                seq,
                 bytes: message.len(),
                 at: now,
             });
+            self.pacer.sent(now);
             return Some(message);
         }
         None
@@ -187,7 +221,8 @@ impl Outbox {
         if strikes > 0 {
             return self.inflight.is_empty();
         }
-        self.inflight.len() < self.window && self.inflight.iter().all(|s| s.strikes == 0)
+        self.inflight.len() < self.pacer.window(self.window)
+            && self.inflight.iter().all(|s| s.strikes == 0)
     }
 
     /// The own relay answered `OK` for `id`. Returns the event when the
@@ -206,7 +241,13 @@ impl Outbox {
             debug!("OK for {id} not in flight; ignored");
             return None;
         };
-        let Sent { event, strikes, .. } = self.inflight.remove(pos);
+        let Sent {
+            event,
+            strikes,
+            seq,
+            at,
+            ..
+        } = self.inflight.remove(pos);
         self.last_ok = Some(now);
         let lower = message.to_ascii_lowercase();
         let prefix = lower
@@ -218,13 +259,26 @@ impl Outbox {
             .trim()
             .to_owned();
         if accepted || prefix == "duplicate" {
+            self.pacer.accepted();
             self.stats.stored += 1;
             self.stats.duplicate += u64::from(prefix == "duplicate");
             self.failures = 0;
             return Some(event);
         }
         match prefix.as_str() {
-            "rate-limited" | "error" | "auth-required" | "" => {
+            "rate-limited" => {
+                // Paced to what the relay takes, not paused and resent a
+                // window at a time (`pacer`).
+                self.stats.retried += 1;
+                self.stats.rate_limited += 1;
+                self.pacer.refused(at, now);
+                self.retry(Waiting {
+                    event,
+                    strikes,
+                    seq,
+                });
+            }
+            "error" | "auth-required" | "" => {
                 self.stats.retried += 1;
                 // A whole window refused in one go (every event in flight
                 // when the relay asked for AUTH) is one failure, not a
@@ -234,7 +288,11 @@ impl Outbox {
                     let pause = Duration::from_secs(1u64 << self.failures.min(6)).min(MAX_PAUSE);
                     self.paused_until = Some(now + pause);
                 }
-                self.queue.push_front(Waiting { event, strikes });
+                self.retry(Waiting {
+                    event,
+                    strikes,
+                    seq,
+                });
             }
             _ => {
                 self.stats.rejected += 1;
@@ -320,9 +378,10 @@ impl Outbox {
         for Sent {
             event,
             strikes,
+            seq,
             bytes,
             ..
-        } in sent.into_iter().rev()
+        } in sent
         {
             let strikes = strikes.saturating_add(1);
             if strikes >= STRIKES {
@@ -331,9 +390,28 @@ impl Outbox {
                 }
                 self.set_aside(&event, why);
             } else {
-                self.queue.push_front(Waiting { event, strikes });
+                self.retry(Waiting {
+                    event,
+                    strikes,
+                    seq,
+                });
             }
         }
+    }
+
+    /// Puts an event back in the order events were pushed: refused or
+    /// struck events go again before newer ones and in the order they
+    /// first went, however often they are refused (an announcement before
+    /// its roots: a GRASP relay refuses a root of a repo it does not hold,
+    /// for good). Only the events put back lie before it, so the search is
+    /// short.
+    fn retry(&mut self, waiting: Waiting) {
+        let at = self
+            .queue
+            .iter()
+            .position(|w| w.seq > waiting.seq)
+            .unwrap_or(self.queue.len());
+        self.queue.insert(at, waiting);
     }
 
     /// Drops an event the own relay cannot take; it is logged here, once.
@@ -346,6 +424,7 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sans_io::own_relay::pacer::test_bucket::Bucket;
     use nostr::prelude::{Keys, Kind, SecretKey, Signature, Timestamp};
 
     fn event(n: u8) -> Event {
@@ -461,20 +540,20 @@ mod tests {
     #[test]
     fn a_window_refused_at_once_is_one_failure_not_a_streak() {
         let mut o = Outbox::new(100, 100);
-        for n in 1..=20 {
+        for n in 1..=12 {
             o.push(event(n));
         }
         let t = Time::from_secs(100);
         let sent: Vec<String> = std::iter::from_fn(|| o.next_message(t)).collect();
-        assert_eq!(sent.len(), 20);
+        assert_eq!(sent.len(), 12);
         for m in &sent {
             o.handle_ok(t, &sent_id(m), false, "auth-required: you must auth");
         }
-        assert_eq!(o.stats.retried, 20);
+        assert_eq!(o.stats.retried, 12);
         assert_eq!(
             o.paused_until(),
             Some(t + Duration::from_secs(2)),
-            "one refusal's pause, not 2^20 s capped at a minute"
+            "one refusal's pause, not 2^12 s capped at a minute"
         );
         // Refused again after the pause: now it is a streak.
         let later = o.paused_until().unwrap();
@@ -617,5 +696,70 @@ mod tests {
         }
         assert_eq!(&again[..2], &first[..], "in flight resent first, in order");
         assert_eq!(again[2], EventId::from_byte_array([3; 32]));
+    }
+
+    /// Delivers `events` through an outbox with a window of 64 to a relay
+    /// rate-limiting like khatru (`bucket`), answering each `EVENT` 1 ms
+    /// after it went; the clock jumps to the outbox's next send. Returns
+    /// (attempts, seconds, the order the relay stored them in).
+    fn deliver_to(bucket: &mut Bucket, events: u8) -> (usize, f64, Vec<EventId>) {
+        let mut o = Outbox::new(1_000, 64);
+        for n in 1..=events {
+            o.push(event(n));
+        }
+        let start = bucket.at;
+        let mut now = start;
+        let (mut attempts, mut stored) = (0, Vec::new());
+        while !o.is_empty() {
+            let sent: Vec<EventId> = std::iter::from_fn(|| o.next_message(now))
+                .map(|m| sent_id(&m))
+                .collect();
+            assert!(!sent.is_empty(), "stalled at {now:?}");
+            attempts += sent.len();
+            now = now + Duration::from_millis(1);
+            for id in sent {
+                if bucket.take(now) {
+                    stored.push(id);
+                    o.handle_ok(now, &id, true, "");
+                } else {
+                    o.handle_ok(now, &id, false, "rate-limited: slow down, please");
+                }
+            }
+            now = o.paused_until().map_or(now, |t| t.max(now));
+        }
+        (attempts, now.since(start).as_secs_f64(), stored)
+    }
+
+    /// Issue 24: after each pause a whole window went again, 9.6 attempts
+    /// per event against khatru's limiter; now about one, at the bucket's
+    /// pace, and in the order they were pushed (announcements first).
+    #[test]
+    fn a_rate_limited_own_relay_gets_its_pace_not_windows() {
+        // 3 a second; and ngit-relay's 15 at once then 3 every 3 minutes.
+        for (every, burst, events) in [
+            (Duration::from_millis(333), 3.0, 240u8),
+            (Duration::from_secs(60), 15.0, 120),
+        ] {
+            let mut bucket = Bucket {
+                tokens: burst,
+                burst,
+                every,
+                at: Time::from_secs(1_000),
+            };
+            let (attempts, secs, stored) = deliver_to(&mut bucket, events);
+            let per_event = attempts as f64 / f64::from(events);
+            let rate = (f64::from(events) - burst) / secs;
+            let bucket_rate = 1.0 / every.as_secs_f64();
+            assert!(
+                per_event <= 1.5,
+                "{every:?}: {per_event:.2} attempts an event"
+            );
+            assert!(
+                rate >= 0.9 * bucket_rate,
+                "{every:?}: {rate:.4}/s against the bucket's {bucket_rate:.4}/s"
+            );
+            let pushed: Vec<EventId> = (1..=events).map(id).collect();
+            assert_eq!(stored, pushed, "stored in the order pushed");
+        }
     }
 }
