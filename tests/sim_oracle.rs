@@ -624,6 +624,10 @@ impl World {
                 self.place_event(Target::Repo(repo), &ev, Place::Seed, "history");
             }
         }
+        if !self.roots.is_empty() && self.rng.gen_bool(0.3) {
+            let root = self.rng.gen_range(0..self.roots.len());
+            self.crowd(Target::Root(root), Place::Seed);
+        }
         for root in 0..self.roots.len() {
             for _ in 0..self.rng.gen_range(0..=5) {
                 let t = T0 - self.rng.gen_range(1_000..1_000_000);
@@ -1076,6 +1080,13 @@ impl World {
     /// unreachable, and said so: `sim_no_loss` checks that).
     fn same_second_burst(&mut self) {
         let target = self.random_target();
+        self.crowd(target, Place::Publish);
+    }
+
+    /// [`World::same_second_burst`] for `target`, placed as `place`: seeded
+    /// before the engine starts, the first sync reads it by REQ (the sink
+    /// holds nothing yet), which must split the second.
+    fn crowd(&mut self, target: Target, place: Place) {
         let home = self.home(target);
         let Some(&r) = home.choose(&mut self.rng) else {
             return;
@@ -1097,7 +1108,7 @@ impl World {
             let ev = self.event_for(target, at);
             self.origin
                 .insert(ev.id, format!("same-second burst on {}", REMOTES[r]));
-            self.put(r, &ev, Place::Publish);
+            self.put(r, &ev, place);
         }
     }
 
