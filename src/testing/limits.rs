@@ -129,6 +129,71 @@ impl ValueCaps {
     }
 }
 
+/// khatru's `EventIPRateLimiter(tokens_per_interval, interval,
+/// max_tokens)`, as ngit-relay runs it (3, 3 min, 15): a bucket per client
+/// address that holds `max_tokens`, gains `tokens_per_interval` every
+/// `interval`, and is charged for every `EVENT`, duplicates included (khatru
+/// runs its reject policies before the duplicate check). An `EVENT` with no
+/// token left is refused with [`RATE_LIMITED`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EventBucket {
+    /// Tokens added each `interval`.
+    pub tokens_per_interval: u32,
+    /// How often tokens are added.
+    pub interval: std::time::Duration,
+    /// Tokens the bucket holds at most (and at first).
+    pub max_tokens: u32,
+}
+
+/// khatru's refusal of an `EVENT` over its rate limiter.
+pub const RATE_LIMITED: &str = "rate-limited: slow down, please";
+
+impl EventBucket {
+    /// ngit-relay's limiter: 15 at once, then 3 every three minutes.
+    pub fn ngit_relay() -> EventBucket {
+        EventBucket {
+            tokens_per_interval: 3,
+            interval: std::time::Duration::from_secs(180),
+            max_tokens: 15,
+        }
+    }
+
+    /// Tokens per second it adds.
+    pub fn rate(&self) -> f64 {
+        f64::from(self.tokens_per_interval) / self.interval.as_secs_f64()
+    }
+}
+
+/// An [`EventBucket`]'s tokens, refilled continuously from when last seen.
+#[derive(Debug, Clone, Copy)]
+pub struct BucketLevel {
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl BucketLevel {
+    /// A full bucket at `now`.
+    pub fn full(bucket: &EventBucket, now: std::time::Instant) -> Self {
+        BucketLevel {
+            tokens: f64::from(bucket.max_tokens),
+            at: now,
+        }
+    }
+
+    /// Takes a token at `now` if there is one.
+    pub fn take(&mut self, bucket: &EventBucket, now: std::time::Instant) -> bool {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * bucket.rate();
+        self.tokens = (self.tokens + refill).min(f64::from(bucket.max_tokens));
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// What a relay publishes in its NIP-11 `limitation`; `None` fields are left
 /// out of the document.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

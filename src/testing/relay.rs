@@ -57,8 +57,8 @@ use crate::shell::tls::MaybeTls;
 
 use super::fault::{Answer, ConnFaults, Fault, Injector, Opening, Pace, Publish, Upgrade};
 use super::limits::{
-    HttpHead, Limitation, MAX_HEAD, ValueCapRefusal, ValueCaps, classify_http, nip11_document,
-    nip11_response,
+    BucketLevel, EventBucket, HttpHead, Limitation, MAX_HEAD, RATE_LIMITED, ValueCapRefusal,
+    ValueCaps, classify_http, nip11_document, nip11_response,
 };
 use super::store::{Store, Stored};
 
@@ -127,6 +127,9 @@ pub struct RelayOptions {
     pub accept_events: bool,
     /// Misbehave this way (see [`Fault`]). Default: none, an honest relay.
     pub fault: Option<Fault>,
+    /// Rate-limit client `EVENT`s as khatru does (one bucket: every client
+    /// here comes from 127.0.0.1). Default: none.
+    pub event_bucket: Option<EventBucket>,
 }
 
 impl RelayOptions {
@@ -164,6 +167,7 @@ impl Default for RelayOptions {
             tls: None,
             accept_events: true,
             fault: None,
+            event_bucket: None,
         }
     }
 }
@@ -230,6 +234,9 @@ impl TestRelay {
         for event in events {
             store.insert(event);
         }
+        let bucket = opts
+            .event_bucket
+            .map(|b| BucketLevel::full(&b, std::time::Instant::now()));
         let shared = Arc::new(Shared {
             injector: Injector::new(opts.fault.clone()),
             opts,
@@ -245,6 +252,9 @@ impl TestRelay {
             info_requests: AtomicUsize::new(0),
             ws_connections: AtomicUsize::new(0),
             value_refusals: AtomicUsize::new(0),
+            bucket: Mutex::new(bucket),
+            event_attempts: AtomicUsize::new(0),
+            rate_limited: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
         });
@@ -367,6 +377,16 @@ impl TestRelay {
         self.shared.value_refusals.load(Ordering::SeqCst)
     }
 
+    /// Client `EVENT`s received, answered or refused.
+    pub fn event_attempts(&self) -> usize {
+        self.shared.event_attempts.load(Ordering::SeqCst)
+    }
+
+    /// Client `EVENT`s refused by the [`RelayOptions::event_bucket`].
+    pub fn rate_limited(&self) -> usize {
+        self.shared.rate_limited.load(Ordering::SeqCst)
+    }
+
     /// The NIP-11 document this relay serves (whether or not
     /// [`RelayOptions::nip11`] is on).
     pub fn nip11_document(&self) -> String {
@@ -449,6 +469,12 @@ struct Shared {
     ws_connections: AtomicUsize,
     /// Filters refused for a value cap.
     value_refusals: AtomicUsize,
+    /// The [`RelayOptions::event_bucket`]'s tokens.
+    bucket: Mutex<Option<BucketLevel>>,
+    /// Client `EVENT`s received.
+    event_attempts: AtomicUsize,
+    /// Of those, refused by the event bucket.
+    rate_limited: AtomicUsize,
     stopping: AtomicBool,
     /// Connection threads, joined by `stop`.
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -457,6 +483,17 @@ struct Shared {
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// A token of the event bucket for one `EVENT`; true without a bucket.
+    fn take_token(&self) -> bool {
+        let Some(bucket) = self.opts.event_bucket else {
+            return true;
+        };
+        let mut level = lock(&self.bucket);
+        level
+            .get_or_insert_with(|| BucketLevel::full(&bucket, std::time::Instant::now()))
+            .take(&bucket, std::time::Instant::now())
     }
 
     /// Keeps a REQ's filters for [`TestRelay::reqs`], dropping the oldest
@@ -969,6 +1006,12 @@ impl Connection<'_> {
 
     fn on_event(&self, event: Event) {
         let id = event.id;
+        self.shared.event_attempts.fetch_add(1, Ordering::SeqCst);
+        if !self.shared.take_token() {
+            self.shared.rate_limited.fetch_add(1, Ordering::SeqCst);
+            self.send(RelayMessage::ok(id, false, RATE_LIMITED));
+            return;
+        }
         if event.verify().is_err() {
             self.shared.rejected.fetch_add(1, Ordering::SeqCst);
             self.send(RelayMessage::ok(id, false, "invalid: bad signature"));
