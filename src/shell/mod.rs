@@ -814,7 +814,10 @@ impl Shell {
         let drained = self.sink_drained();
         if drained || now >= deadline {
             if !drained {
-                warn!("shutdown deadline passed with events still in the outbox");
+                let left = self.sink_view().outbox_depth;
+                warn!(
+                    "shutdown deadline passed with {left} events still in the outbox (not stored on the own relay; the next full sync fetches them again)"
+                );
             }
             let tokens: Vec<Token> = self.slots.iter().map(|(token, _)| token).collect();
             for token in tokens {

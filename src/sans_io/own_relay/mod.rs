@@ -7,5 +7,6 @@ pub(crate) mod client;
 pub(crate) mod listing;
 pub(crate) mod outbox;
 pub(crate) mod pacer;
+pub(crate) mod refusal_log;
 
 pub(crate) use client::{ClientOutput, OwnRelayClient, Transmit};

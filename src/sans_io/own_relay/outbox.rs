@@ -32,7 +32,7 @@ use log::{debug, warn};
 use nostr::prelude::{ClientMessage, Event, EventId};
 
 use crate::sans_io::own_relay::pacer::Pacer;
-use crate::sans_io::relay_text::relay_text;
+use crate::sans_io::own_relay::refusal_log::RefusalLog;
 use crate::sans_io::time::Time;
 
 /// Counters of the own-relay sink.
@@ -105,6 +105,8 @@ pub(crate) struct Outbox {
     pacer: Pacer,
     /// The next event's place in the order pushed.
     next_seq: u64,
+    /// Final refusals, logged aggregated.
+    refusals: RefusalLog,
     /// Counters.
     pub stats: OutboxStats,
 }
@@ -126,6 +128,7 @@ impl Outbox {
             max_bytes: None,
             pacer: Pacer::default(),
             next_seq: 0,
+            refusals: RefusalLog::default(),
             stats: OutboxStats::default(),
         }
     }
@@ -296,7 +299,7 @@ impl Outbox {
             }
             _ => {
                 self.stats.rejected += 1;
-                warn!("own relay refused {id}: {}", relay_text(message));
+                self.refusals.refused(now, id, &prefix, message);
             }
         }
         None
