@@ -130,6 +130,11 @@ pub struct RelayOptions {
     /// Rate-limit client `EVENT`s as khatru does (one bucket: every client
     /// here comes from 127.0.0.1). Default: none.
     pub event_bucket: Option<EventBucket>,
+    /// ngit-relay's write policy: an event that is not an announcement,
+    /// references no stored event or repository (`a`/`A`/`q`, `e`/`E`/`q`)
+    /// and is referenced by no stored event is refused with `blocked:
+    /// event does not relate to a stored repository`. Default: false.
+    pub grasp_write_policy: bool,
 }
 
 impl RelayOptions {
@@ -168,6 +173,7 @@ impl Default for RelayOptions {
             accept_events: true,
             fault: None,
             event_bucket: None,
+            grasp_write_policy: false,
         }
     }
 }
@@ -545,6 +551,42 @@ struct Conn {
 
 impl State {
     /// Stores an event and delivers it live if it is new.
+    /// ngit-relay's test of an event: an announcement, or one that tags a
+    /// stored repository or event, or one a stored event tags.
+    fn relates(&self, event: &Event) -> bool {
+        if event.kind.as_u16() == 30617 {
+            return true;
+        }
+        let id = event.id.to_hex();
+        let tags_value = |e: &Event, names: &[&str], value: &str| {
+            e.tags.iter().map(|t| t.as_slice()).any(|t| {
+                t.first().is_some_and(|n| names.contains(&n.as_str()))
+                    && t.get(1).is_some_and(|v| v == value)
+            })
+        };
+        event.tags.iter().map(|t| t.as_slice()).any(|t| {
+            let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
+                return false;
+            };
+            match name.as_str() {
+                "a" | "A" | "q" if value.starts_with("30617:") => self.store.iter().any(|s| {
+                    s.kind.as_u16() == 30617
+                        && value
+                            == &format!(
+                                "30617:{}:{}",
+                                s.pubkey.to_hex(),
+                                s.tags.identifier().unwrap_or_default()
+                            )
+                }),
+                "e" | "E" | "q" => EventId::from_hex(value).is_ok_and(|v| self.store.contains(&v)),
+                _ => false,
+            }
+        }) || self
+            .store
+            .iter()
+            .any(|s| tags_value(s, &["e", "E", "q"], &id))
+    }
+
     fn accept(&mut self, event: Event) -> Stored {
         let stored = self.store.insert(event.clone());
         if matches!(stored, Stored::New | Stored::Ephemeral) {
@@ -1015,6 +1057,14 @@ impl Connection<'_> {
         if event.verify().is_err() {
             self.shared.rejected.fetch_add(1, Ordering::SeqCst);
             self.send(RelayMessage::ok(id, false, "invalid: bad signature"));
+            return;
+        }
+        if self.shared.opts.grasp_write_policy && !self.shared.state().relates(&event) {
+            self.send(RelayMessage::ok(
+                id,
+                false,
+                "blocked: event does not relate to a stored repository",
+            ));
             return;
         }
         if !self.shared.opts.accept_events {

@@ -61,11 +61,21 @@ pub(crate) struct Pacer {
     last_refusal: Option<Time>,
     /// Events accepted since the last refusal.
     streak: u32,
+    /// The last event went out as soon as the gap allowed: its acceptance
+    /// says the relay takes that pace. One sent after the outbox sat empty
+    /// says nothing (the relay's bucket refilled meanwhile): narrowing on
+    /// those ended pacing while the relay still limited us, and each end
+    /// cost a window of refusals.
+    pressed: bool,
     /// While not paced, events in flight at most: from
-    /// [`INITIAL_WINDOW`], one more per accepted event (doubling each
-    /// round trip), so a relay that limits us refuses a few, not a whole
-    /// window, before pacing starts. Zero until the first send.
+    /// [`INITIAL_WINDOW`], one more for each window's worth accepted (one
+    /// more a round trip), so a relay that limits us refuses a window of
+    /// about that size once, not hundreds, before pacing starts. (Doubling
+    /// each round trip had 31 in flight when a bucket of 15 ran dry.)
+    /// Zero until the first send.
     cwnd: usize,
+    /// Events accepted toward the window's next growth.
+    acked: usize,
 }
 
 impl Pacer {
@@ -90,16 +100,28 @@ impl Pacer {
 
     /// An event went out at `now`.
     pub(crate) fn sent(&mut self, now: Time) {
+        self.pressed = match (self.next_send(), self.gap) {
+            (Some(at), Some(gap)) => now < at + gap,
+            _ => true,
+        };
         self.last_sent = Some(now);
     }
 
     /// The relay took an event.
     pub(crate) fn accepted(&mut self) {
         self.refused_last = false;
-        self.streak = self.streak.saturating_add(1);
         if self.gap.is_none() {
-            self.cwnd = self.cwnd.max(INITIAL_WINDOW).saturating_add(1);
+            self.cwnd = self.cwnd.max(INITIAL_WINDOW);
+            self.acked += 1;
+            if self.acked >= self.cwnd {
+                self.acked = 0;
+                self.cwnd += 1;
+            }
         }
+        if !self.pressed {
+            return;
+        }
+        self.streak = self.streak.saturating_add(1);
         let factor = NARROW.powi(self.streak.min(MAX_STREAK) as i32);
         self.gap = self
             .gap
@@ -115,6 +137,7 @@ impl Pacer {
         self.last_refusal = Some(now);
         self.streak = 0;
         self.cwnd = INITIAL_WINDOW;
+        self.acked = 0;
         let gap = match (self.gap, self.refused_last) {
             (None, _) => FIRST_GAP,
             (Some(g), true) => g.saturating_mul(2),
@@ -237,7 +260,7 @@ mod tests {
             p.accepted();
         }
         assert_eq!(p.window(100), INITIAL_WINDOW, "a window again");
-        for _ in 0..200 {
+        for _ in 0..10_000 {
             p.accepted();
         }
         assert_eq!(p.window(100), 100, "growing to the whole window");
