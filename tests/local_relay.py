@@ -38,13 +38,11 @@ async def main():
     parser.add_argument("port", type=int)
     parser.add_argument("--auth", choices=sorted(AUTH_MODES))
     parser.add_argument("--max-filter-limit", type=int)
+    parser.add_argument("--default-rate-limit", action="store_true")
     args = parser.parse_args()
-    builder = (
-        LocalRelayBuilder()
-        .addr("127.0.0.1")
-        .port(args.port)
-        .rate_limit(RateLimit(max_reqs=5000, notes_per_minute=1_000_000))
-    )
+    builder = LocalRelayBuilder().addr("127.0.0.1").port(args.port)
+    if not args.default_rate_limit:
+        builder = builder.rate_limit(RateLimit(max_reqs=5000, notes_per_minute=1_000_000))
     if args.auth:
         builder = builder.nip42(LocalRelayBuilderNip42(mode=AUTH_MODES[args.auth]))
     if args.max_filter_limit is not None:

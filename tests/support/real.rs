@@ -171,6 +171,13 @@ impl PyRelay {
         PyRelay::spawn(&["--auth", mode])
     }
 
+    /// A LocalRelay at its default rate limit (60 `EVENT`s a minute per
+    /// connection), as an own relay on rust-nostr's relay builder
+    /// (ngit-grasp) runs.
+    pub fn start_rate_limited() -> PyRelay {
+        PyRelay::spawn(&["--default-rate-limit"])
+    }
+
     /// A LocalRelay returning at most `max` stored events per filter (its
     /// `max_filter_limit`; 500 by default), as khatru relays return 100.
     pub fn start_capped(max: usize) -> PyRelay {

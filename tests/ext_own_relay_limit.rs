@@ -1,0 +1,42 @@
+//! The real binary beside a LocalRelay own relay at its default rate limit
+//! (60 `EVENT`s a minute per connection, as relays on rust-nostr's relay
+//! builder run, ngit-grasp among them): issue 24.
+
+mod support;
+
+use nostr::prelude::*;
+use support::real::{GraspSync, PyRelay};
+use support::running::wait_for;
+use support::*;
+
+#[test]
+fn a_local_relay_at_its_default_rate_limit_gets_every_event() {
+    let own = PyRelay::start_rate_limited();
+    let remote = PyRelay::start();
+    let owner = keys(1);
+    let repo = coord(&owner, "repo");
+    let issue = root(&owner, 1621, &[&repo], T0, "issue");
+    own.publish(&[
+        announcement(&owner, "repo", &[&remote.url], T0),
+        issue.clone(),
+    ]);
+    let replies: Vec<Event> = (0..90)
+        .map(|i| reply(&keys(2), &issue, T0 + 1 + i, &format!("r{i}")))
+        .collect();
+    remote.publish(&replies);
+    let ids: Vec<EventId> = replies.iter().map(|e| e.id).collect();
+    let engine = GraspSync::start_logged(&own.url, &[], &[("RUST_LOG", "grasp_sync=warn")]);
+    // More than a minute's worth: the relay's limit holds the rest back.
+    assert!(
+        wait_for(240, || own.missing(&ids) == 0),
+        "{} of 90 missing",
+        own.missing(&ids)
+    );
+    let log = engine.log();
+    assert_eq!(engine.stop(), Some(0));
+    let warnings = log.matches("rate-limits the sync").count();
+    assert!(
+        (1..=5).contains(&warnings),
+        "the operator is told, at most once a minute: {warnings}\n{log}"
+    );
+}
