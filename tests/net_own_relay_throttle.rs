@@ -53,7 +53,7 @@ fn a_rate_limited_own_relay_gets_every_event_at_its_pace() {
     );
     assert!(refused > 0, "the bucket did limit us");
     assert_eq!(
-        running.metric("grasp_sync_own_relay_rate_limited_total "),
+        running.metric("grasp_sync_own_relay_refusals_total{reason=\"rate_limited\"} "),
         refused as u64,
         "every refusal counted"
     );

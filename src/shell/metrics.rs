@@ -7,7 +7,7 @@ use crate::sans_io::engine::Engine;
 use crate::sans_io::engine::Offence;
 use crate::sans_io::engine::Status;
 use crate::sans_io::health::Health;
-use crate::sans_io::own_relay::outbox::OutboxStats;
+use crate::sans_io::own_relay::outbox::{OutboxStats, OwnRefusal};
 use crate::sans_io::time::Time;
 
 /// Counters only the shell knows.
@@ -326,11 +326,16 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
             ("set_aside", sink.outbox.set_aside),
         ],
     );
-    counter(
+    let refusals: Vec<(&str, u64)> = OwnRefusal::ALL
+        .iter()
+        .map(|r| (r.label(), sink.outbox.refused[*r as usize]))
+        .collect();
+    counter_labeled(
         &mut out,
-        "grasp_sync_own_relay_rate_limited_total",
-        "EVENTs the own relay refused with rate-limited: (each retried, paced to what it takes).",
-        sink.outbox.rate_limited,
+        "grasp_sync_own_relay_refusals_total",
+        "EVENTs the own relay refused (OK false) by the reason it gave: rate_limited (retried, paced to what it takes), auth_required and error (retried), blocked, invalid, restricted, other (final).",
+        "reason",
+        &refusals,
     );
     if let Some(per_minute) = sink.accepted_per_minute {
         gauge(

@@ -456,6 +456,7 @@ fn is_size_notice(notice: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sans_io::own_relay::outbox::OwnRefusal;
     use nostr::prelude::{EventBuilder, FinalizeEvent, Kind, SubscriptionId};
 
     const URL: &str = "ws://own.example";
@@ -811,6 +812,15 @@ mod tests {
             sent = sent_ids(&texts(&mut c, now));
         }
         assert_eq!(c.accepted_per_minute(), None, "unpaced once it takes all");
-        assert_eq!(c.outbox_stats().rate_limited, first.len() as u64);
+        let refused = c.outbox_stats().refused;
+        assert_eq!(
+            refused[OwnRefusal::RateLimited as usize],
+            first.len() as u64
+        );
+        assert_eq!(
+            refused.iter().sum::<u64>(),
+            first.len() as u64,
+            "by its reason"
+        );
     }
 }

@@ -46,11 +46,70 @@ pub(crate) struct OutboxStats {
     pub rejected: u64,
     /// Put back for a retry.
     pub retried: u64,
-    /// Of those, refused with `rate-limited:`.
-    pub rate_limited: u64,
+    /// Refusals (`OK false`) by reason, indexed like [`OwnRefusal::ALL`].
+    pub refused: [u64; OwnRefusal::ALL.len()],
     /// Set aside: over the own relay's size limit, or struck out (refused
     /// without an answer, or a poison pill).
     pub set_aside: u64,
+}
+
+/// Why the own relay refused an `EVENT`, as the prefix of its `OK`
+/// message says: the operator's first question of a stalled sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OwnRefusal {
+    /// `rate-limited:`: retried, paced.
+    RateLimited,
+    /// `auth-required:`: retried after AUTH.
+    AuthRequired,
+    /// `error:` or no prefix: retried after a pause.
+    Error,
+    /// `blocked:`: final.
+    Blocked,
+    /// `invalid:`: final.
+    Invalid,
+    /// `restricted:`: final.
+    Restricted,
+    /// Any other prefix (`pow:`, ...): final.
+    Other,
+}
+
+impl OwnRefusal {
+    /// Every reason, in the order of [`OutboxStats::refused`].
+    pub(crate) const ALL: [OwnRefusal; 7] = [
+        OwnRefusal::RateLimited,
+        OwnRefusal::AuthRequired,
+        OwnRefusal::Error,
+        OwnRefusal::Blocked,
+        OwnRefusal::Invalid,
+        OwnRefusal::Restricted,
+        OwnRefusal::Other,
+    ];
+
+    /// The reason an `OK` message's lower-cased `prefix` gives.
+    fn of(prefix: &str) -> OwnRefusal {
+        match prefix {
+            "rate-limited" => OwnRefusal::RateLimited,
+            "auth-required" => OwnRefusal::AuthRequired,
+            "error" | "" => OwnRefusal::Error,
+            "blocked" => OwnRefusal::Blocked,
+            "invalid" => OwnRefusal::Invalid,
+            "restricted" => OwnRefusal::Restricted,
+            _ => OwnRefusal::Other,
+        }
+    }
+
+    /// Its metric label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            OwnRefusal::RateLimited => "rate_limited",
+            OwnRefusal::AuthRequired => "auth_required",
+            OwnRefusal::Error => "error",
+            OwnRefusal::Blocked => "blocked",
+            OwnRefusal::Invalid => "invalid",
+            OwnRefusal::Restricted => "restricted",
+            OwnRefusal::Other => "other",
+        }
+    }
 }
 
 /// How long an event may be in flight without an `OK`. Relays answer in
@@ -268,12 +327,12 @@ impl Outbox {
             self.failures = 0;
             return Some(event);
         }
+        self.stats.refused[OwnRefusal::of(&prefix) as usize] += 1;
         match prefix.as_str() {
             "rate-limited" => {
                 // Paced to what the relay takes, not paused and resent a
                 // window at a time (`pacer`).
                 self.stats.retried += 1;
-                self.stats.rate_limited += 1;
                 self.pacer.refused(at, now);
                 self.retry(Waiting {
                     event,
@@ -522,6 +581,13 @@ mod tests {
         assert_eq!(
             (o.stats.stored, o.stats.duplicate, o.stats.rejected),
             (1, 1, 1)
+        );
+        let invalid = o.stats.refused[OwnRefusal::Invalid as usize];
+        assert_eq!(invalid, 1, "counted by its reason");
+        assert_eq!(
+            o.stats.refused.iter().sum::<u64>(),
+            1,
+            "a duplicate is no refusal"
         );
         assert!(o.is_empty());
     }
