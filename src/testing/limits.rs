@@ -164,27 +164,26 @@ impl EventBucket {
     }
 }
 
-/// An [`EventBucket`]'s tokens, refilled continuously from when last seen.
+/// An [`EventBucket`]'s tokens, refilled continuously with the time that
+/// passes between takes: the test relay's model on the wall clock, and
+/// the outbox's and pacer's tests' on simulated time.
 #[derive(Debug, Clone, Copy)]
 pub struct BucketLevel {
     tokens: f64,
-    at: std::time::Instant,
 }
 
 impl BucketLevel {
-    /// A full bucket at `now`.
-    pub fn full(bucket: &EventBucket, now: std::time::Instant) -> Self {
+    /// A full bucket.
+    pub fn full(bucket: &EventBucket) -> Self {
         BucketLevel {
             tokens: f64::from(bucket.max_tokens),
-            at: now,
         }
     }
 
-    /// Takes a token at `now` if there is one.
-    pub fn take(&mut self, bucket: &EventBucket, now: std::time::Instant) -> bool {
-        let refill = now.saturating_duration_since(self.at).as_secs_f64() * bucket.rate();
+    /// Takes a token, `elapsed` after the last take, if there is one.
+    pub fn take(&mut self, bucket: &EventBucket, elapsed: std::time::Duration) -> bool {
+        let refill = elapsed.as_secs_f64() * bucket.rate();
         self.tokens = (self.tokens + refill).min(f64::from(bucket.max_tokens));
-        self.at = now;
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
             true

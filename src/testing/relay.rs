@@ -242,7 +242,7 @@ impl TestRelay {
         }
         let bucket = opts
             .event_bucket
-            .map(|b| BucketLevel::full(&b, std::time::Instant::now()));
+            .map(|b| (BucketLevel::full(&b), std::time::Instant::now()));
         let shared = Arc::new(Shared {
             injector: Injector::new(opts.fault.clone()),
             opts,
@@ -476,7 +476,7 @@ struct Shared {
     /// Filters refused for a value cap.
     value_refusals: AtomicUsize,
     /// The [`RelayOptions::event_bucket`]'s tokens.
-    bucket: Mutex<Option<BucketLevel>>,
+    bucket: Mutex<Option<(BucketLevel, std::time::Instant)>>,
     /// Client `EVENT`s received.
     event_attempts: AtomicUsize,
     /// Of those, refused by the event bucket.
@@ -497,9 +497,11 @@ impl Shared {
             return true;
         };
         let mut level = lock(&self.bucket);
-        level
-            .get_or_insert_with(|| BucketLevel::full(&bucket, std::time::Instant::now()))
-            .take(&bucket, std::time::Instant::now())
+        let now = std::time::Instant::now();
+        let (level, at) = level.get_or_insert_with(|| (BucketLevel::full(&bucket), now));
+        let elapsed = now.saturating_duration_since(*at);
+        *at = now;
+        level.take(&bucket, elapsed)
     }
 
     /// Keeps a REQ's filters for [`TestRelay::reqs`], dropping the oldest

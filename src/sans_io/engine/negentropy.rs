@@ -167,10 +167,15 @@ impl Engine {
             .map(|(id, _)| *id)
             .collect();
         for id in open {
-            let subscription_id = Cow::Owned(SubscriptionId::new(format!("{id:x}")));
-            let message = ClientMessage::NegClose { subscription_id }.as_json();
-            self.actions.push_back(Action::Send { relay, message });
+            self.send_neg_close(relay, id);
         }
+    }
+
+    /// Sends `NEG-CLOSE` for job `id`'s session.
+    fn send_neg_close(&mut self, relay: RelayId, id: u64) {
+        let subscription_id = Cow::Owned(SubscriptionId::new(format!("{id:x}")));
+        let message = ClientMessage::NegClose { subscription_id }.as_json();
+        self.actions.push_back(Action::Send { relay, message });
     }
 
     /// Offers free room to the relay whose turn is next, if one waits;
@@ -246,6 +251,12 @@ impl Engine {
             progress: now,
             second: None,
         };
+        self.insert_job(relay, id, job, now);
+        self.job_listed(relay, id, now);
+    }
+
+    /// Records job `id` (its room taken) and arms its progress deadline.
+    fn insert_job(&mut self, relay: RelayId, id: u64, job: NegJob, now: Time) {
         let state = self.relay(relay);
         let epoch = state.epoch;
         state.neg_jobs.insert(id, job);
@@ -253,7 +264,6 @@ impl Engine {
             now + self.config.neg_timeout,
             Timer::NegTimeout(relay, epoch, id),
         );
-        self.job_listed(relay, id, now);
     }
 
     /// Starts a job over saturated second `sat` for the chain that found
@@ -287,13 +297,7 @@ impl Engine {
             progress: now,
             second: Some((sat, scope)),
         };
-        let state = self.relay(relay);
-        let epoch = state.epoch;
-        state.neg_jobs.insert(id, job);
-        self.arm_deadline(
-            now + self.config.neg_timeout,
-            Timer::NegTimeout(relay, epoch, id),
-        );
+        self.insert_job(relay, id, job, now);
         self.open_session(relay, id, now);
     }
 
@@ -786,9 +790,7 @@ impl Engine {
         let silent = job.session.as_ref().is_some_and(|s| !s.answered());
         info!("{}: negentropy job {id:x} timed out", self.relay_url(relay));
         if job.session.is_some() {
-            let subscription_id = Cow::Owned(SubscriptionId::new(format!("{id:x}")));
-            let message = ClientMessage::NegClose { subscription_id }.as_json();
-            self.actions.push_back(Action::Send { relay, message });
+            self.send_neg_close(relay, id);
         }
         let why = if silent {
             ToReq::Unsupported

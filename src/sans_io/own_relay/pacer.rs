@@ -154,49 +154,19 @@ impl Pacer {
     }
 }
 
-/// A token bucket as khatru's `EventIPRateLimiter`, for tests of what
-/// paces to it.
-#[cfg(test)]
-pub(crate) mod test_bucket {
-    use std::time::Duration;
-
-    use crate::sans_io::time::Time;
-
-    /// A token bucket as khatru's rate limiter: `burst` tokens at most, one
-    /// more every `every`.
-    pub(crate) struct Bucket {
-        pub tokens: f64,
-        pub burst: f64,
-        pub every: Duration,
-        pub at: Time,
-    }
-
-    impl Bucket {
-        /// Takes a token at `now` if there is one.
-        pub(crate) fn take(&mut self, now: Time) -> bool {
-            let refill = now.since(self.at).as_secs_f64() / self.every.as_secs_f64();
-            self.tokens = (self.tokens + refill).min(self.burst);
-            self.at = now;
-            if self.tokens >= 1.0 {
-                self.tokens -= 1.0;
-                true
-            } else {
-                false
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::test_bucket::Bucket;
     use super::*;
+    #[cfg(feature = "testing")]
+    use crate::testing::limits::{BucketLevel, EventBucket};
 
     /// Sends `events` through `pacer` to `bucket` with a 1 ms round trip;
     /// returns (attempts, seconds until the last was taken).
-    fn deliver(pacer: &mut Pacer, bucket: &mut Bucket, events: usize) -> (usize, f64) {
+    #[cfg(feature = "testing")]
+    fn deliver(pacer: &mut Pacer, bucket: &EventBucket, events: usize) -> (usize, f64) {
+        let mut level = BucketLevel::full(bucket);
         let start = Time::from_secs(1_000);
-        let mut now = start;
+        let (mut now, mut last) = (start, start);
         let (mut attempts, mut taken) = (0, 0);
         while taken < events {
             now = pacer.next_send().map_or(now, |at| at.max(now));
@@ -204,7 +174,9 @@ mod tests {
             pacer.sent(now);
             attempts += 1;
             now = now + Duration::from_millis(1);
-            if bucket.take(now) {
+            let elapsed = now.since(last);
+            last = now;
+            if level.take(bucket, elapsed) {
                 taken += 1;
                 pacer.accepted();
             } else {
@@ -214,23 +186,24 @@ mod tests {
         (attempts, now.since(start).as_secs_f64())
     }
 
+    /// Uses the test relay's model of khatru's limiter (`testing`).
+    #[cfg(feature = "testing")]
     #[test]
     fn paces_to_a_token_bucket_of_any_rate() {
         // 3 a second; and ngit-relay's 15 at once then 3 every 3 minutes.
         for (every, burst, events) in [
-            (Duration::from_millis(333), 3.0, 600),
-            (Duration::from_secs(60), 15.0, 240),
+            (Duration::from_millis(333), 3, 600),
+            (Duration::from_secs(60), 15, 240),
         ] {
-            let mut bucket = Bucket {
-                tokens: burst,
-                burst,
-                every,
-                at: Time::from_secs(1_000),
+            let bucket = EventBucket {
+                tokens_per_interval: 1,
+                interval: every,
+                max_tokens: burst,
             };
-            let (attempts, secs) = deliver(&mut Pacer::default(), &mut bucket, events);
+            let (attempts, secs) = deliver(&mut Pacer::default(), &bucket, events);
             let per_event = attempts as f64 / events as f64;
-            let rate = (events as f64 - burst) / secs;
-            let bucket_rate = 1.0 / every.as_secs_f64();
+            let rate = (events as f64 - f64::from(burst)) / secs;
+            let bucket_rate = bucket.rate();
             assert!(
                 per_event <= 1.5,
                 "{every:?}: {per_event:.2} attempts an event"

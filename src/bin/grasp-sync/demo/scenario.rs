@@ -177,10 +177,27 @@ pub fn generate(
         place(&mut s, repo, &mut rng, state, None);
     }
     for &relay in busy {
-        add_busy_issue(&mut s, &mut repos, &authors, relay, now - 75_000);
+        let place = (relay, now - 75_000);
+        add_issue(
+            &mut s,
+            &mut repos,
+            &authors,
+            place,
+            BUSY_REPLIES,
+            Stamps::Spread,
+        );
     }
     if let Some(relay) = crowded {
-        add_crowded_issue(&mut s, &mut repos, &authors, relay, now - 74_000);
+        let place = (relay, now - 74_000);
+        let replies = SAME_SECOND_REPLIES;
+        add_issue(
+            &mut s,
+            &mut repos,
+            &authors,
+            place,
+            replies,
+            Stamps::OneSecond,
+        );
     }
     if let Some(&relay) = strfry.first() {
         add_long_repo(
@@ -255,10 +272,28 @@ fn clone_url(relay_url: &str, owner: &Keys, d: &str) -> String {
     format!("{http}://{}/{npub}/{d}.git", rest.trim_end_matches('/'))
 }
 
-/// An issue of the first repo hosted on `relay` with [`BUSY_REPLIES`]
-/// NIP-22 replies, all history on that relay (no copy on a misbehaving
-/// relay: that relay is not the point here). Nothing if no repo lists it.
-fn add_busy_issue(s: &mut Scenario, repos: &mut [Repo], authors: &[Keys], relay: usize, at: u64) {
+/// How the replies of [`add_issue`] are stamped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stamps {
+    /// A second apart: a busy issue, more replies than one capped page.
+    Spread,
+    /// All in one second, as replies imported in bulk are: paging by
+    /// `until` cannot get past that second, so the engine asks it again.
+    OneSecond,
+}
+
+/// An issue of the first repo hosted on `relay` with `replies` NIP-22
+/// replies stamped as `stamps` says, all history on that relay (no copy
+/// on a misbehaving relay: that relay is not the point here). Nothing if
+/// no repo lists it.
+fn add_issue(
+    s: &mut Scenario,
+    repos: &mut [Repo],
+    authors: &[Keys],
+    (relay, at): (usize, u64),
+    replies: usize,
+    stamps: Stamps,
+) {
     let Some(repo) = repos.iter_mut().find(|r| r.relays.contains(&relay)) else {
         return;
     };
@@ -275,48 +310,17 @@ fn add_busy_issue(s: &mut Scenario, repos: &mut [Repo], authors: &[Keys], relay:
     );
     let id = issue.id.to_hex();
     let mut events = vec![issue.clone()];
-    for j in 0..BUSY_REPLIES {
+    for j in 0..replies {
+        let stamp = match stamps {
+            Stamps::Spread => at + 1 + j as u64,
+            Stamps::OneSecond => at + 1,
+        };
         events.push(sign(
             &authors[j % authors.len()],
             1111,
-            at + 1 + j as u64,
+            stamp,
             vec![tag(&["E", &id]), tag(&["e", &id]), tag(&["K", "1621"])],
-            "me too",
-        ));
-    }
-    repo.roots.push((issue, relay));
-    for event in events {
-        s.expected.push(event.id);
-        s.remote[relay].push(event);
-    }
-}
-
-/// An issue of the first repo hosted on `relay` (a capped relay that
-/// speaks NIP-77) with [`SAME_SECOND_REPLIES`] replies all in one second,
-/// as replies imported in bulk are: paging by `until` cannot get past
-/// that second, so the engine asks it again by negentropy. Nothing if no
-/// repo lists the relay.
-fn add_crowded_issue(
-    s: &mut Scenario,
-    repos: &mut [Repo],
-    authors: &[Keys],
-    relay: usize,
-    at: u64,
-) {
-    let Some(repo) = repos.iter_mut().find(|r| r.relays.contains(&relay)) else {
-        return;
-    };
-    let coord = format!("30617:{}:{}", repo.owner.public_key().to_hex(), repo.d);
-    let issue = sign(&authors[0], 1621, at, vec![tag(&["a", &coord])], "imported");
-    let id = issue.id.to_hex();
-    let mut events = vec![issue.clone()];
-    for j in 0..SAME_SECOND_REPLIES {
-        events.push(sign(
-            &authors[j % authors.len()],
-            1111,
-            at + 1,
-            vec![tag(&["E", &id]), tag(&["e", &id]), tag(&["K", "1621"])],
-            &format!("imported reply {j}"),
+            &format!("reply {j}"),
         ));
     }
     repo.roots.push((issue, relay));
