@@ -829,6 +829,7 @@ fn a_saved_floor_does_not_make_a_capped_page_complete() {
             },
             ..SavedRelay::default()
         }],
+        ..SavedState::default()
     };
     sim.engine = Engine::new(config(), sim.now).expect("valid config");
     sim.engine.restore_state(sim.now, T0, saved);

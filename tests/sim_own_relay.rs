@@ -5,6 +5,7 @@ mod support;
 
 use std::time::Duration;
 
+use grasp_sync::{Engine, SavedState};
 use support::*;
 
 const A: &str = "wss://a.example";
@@ -53,5 +54,54 @@ fn the_read_link_is_back_within_30_s_of_the_own_relay() {
         sim.synced(&answer.id),
         "the new root seen, its reply synced"
     );
+    sim.check();
+}
+
+/// Issue 24: an event the own relay refused for good (`blocked:`,
+/// `invalid:`, its size limit) was fetched and offered again by every
+/// daily full sync and every restart, and refused again, each day. Now
+/// the engine remembers it, in the state file too: the restarted
+/// engine's full re-read neither offers it nor lets negentropy fetch it,
+/// and counts it skipped, while the other events still arrive.
+#[test]
+fn an_event_refused_for_good_is_not_offered_again_after_a_restart() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    let owner = keys(1);
+    announce(&mut sim, &owner, "r", &[A], T0);
+    let own = sim.own.clone();
+    let issue = root(&owner, 1621, &[&coord(&owner, "r")], T0 + 1, "issue");
+    sim.seed(&own, &issue);
+    let refused = reply(&keys(2), &issue, T0 + 2, "refused");
+    sim.seed(A, &refused);
+    sim.sink_refuses.insert(refused.id);
+    sim.advance(Duration::from_secs(30));
+    let offers = |sim: &Sim| {
+        sim.ingested
+            .iter()
+            .filter(|(_, e)| e.id == refused.id)
+            .count()
+    };
+    assert_eq!(offers(&sim), 1, "offered once");
+    // What the shell does with the own-relay client's `RefusedForGood`.
+    sim.engine.handle_refused_for_good(refused.id);
+
+    let saved = sim.engine.save_state(sim.now, sim.now.as_secs());
+    assert_eq!(saved.refused, vec![refused.id]);
+    let saved = SavedState::decode(&saved.encode()).expect("own encoding decodes");
+    for relay in sim.relays.values_mut() {
+        relay.on_disconnect();
+    }
+    sim.connected.clear();
+    sim.now = sim.now + Duration::from_secs(3600);
+    sim.engine = Engine::new(config(), sim.now).expect("valid config");
+    sim.engine.restore_state(sim.now, sim.now.as_secs(), saved);
+    let later = reply(&keys(3), &issue, T0 + 3, "later");
+    sim.seed(A, &later);
+    sim.advance(Duration::from_secs(60));
+
+    assert!(sim.synced(&later.id), "the rest still syncs");
+    assert_eq!(offers(&sim), 1, "not offered again");
+    assert!(sim.engine.stats().events_refused_skipped >= 1);
     sim.check();
 }

@@ -237,6 +237,7 @@ fn a_hostile_state_is_no_more_trusted_than_a_relay() {
             hostile(&own),
             hostile("not a url"),
         ],
+        ..SavedState::default()
     };
     sim.engine = Engine::new(restart_config(), sim.now).expect("valid config");
     sim.engine.restore_state(sim.now, sim.now.as_secs(), saved);
@@ -280,6 +281,7 @@ fn a_saved_state_stays_bounded() {
     let saved = SavedState {
         saved_at: T0,
         relays,
+        ..SavedState::default()
     };
     let mut sim = Sim::new(restart_config());
     sim.engine.restore_state(sim.now, T0, saved);

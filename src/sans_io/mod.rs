@@ -19,6 +19,7 @@ pub(crate) mod nip42;
 pub(crate) mod own_relay;
 pub(crate) mod reconcile;
 pub(crate) mod refusal;
+pub(crate) mod refused;
 pub(crate) mod relay_info;
 pub(crate) mod relay_text;
 pub(crate) mod relay_url;

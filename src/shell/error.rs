@@ -22,6 +22,14 @@ pub enum ShellError {
         /// What was wrong with it.
         error: io::Error,
     },
+    /// The state file cannot be used: a directory, in a folder that is
+    /// missing or cannot be written, or held by another engine.
+    StateFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        error: io::Error,
+    },
     /// The TLS client configuration could not be built.
     Tls(rustls::Error),
     /// A socket or the poll could not be set up.
@@ -33,6 +41,9 @@ impl std::fmt::Display for ShellError {
         match self {
             ShellError::Config(e) => write!(f, "{e}"),
             ShellError::CaFile { path, error } => write!(f, "tls: {}: {error}", path.display()),
+            ShellError::StateFile { path, error } => {
+                write!(f, "--state-file {}: {error}", path.display())
+            }
             ShellError::Tls(e) => write!(f, "tls: {e}"),
             ShellError::Io(e) => write!(f, "{e}"),
         }
@@ -43,7 +54,9 @@ impl std::error::Error for ShellError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ShellError::Config(e) => Some(e),
-            ShellError::CaFile { error, .. } => error.get_ref().map(|e| e as _),
+            ShellError::CaFile { error, .. } | ShellError::StateFile { error, .. } => {
+                error.get_ref().map(|e| e as _)
+            }
             ShellError::Tls(e) => Some(e),
             ShellError::Io(e) => Some(e),
         }

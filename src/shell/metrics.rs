@@ -337,6 +337,18 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         "reason",
         &refusals,
     );
+    counter(
+        &mut out,
+        "grasp_sync_refused_skipped_total",
+        "Events neither fetched nor offered because the sink refused them for good before (blocked, invalid, over its size limit).",
+        s.events_refused_skipped,
+    );
+    gauge(
+        &mut out,
+        "grasp_sync_refused_remembered",
+        "Event ids the sink refused for good, remembered (bounded, kept in the state file).",
+        engine.refused_remembered() as u64,
+    );
     if let Some(per_minute) = sink.accepted_per_minute {
         gauge(
             &mut out,

@@ -110,6 +110,7 @@ use crate::shell::read_budget::{
     GLOBAL_FRAMES_PER_SEC, READ_BUDGET, ReadEnd, ReadRate, read_relay,
 };
 use crate::shell::slots::{Conn, Slot, SlotKind, Slots};
+use crate::shell::state_file::StateFile;
 use crate::shell::ws::{Deadline, GetEvent, READ_BUFFER_BYTES, WsConnection, WsEvent};
 
 /// The poll token of the `Waker` (DNS answers, handle commands). Slot
@@ -186,6 +187,8 @@ pub struct Shell {
     timers: TimerWheel<ShellTimer>,
     stats: ShellStats,
     stopping: Option<Time>,
+    /// `--state-file`, held while the shell runs.
+    state_file: Option<StateFile>,
     scratch: Vec<WsEvent>,
     /// The one buffer every relay socket is read into (see `ws`).
     read_buf: Box<[u8]>,
@@ -217,11 +220,18 @@ impl Shell {
         let bootstrap = config.bootstrap.clone();
         let relay_info = config.relay_info;
         let mut engine = Engine::new(config, now).map_err(ShellError::Config)?;
-        if let Some(saved) = opts
-            .state_file
-            .as_ref()
-            .and_then(|p| state_file::load(p, clock.unix_secs()))
-        {
+        let state_file = match &opts.state_file {
+            Some(path) => Some(
+                StateFile::open(path).map_err(|error| ShellError::StateFile {
+                    path: path.clone(),
+                    error,
+                })?,
+            ),
+            None => None,
+        };
+        let mut left_in_outbox = Vec::new();
+        if let Some(mut saved) = state_file.as_ref().and_then(|f| f.load(clock.unix_secs())) {
+            left_in_outbox = std::mem::take(&mut saved.outbox);
             engine.restore_state(now, clock.unix_secs(), saved);
         }
         let poll = Poll::new()?;
@@ -242,7 +252,7 @@ impl Shell {
             .filter_map(|u| engine.relay_id(u))
             .collect();
         trusted.insert(engine.own_relay());
-        let sink = SinkState::new(
+        let mut sink = SinkState::new(
             sink,
             engine.relay_url(engine.own_relay()),
             auth_keys,
@@ -250,6 +260,7 @@ impl Shell {
             relay_info,
             now,
         );
+        sink.restore_outbox(left_in_outbox);
         // Only the caps are used: the frames are ours (`ws`), with no
         // per-connection buffers to size.
         let ws_config = WebSocketConfig::default()
@@ -258,7 +269,7 @@ impl Shell {
             .max_frame_size(Some(opts.max_frame_bytes));
         let mut timers = TimerWheel::new(now.as_millis());
         timers.insert((now + TRIM_EVERY).as_millis(), ShellTimer::Trim);
-        if opts.state_file.is_some() {
+        if state_file.is_some() {
             let at = now + state_file::SAVE_EVERY;
             timers.insert(at.as_millis(), ShellTimer::SaveState);
         }
@@ -285,6 +296,7 @@ impl Shell {
             timers,
             stats: ShellStats::default(),
             stopping: None,
+            state_file,
             scratch: Vec::new(),
             read_buf: vec![0; READ_BUFFER_BYTES].into_boxed_slice(),
             global_rate: ReadRate::new(GLOBAL_FRAMES_PER_SEC, now),
@@ -768,17 +780,21 @@ impl Shell {
     /// Writes the engine's state to the state file, if there is one: on
     /// the loop thread, bounded and every few minutes (`state_file`).
     fn save_state(&mut self, now: Time) {
-        let Some(path) = &self.opts.state_file else {
+        if self.state_file.is_none() {
+            return;
+        }
+        let mut state = self.engine.save_state(now, self.clock.unix_secs());
+        state.outbox = self.sink_leftovers(now);
+        let Some(file) = &mut self.state_file else {
             return;
         };
-        let state = self.engine.save_state(now, self.clock.unix_secs());
-        match state_file::save(path, &state) {
+        match file.save(&state) {
             Ok(bytes) => info!(
                 "state file: {} relays, {bytes} bytes, written in {} ms",
                 state.relays.len(),
                 self.clock.now().since(now).as_millis()
             ),
-            Err(e) => warn!("state file {}: {e}", path.display()),
+            Err(e) => warn!("state file {}: {e}", file.path().display()),
         }
     }
 
@@ -815,10 +831,16 @@ impl Shell {
         if drained || now >= deadline {
             if !drained {
                 let left = self.sink_view().outbox_depth;
-                warn!(
-                    "shutdown deadline passed with {left} events still in the outbox (not stored on the own relay; the next full sync fetches them again)"
-                );
+                let kept = if self.state_file.is_some() {
+                    "kept in the state file, offered first at the next start"
+                } else {
+                    "not stored on the own relay; the next full sync fetches them again"
+                };
+                warn!("shutdown deadline passed with {left} events still in the outbox ({kept})");
             }
+            // What the flush left (or refused for good meanwhile) outlives
+            // this process.
+            self.save_state(now);
             let tokens: Vec<Token> = self.slots.iter().map(|(token, _)| token).collect();
             for token in tokens {
                 self.slots.remove(token);

@@ -12,7 +12,7 @@
 //! back-pressure ends: a stuck connection is dropped here when the client
 //! says so.
 
-use log::warn;
+use log::{info, warn};
 use mio::Token;
 use nostr::prelude::{Event, Filter, Keys};
 
@@ -61,6 +61,24 @@ impl SinkState {
                 info_wanted: relay_info,
             })),
             SinkTarget::Custom(sink) => SinkState::Custom(sink),
+        }
+    }
+
+    /// Offers first what the last run's outbox still held (the state
+    /// file's). The file is input: an event that does not verify is
+    /// dropped, and counted in the log line.
+    pub(super) fn restore_outbox(&mut self, events: Vec<Event>) {
+        let SinkState::OwnRelay(own) = self else {
+            return;
+        };
+        let total = events.len();
+        let mut taken = 0;
+        for event in events.into_iter().filter(|e| e.verify().is_ok()) {
+            own.client.push(event);
+            taken += 1;
+        }
+        if total > 0 {
+            info!("state file: {taken} of {total} events left in the last outbox offered first");
         }
     }
 }
@@ -156,6 +174,7 @@ impl Shell {
         let has_room = own.client.has_room();
         let mut moved = !texts.is_empty();
         self.send_to_sink(token, texts, now);
+        self.take_sink_outputs(now);
         if has_room && !self.deferred.is_empty() {
             // Read in token order; one the sink fills up on is deferred again.
             for token in std::mem::take(&mut self.deferred) {
@@ -223,6 +242,15 @@ impl Shell {
             return;
         };
         own.client.handle_message(now, text);
+        self.take_sink_outputs(now);
+    }
+
+    /// Tells the engine what came of the client's work: what the own relay
+    /// took, listed, or refused for good.
+    fn take_sink_outputs(&mut self, now: Time) {
+        let SinkState::OwnRelay(own) = &mut self.sink else {
+            return;
+        };
         while let Some(output) = own.client.poll_output() {
             match output {
                 ClientOutput::Stored(event) => self.engine.handle_local_event(now, event),
@@ -230,7 +258,18 @@ impl Shell {
                     self.stats.sink_listed += held.len() as u64;
                     self.engine.handle_local_list(now, request, Some(held));
                 }
+                ClientOutput::RefusedForGood(id) => self.engine.handle_refused_for_good(id),
             }
+        }
+    }
+
+    /// What the own relay has not taken yet, in order, for the state file.
+    pub(super) fn sink_leftovers(&mut self, now: Time) -> Vec<Event> {
+        // Refusals found while sending are the engine's before it saves.
+        self.take_sink_outputs(now);
+        match &self.sink {
+            SinkState::OwnRelay(own) => own.client.leftovers(),
+            SinkState::Custom(_) => Vec::new(),
         }
     }
 

@@ -1,22 +1,33 @@
 //! The state file (`--state-file`): the engine's [`SavedState`] read once
 //! at start, written every [`SAVE_EVERY`] and at shutdown.
 //!
+//! Opening it is checked at start, where a mistake is cheap to fix: a
+//! path that is a directory (a slip with systemd's `StateDirectory=`), a
+//! folder that is missing or cannot be written, or a file another engine
+//! holds (a copied unit, two shards given one path) stops the start with
+//! an error naming the path, instead of failing at the first save minutes
+//! later or corrupting each other's writes. The hold is a `flock` on
+//! `PATH.lock`, kept while the engine runs and released by the kernel
+//! however it ends; the file names the holder's pid for the message.
+//!
 //! Reading never stops the engine from starting: a missing file is a
 //! first start, and a file that cannot be read or decoded (corrupt,
-//! truncated, written by a newer version) is logged and set aside as
-//! `PATH.bad-<unix time>` for the operator to look at, and the engine
-//! starts fresh. Writing is atomic: a temporary file in the same folder,
-//! fsynced, renamed over the old one, and the folder fsynced, so a crash
-//! leaves the old file or the new one, never half of one.
+//! truncated, too large to be ours, written by a newer version) is logged
+//! and set aside as `PATH.bad-<unix time>` for the operator to look at,
+//! and the engine starts fresh. Writing is atomic: a temporary file of a
+//! name no one else uses, created exclusively in the same folder, fsynced,
+//! renamed over the old one, and the folder fsynced, so a crash leaves the
+//! old file or the new one, never half of one.
 //!
 //! The write runs on the loop thread: the state is bounded (see
-//! `saved_state`: about 500 bytes a relay plus 16 a synced item, 2.5 MiB
-//! at most), written once every few minutes, and its fsyncs are the only
-//! wait, so it costs the loop milliseconds where a thread would cost
-//! a copy of the state and a hand-off. Each write logs its size and time.
+//! `saved_state`: 5 MiB at most, 2.5 MiB of it relays), written once every
+//! few minutes, and its fsyncs are the only wait, so it costs the loop
+//! milliseconds where a thread would cost a copy of the state and a
+//! hand-off. Each write logs its size and time.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,52 +38,138 @@ use crate::sans_io::saved_state::SavedState;
 /// How often the state is written while running.
 pub(super) const SAVE_EVERY: Duration = Duration::from_secs(180);
 
-/// Largest state file read: far above what the engine writes, so a file
-/// this size is not ours.
-const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+/// Largest state file read: over what the engine writes at most (about
+/// 5 MiB, `saved_state`), so a file this size is not ours. Checked before
+/// reading, so a huge file costs nothing.
+const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
 
-/// The saved state at `path`, or `None` for a fresh start (missing,
-/// unreadable or invalid; an invalid file is set aside). `unix_now` names
-/// the set-aside copy.
-pub(super) fn load(path: &Path, unix_now: u64) -> Option<SavedState> {
-    let text = match read_bounded(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            info!("state file {} not found: first start", path.display());
-            return None;
+/// The state file, held by this engine while it runs.
+#[derive(Debug)]
+pub(super) struct StateFile {
+    path: PathBuf,
+    /// `PATH.lock`, locked; closing it (at drop or exit) releases it.
+    _lock: File,
+    /// Saves so far, for the temporary file's unique name.
+    saves: u64,
+}
+
+impl StateFile {
+    /// Checks `path` and takes the hold on it. Errors are the operator's
+    /// to fix before the engine can run: the message says what is wrong.
+    pub(super) fn open(path: &Path) -> io::Result<StateFile> {
+        if fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+            return Err(io::Error::other(
+                "is a directory; name a file in it (e.g. DIR/state.json)",
+            ));
         }
-        Err(e) => {
-            warn!("state file {}: {e}; starting fresh", path.display());
-            set_aside(path, unix_now);
-            return None;
+        let lock_path = with_suffix(path, ".lock");
+        let mut lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot create {} in its folder: {e}", lock_path.display()),
+                )
+            })?;
+        // SAFETY: flock takes any open descriptor; `lock` owns this one
+        // for the call's duration.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let mut holder = String::new();
+            let _ = lock.read_to_string(&mut holder);
+            let holder = holder.trim();
+            let who = if holder.is_empty() { "?" } else { holder };
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "in use by another grasp-sync (pid {who}, holding {}); give each engine its own state file",
+                    lock_path.display()
+                ),
+            ));
         }
-    };
-    match SavedState::decode(&text) {
-        Ok(state) => {
-            info!(
-                "state file {}: {} relays saved at {}",
-                path.display(),
-                state.relays.len(),
-                state.saved_at
-            );
-            Some(state)
+        lock.set_len(0)?;
+        lock.rewind()?;
+        write!(lock, "{}", std::process::id())?;
+        remove_stale_temporaries(path);
+        Ok(StateFile {
+            path: path.to_owned(),
+            _lock: lock,
+            saves: 0,
+        })
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The saved state, or `None` for a fresh start (missing, unreadable
+    /// or invalid; an invalid file is set aside). `unix_now` names the
+    /// set-aside copy.
+    pub(super) fn load(&self, unix_now: u64) -> Option<SavedState> {
+        let path = &self.path;
+        let text = match read_bounded(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                info!("state file {} not found: first start", path.display());
+                return None;
+            }
+            Err(e) => {
+                warn!("state file {}: {e}; starting fresh", path.display());
+                set_aside(path, unix_now);
+                return None;
+            }
+        };
+        match SavedState::decode(&text) {
+            Ok(state) => {
+                info!(
+                    "state file {}: {} relays saved at {}",
+                    path.display(),
+                    state.relays.len(),
+                    state.saved_at
+                );
+                Some(state)
+            }
+            Err(e) => {
+                warn!("state file {}: {e}; starting fresh", path.display());
+                set_aside(path, unix_now);
+                None
+            }
         }
-        Err(e) => {
-            warn!("state file {}: {e}; starting fresh", path.display());
-            set_aside(path, unix_now);
-            None
+    }
+
+    /// Writes `state` atomically: a temporary file created exclusively in
+    /// the same folder, fsync, rename, fsync of the folder. Returns the
+    /// bytes written.
+    pub(super) fn save(&mut self, state: &SavedState) -> io::Result<usize> {
+        self.saves += 1;
+        let path = &self.path;
+        let tmp = with_suffix(path, &format!(".tmp-{}-{}", std::process::id(), self.saves));
+        let text = state.encode();
+        let written = write_synced(&tmp, text.as_bytes());
+        if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
         }
+        File::open(folder(path))?.sync_all()?;
+        Ok(text.len())
     }
 }
 
-/// Reads the file as UTF-8, refusing one over [`MAX_FILE_BYTES`].
+/// Reads the file as UTF-8, refusing one over [`MAX_FILE_BYTES`] before
+/// reading it (and one that grows past it while read).
 fn read_bounded(path: &Path) -> io::Result<String> {
+    let file = File::open(path)?;
+    let too_large = || io::Error::new(io::ErrorKind::InvalidData, "too large to be ours");
+    if file.metadata()?.len() > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
     let mut bytes = Vec::new();
-    File::open(path)?
-        .take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)?;
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "too large"));
+        return Err(too_large());
     }
     String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
 }
@@ -87,30 +184,31 @@ fn set_aside(path: &Path, unix_now: u64) {
     }
 }
 
-/// Writes `state` to `path` atomically: temporary file in the same folder,
-/// fsync, rename, fsync of the folder. Returns the bytes written.
-pub(super) fn save(path: &Path, state: &SavedState) -> io::Result<usize> {
-    let tmp = with_suffix(path, ".tmp");
-    let text = state.encode();
-    let written = write_synced(&tmp, text.as_bytes());
-    if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
-        let _ = fs::remove_file(&tmp);
-        return Err(e);
+/// Temporary files a crashed save left (`PATH.tmp-*`); only the holder of
+/// the lock writes them, so none is live.
+fn remove_stale_temporaries(path: &Path) {
+    let (Some(name), Ok(entries)) = (path.file_name(), fs::read_dir(folder(path))) else {
+        return;
+    };
+    let mut prefix = name.to_owned();
+    prefix.push(".tmp-");
+    let prefix = prefix.to_string_lossy().into_owned();
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = fs::remove_file(entry.path());
+        }
     }
-    let dir = match path.parent() {
+}
+
+fn folder(path: &Path) -> &Path {
+    match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
-    };
-    File::open(dir)?.sync_all()?;
-    Ok(text.len())
+    }
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)?;
+    let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
     file.write_all(bytes)?;
     file.sync_all()
 }
@@ -133,23 +231,38 @@ mod tests {
         dir
     }
 
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
     #[test]
     fn saves_atomically_and_loads_back() {
         let dir = dir("ok");
         let path = dir.join("state.json");
-        assert_eq!(load(&path, 1), None);
+        fs::write(dir.join("state.json.tmp-1-1"), "left by a crash").expect("write");
+        let mut file = StateFile::open(&path).expect("open");
+        assert_eq!(file.load(1), None);
         let state = SavedState {
             saved_at: 5,
             relays: vec![SavedRelay {
                 url: "wss://a.example".into(),
                 ..SavedRelay::default()
             }],
+            ..SavedState::default()
         };
-        save(&path, &state).expect("save");
-        save(&path, &state).expect("save over");
-        assert_eq!(load(&path, 1), Some(state));
-        let names: Vec<_> = fs::read_dir(&dir).expect("dir").collect();
-        assert_eq!(names.len(), 1, "no temporary file left");
+        file.save(&state).expect("save");
+        file.save(&state).expect("save over");
+        assert_eq!(file.load(1), Some(state));
+        assert_eq!(
+            names(&dir),
+            ["state.json", "state.json.lock"],
+            "no temporary file left, a crash's included"
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 
@@ -157,6 +270,7 @@ mod tests {
     fn bad_files_are_set_aside() {
         let dir = dir("bad");
         let path = dir.join("state.json");
+        let file = StateFile::open(&path).expect("open");
         for (i, bad) in [
             &b"{\"version\":1,\"saved_at\""[..],
             b"\xff\xfe",
@@ -166,11 +280,59 @@ mod tests {
         .enumerate()
         {
             fs::write(&path, bad).expect("write");
-            assert_eq!(load(&path, 100 + i as u64), None);
+            assert_eq!(file.load(100 + i as u64), None);
             assert!(!path.exists());
             let aside = dir.join(format!("state.json.bad-{}", 100 + i));
             assert_eq!(fs::read(&aside).expect("set aside"), bad);
         }
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Issue 26: a 60 MiB file was read whole and decoded into a tree.
+    #[test]
+    fn a_file_larger_than_ours_is_set_aside_unread() {
+        let dir = dir("huge");
+        let path = dir.join("state.json");
+        let huge = File::create(&path).expect("create");
+        huge.set_len(60 * 1024 * 1024).expect("sparse 60 MiB");
+        let file = StateFile::open(&path).expect("open");
+        assert_eq!(file.load(7), None);
+        assert!(dir.join("state.json.bad-7").exists());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Issue 26: two engines on one file corrupted each other's writes
+    /// (one fixed `PATH.tmp`, no lock). The second is refused at start,
+    /// told who holds it; once the first is gone, the file is free.
+    #[test]
+    fn a_second_engine_on_the_same_file_is_refused() {
+        let dir = dir("twice");
+        let path = dir.join("state.json");
+        let first = StateFile::open(&path).expect("first");
+        let err = StateFile::open(&path).expect_err("second");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("pid {}", std::process::id())),
+            "{text}"
+        );
+        assert!(text.contains("state.json.lock"), "{text}");
+        drop(first);
+        StateFile::open(&path).expect("free again");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Issue 26: a directory was renamed to `PATH.bad-<time>` and a file
+    /// written in its place; a folder that cannot be written was found
+    /// at the first save, three minutes in.
+    #[test]
+    fn a_directory_or_a_missing_folder_is_an_error_at_start() {
+        let dir = dir("isdir");
+        let err = StateFile::open(&dir).expect_err("a directory");
+        assert!(err.to_string().contains("is a directory"), "{err}");
+        assert!(dir.is_dir(), "left as it was");
+        assert_eq!(names(&dir), Vec::<String>::new());
+        let err = StateFile::open(&dir.join("missing/state.json")).expect_err("no folder");
+        assert!(err.to_string().contains("missing/state.json.lock"), "{err}");
         let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -179,6 +179,10 @@ impl Engine {
             self.stats.events_duplicate += 1;
             return;
         }
+        if self.refused.contains(&event.id) {
+            self.stats.events_refused_skipped += 1;
+            return;
+        }
         if !self.verified(now, relay, &event) {
             return;
         }

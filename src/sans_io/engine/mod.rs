@@ -73,6 +73,7 @@ use rand::rngs::SmallRng;
 use crate::sans_io::config::Config;
 use crate::sans_io::health::{BackoffPolicy, Health};
 use crate::sans_io::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex};
+use crate::sans_io::refused::RefusedIds;
 use crate::sans_io::relay_info::RelayInfo;
 use crate::sans_io::relay_text::LogBudget;
 use crate::sans_io::relay_url::{UrlError, normalize};
@@ -191,6 +192,9 @@ pub struct Stats {
     pub events_duplicate: u64,
     /// Dropped for a bad id or signature.
     pub events_invalid: u64,
+    /// Dropped because the sink refused them for good before (`refused`):
+    /// neither fetched by negentropy nor offered again.
+    pub events_refused_skipped: u64,
     /// Passed id and signature verification.
     pub events_verified: u64,
     /// Dropped for not matching the subscription (or the GRASP-01 domain rule).
@@ -369,6 +373,8 @@ pub struct Engine {
     actions: VecDeque<Action>,
     outputs: VecDeque<Output>,
     seen: Seen,
+    /// What the sink refused for good (`refused`), kept across restarts.
+    refused: RefusedIds,
     /// The batch window and the batches it makes (`diff`).
     batching: Batching,
     /// The id of the next subscription or negentropy session.
@@ -424,6 +430,7 @@ impl Engine {
         let mut engine = Engine {
             rng: SmallRng::seed_from_u64(config.seed),
             seen: Seen::new(config.seen_capacity),
+            refused: RefusedIds::default(),
             policy,
             service,
             index,
@@ -545,6 +552,19 @@ impl Engine {
         held: Option<Vec<(EventId, Timestamp)>>,
     ) {
         self.local_listed(now, request, held);
+    }
+
+    /// The sink refused `id` for a reason that asking again does not
+    /// change (the own relay's `blocked:`, `invalid:`, its size limit):
+    /// re-syncs neither fetch nor offer it again, and the state file keeps
+    /// it (bounded: `refused`). Refusals that can change are not for this.
+    pub fn handle_refused_for_good(&mut self, id: EventId) {
+        self.refused.insert(id);
+    }
+
+    /// How many ids [`Engine::handle_refused_for_good`] remembers now.
+    pub fn refused_remembered(&self) -> usize {
+        self.refused.len()
     }
 
     /// An event the embedding relay accepted, fed in instead of (or besides)

@@ -588,6 +588,9 @@ impl Engine {
         job.need.sort_unstable();
         job.need.dedup();
         job.need.retain(|id| !self.seen.contains(id));
+        let before = job.need.len();
+        job.need.retain(|id| !self.refused.contains(id));
+        self.stats.events_refused_skipped += (before - job.need.len()) as u64;
         self.stats.neg_ids_fetched += job.need.len() as u64;
         info!(
             "{}: negentropy found {} events missing",

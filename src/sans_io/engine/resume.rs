@@ -126,6 +126,8 @@ impl Engine {
         SavedState {
             saved_at: unix_now,
             relays,
+            refused: self.refused.iter().copied().collect(),
+            outbox: Vec::new(),
         }
     }
 
@@ -215,6 +217,9 @@ impl Engine {
     /// relays known now at once, the others when they become known.
     pub(super) fn restore(&mut self, now: Time, unix_now: u64, saved: SavedState) {
         self.resume.anchor = Some((now, unix_now));
+        for id in saved.refused {
+            self.refused.insert(id);
+        }
         let mut taken = 0;
         for relay in saved.relays.into_iter().take(MAX_RELAYS) {
             let Ok(url) = normalize(&relay.url) else {

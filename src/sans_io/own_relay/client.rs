@@ -78,6 +78,9 @@ pub(crate) enum ClientOutput {
     /// or `duplicate:`). GRASP-01: the index learns a remotely found repo
     /// only once the own relay took it, so a repo it refuses is never synced.
     Stored(Event),
+    /// The own relay refused this event for good (`blocked:`, `invalid:`,
+    /// its size limit): the engine is not to fetch or offer it again.
+    RefusedForGood(EventId),
     /// The own relay listed what it holds for engine request `request`.
     Listed {
         /// The engine's request id.
@@ -175,6 +178,12 @@ impl OwnRelayClient {
     /// Events waiting or in flight.
     pub(crate) fn outbox_depth(&self) -> usize {
         self.outbox.depth()
+    }
+
+    /// What has not reached the own relay, in the order it was to go (for
+    /// the state file at shutdown).
+    pub(crate) fn leftovers(&self) -> Vec<Event> {
+        self.outbox.leftovers()
     }
 
     /// Events the outbox holds at most.
@@ -425,6 +434,9 @@ impl OwnRelayClient {
 
     /// The next thing the engine must learn.
     pub(crate) fn poll_output(&mut self) -> Option<ClientOutput> {
+        let refused = self.outbox.take_refused_for_good();
+        self.outputs
+            .extend(refused.into_iter().map(ClientOutput::RefusedForGood));
         self.outputs.pop_front()
     }
 
@@ -505,6 +517,48 @@ mod tests {
             .collect();
         assert_eq!(auths.len(), 1, "{texts:?}");
         json(auths[0])[1]["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Issue 24: only refusals that asking again cannot change are
+    /// remembered (and then neither fetched nor offered again); a rate
+    /// limit, a wish for AUTH or an error are retried and never remembered.
+    #[test]
+    fn only_refusals_for_good_are_handed_to_the_engine() {
+        let keys = Keys::generate();
+        let mut c = open_client(None);
+        let answers = [
+            "blocked: event does not relate to a stored repository",
+            "invalid: bad signature",
+            "restricted: not on the whitelist",
+            "rate-limited: slow down, please",
+            "auth-required: who are you",
+            "error: database busy",
+        ];
+        let events: Vec<Event> = (0..answers.len() as u64)
+            .map(|n| event(&keys, 1, n))
+            .collect();
+        for e in &events {
+            c.push(e.clone());
+        }
+        let sent = texts(&mut c, T0);
+        assert_eq!(sent.len(), events.len(), "one window");
+        for (e, answer) in events.iter().zip(answers) {
+            c.handle_message(T0, &ok(&e.id.to_hex(), false, answer));
+        }
+        let outputs: Vec<_> = std::iter::from_fn(|| c.poll_output()).collect();
+        assert_eq!(
+            outputs,
+            vec![
+                ClientOutput::RefusedForGood(events[0].id),
+                ClientOutput::RefusedForGood(events[1].id),
+            ]
+        );
+        let left: Vec<EventId> = c.leftovers().iter().map(|e| e.id).collect();
+        assert_eq!(
+            left,
+            [events[3].id, events[4].id, events[5].id],
+            "retried, in order"
+        );
     }
 
     #[test]
@@ -591,7 +645,8 @@ mod tests {
             out,
             [
                 ClientOutput::Stored(announcement),
-                ClientOutput::Stored(root)
+                ClientOutput::Stored(root),
+                ClientOutput::RefusedForGood(refused.id),
             ]
         );
         let stats = c.outbox_stats();

@@ -166,6 +166,9 @@ pub(crate) struct Outbox {
     next_seq: u64,
     /// Final refusals, logged aggregated.
     refusals: RefusalLog,
+    /// Ids refused for a reason asking again does not change, until the
+    /// client hands them to the engine (`refused`).
+    for_good: Vec<EventId>,
     /// Counters.
     pub stats: OutboxStats,
 }
@@ -188,6 +191,7 @@ impl Outbox {
             pacer: Pacer::default(),
             next_seq: 0,
             refusals: RefusalLog::default(),
+            for_good: Vec::new(),
             stats: OutboxStats::default(),
         }
     }
@@ -262,6 +266,7 @@ impl Outbox {
             let message = ClientMessage::event(event.clone()).as_json();
             if self.max_bytes.is_some_and(|max| message.len() > max) {
                 self.set_aside(&event, "over the own relay's size limit");
+                self.for_good.push(event.id);
                 continue;
             }
             self.inflight.push(Sent {
@@ -312,14 +317,7 @@ impl Outbox {
         } = self.inflight.remove(pos);
         self.last_ok = Some(now);
         let lower = message.to_ascii_lowercase();
-        let prefix = lower
-            .strip_prefix("error: ")
-            .unwrap_or(&lower)
-            .split(':')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_owned();
+        let prefix = machine_prefix(&lower).to_owned();
         if accepted || prefix == "duplicate" {
             self.pacer.accepted();
             self.stats.stored += 1;
@@ -359,6 +357,9 @@ impl Outbox {
             _ => {
                 self.stats.rejected += 1;
                 self.refusals.refused(now, id, &prefix, message);
+                if matches!(prefix.as_str(), "blocked" | "invalid") {
+                    self.for_good.push(*id);
+                }
             }
         }
         None
@@ -376,6 +377,7 @@ impl Outbox {
         let sent = self.inflight.remove(pos);
         self.lower_limit_below(sent.bytes);
         self.set_aside(&sent.event, "the own relay says it is too large");
+        self.for_good.push(sent.event.id);
     }
 
     /// The own relay states (NIP-11 `max_message_length`) that it reads no
@@ -448,7 +450,9 @@ impl Outbox {
             let strikes = strikes.saturating_add(1);
             if strikes >= STRIKES {
                 if bytes > LARGE {
+                    // Over the size limit: that does not change.
                     self.lower_limit_below(bytes);
+                    self.for_good.push(event.id);
                 }
                 self.set_aside(&event, why);
             } else {
@@ -476,10 +480,50 @@ impl Outbox {
         self.queue.insert(at, waiting);
     }
 
+    /// The ids refused for good since the last call: `blocked:`,
+    /// `invalid:`, or over the own relay's size limit. Not `restricted:`
+    /// or other prefixes, which an operator's change of policy (a
+    /// whitelist, a proof of work) can turn; those cost one refusal a
+    /// re-sync.
+    pub(crate) fn take_refused_for_good(&mut self) -> Vec<EventId> {
+        std::mem::take(&mut self.for_good)
+    }
+
+    /// What has not reached the own relay, in the order it was to go: in
+    /// flight first (it went first), then the queue. For the state file at
+    /// shutdown.
+    pub(crate) fn leftovers(&self) -> Vec<Event> {
+        let mut left: Vec<(u64, &Event)> = self
+            .inflight
+            .iter()
+            .map(|s| (s.seq, &s.event))
+            .chain(self.queue.iter().map(|w| (w.seq, &w.event)))
+            .collect();
+        left.sort_unstable_by_key(|&(seq, _)| seq);
+        left.into_iter().map(|(_, e)| e.clone()).collect()
+    }
+
     /// Drops an event the own relay cannot take; it is logged here, once.
     fn set_aside(&mut self, event: &Event, why: &str) {
         self.stats.set_aside += 1;
         warn!("own relay cannot take {} ({why}); set aside", event.id);
+    }
+}
+
+/// The NIP-01 machine-readable prefix of a lower-cased `OK` message:
+/// `rate-limited` of `rate-limited: slow down`, also behind strfry's
+/// `error: ` (`error: rate-limited: ...`). A text whose first word before
+/// a colon is not one word (`error: database busy`) is an `error`, or no
+/// prefix at all (`""`) without one.
+fn machine_prefix(lower: &str) -> &str {
+    fn word(text: &str) -> Option<&str> {
+        text.split_once(':')
+            .map(|(head, _)| head.trim())
+            .filter(|head| !head.is_empty() && !head.contains(char::is_whitespace))
+    }
+    match lower.strip_prefix("error:") {
+        Some(rest) => word(rest).unwrap_or("error"),
+        None => word(lower).unwrap_or(""),
     }
 }
 
@@ -591,6 +635,23 @@ mod tests {
             "a duplicate is no refusal"
         );
         assert!(o.is_empty());
+    }
+
+    #[test]
+    fn prefixes_are_read_behind_strfrys_error_and_free_text_is_an_error() {
+        for (text, prefix) in [
+            ("rate-limited: slow down", "rate-limited"),
+            ("error: rate-limited: slow down", "rate-limited"),
+            ("error: database busy", "error"),
+            ("error:", "error"),
+            ("blocked: not a repo", "blocked"),
+            ("duplicate: have it", "duplicate"),
+            ("something went wrong: sorry", ""),
+            ("", ""),
+            ("pow: difficulty 20", "pow"),
+        ] {
+            assert_eq!(machine_prefix(text), prefix, "{text}");
+        }
     }
 
     #[test]
