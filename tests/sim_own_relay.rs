@@ -49,6 +49,7 @@ fn the_read_link_is_back_within_30_s_of_the_own_relay() {
         first.is_some_and(|d| d <= Duration::from_secs(30)),
         "{first:?}"
     );
+    eprintln!("read link back {first:?} after the own relay's return (10-minute outage)");
     sim.advance(Duration::from_secs(30));
     assert!(
         sim.synced(&answer.id),

@@ -17,7 +17,7 @@ use mio::Token;
 use nostr::prelude::{Event, Filter, Keys};
 
 use crate::sans_io::index::RelayId;
-use crate::sans_io::own_relay::{ClientOutput, OwnRelayClient, Transmit};
+use crate::sans_io::own_relay::{ClientOutput, HeldBack, OwnRelayClient, Transmit};
 use crate::sans_io::relay_info::RelayInfo;
 use crate::sans_io::time::Time;
 use crate::shell::Shell;
@@ -146,9 +146,14 @@ impl Shell {
     /// has for the open connection, and resumes deferred reads once there
     /// is room. True if anything moved.
     pub(super) fn pump_sink(&mut self, now: Time) -> bool {
+        let held_back = HeldBack {
+            events: self.engine.outputs_waiting(),
+            relays: self.deferred.len(),
+        };
         let SinkState::OwnRelay(own) = &mut self.sink else {
             return false;
         };
+        own.client.handle_held_back(held_back);
         if own.client.handle_timeout(now) {
             if let Some(token) = own.slot {
                 self.slots.remove(token);

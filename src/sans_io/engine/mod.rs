@@ -610,6 +610,11 @@ impl Engine {
         self.outputs.pop_front()
     }
 
+    /// Outputs not taken yet: what a sink without room holds back.
+    pub fn outputs_waiting(&self) -> usize {
+        self.outputs.len()
+    }
+
     /// When `handle_timeout` must be called next.
     pub fn poll_timeout(&self) -> Option<Time> {
         self.timers.next_deadline().map(Time::from_millis)

@@ -129,6 +129,18 @@ pub(crate) struct OwnRelayClient {
     outputs: VecDeque<ClientOutput>,
     /// When the operator was last told the own relay throttles the sync.
     throttle_warned: Option<Time>,
+    /// What remote reads hold back while the outbox is full, as the shell
+    /// last said (`handle_held_back`), for the warning's backlog.
+    held_back: HeldBack,
+}
+
+/// What waits behind a full outbox, outside it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct HeldBack {
+    /// Events the engine verified and has not handed over yet.
+    pub(crate) events: usize,
+    /// Remote relays whose reads wait for room.
+    pub(crate) relays: usize,
 }
 
 /// How often the operator is told, at most, that the own relay throttles.
@@ -149,6 +161,7 @@ impl OwnRelayClient {
             control: VecDeque::new(),
             outputs: VecDeque::new(),
             throttle_warned: None,
+            held_back: HeldBack::default(),
         }
     }
 
@@ -362,15 +375,24 @@ impl OwnRelayClient {
         }
         self.throttle_warned = Some(now);
         let waiting = self.outbox.depth();
-        let drain = Duration::from_secs_f64(waiting as f64 / rate.max(1e-3));
+        let HeldBack { events, relays } = self.held_back;
+        let drain = Duration::from_secs_f64((waiting + events) as f64 / rate.max(1e-3));
         warn!(
-            "own relay {} rate-limits the sync: it takes about {:.2} events a minute; {waiting} \
-             events wait in the outbox (about {} min to drain; remote reads pause while it is \
-             full); let this client write faster (README: Beside your relay)",
+            "own relay {} rate-limits the sync: it takes about {:.0} events a minute; backlog \
+             {waiting} events in the outbox and {events} more held back, the reads of {relays} \
+             remote relays paused meanwhile (about {} min to drain at that rate, more as reads \
+             resume); let this client write faster (README: Beside your relay)",
             self.url,
             rate * 60.0,
             drain.as_secs().div_ceil(60),
         );
+    }
+
+    /// What waits behind the outbox outside it (the shell knows: the
+    /// engine's events not handed over, the relays whose reads wait), for
+    /// the throttling warning's backlog.
+    pub(crate) fn handle_held_back(&mut self, held_back: HeldBack) {
+        self.held_back = held_back;
     }
 
     /// Events a minute the own relay takes while it rate-limits us.

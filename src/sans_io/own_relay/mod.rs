@@ -9,4 +9,4 @@ pub(crate) mod outbox;
 pub(crate) mod pacer;
 pub(crate) mod refusal_log;
 
-pub(crate) use client::{ClientOutput, OwnRelayClient, Transmit};
+pub(crate) use client::{ClientOutput, HeldBack, OwnRelayClient, Transmit};
