@@ -135,6 +135,10 @@ pub struct RelayOptions {
     /// and is referenced by no stored event is refused with `blocked:
     /// event does not relate to a stored repository`. Default: false.
     pub grasp_write_policy: bool,
+    /// Says nothing to a client message it does not know (`NEG-OPEN`
+    /// included), instead of a `NOTICE`: a relay that does not speak
+    /// NIP-77 and lets a session time out (issue 23's finding 4).
+    pub silent_on_unknown: bool,
 }
 
 impl RelayOptions {
@@ -174,6 +178,7 @@ impl Default for RelayOptions {
             fault: None,
             event_bucket: None,
             grasp_write_policy: false,
+            silent_on_unknown: false,
         }
     }
 }
@@ -1043,6 +1048,7 @@ impl Connection<'_> {
                     conn.subs.remove(&id.to_string());
                 }
             }
+            Ok(_) if self.shared.opts.silent_on_unknown => {}
             Ok(_) => self.send(RelayMessage::notice("error: unsupported message")),
             Err(_) => self.send(RelayMessage::notice(PARSE_ERROR)),
         }

@@ -1,0 +1,59 @@
+//! Issue 23's finding 4, as far as it was reproduced: a remote relay that
+//! does not speak NIP-77 and says nothing to `NEG-OPEN` (no `NEG-ERR`, no
+//! `NOTICE`), refuses filters over 10 tag values with `CLOSED`, beside a
+//! LocalRelay own relay capped at 100 per filter that holds ~700 events
+//! of the synced roots. The sessions time out, the roots are re-chunked
+//! after the refusal, and every reply must still arrive. (The finding's
+//! loss, a batch confirmed as its job timed out, did not recur here in
+//! any run; this keeps the world it was seen in over real sockets.)
+
+mod support;
+
+use grasp_sync::testing::limits::ValueCaps;
+use grasp_sync::testing::relay::{RelayOptions, TestRelay};
+use support::real::{GraspSync, PyRelay};
+use support::running::wait_for;
+use support::*;
+
+#[test]
+fn a_relay_silent_to_neg_open_and_refusing_values_loses_nothing() {
+    let own = PyRelay::start_capped(100);
+    let x = TestRelay::start(RelayOptions {
+        value_caps: Some(ValueCaps::eventstore().closed()),
+        silent_on_unknown: true,
+        ..RelayOptions::default()
+    })
+    .unwrap();
+    let owner = keys(1);
+    let repo = coord(&owner, "repo");
+    let mut on_own = vec![announcement(&owner, "repo", &[&x.url()], T0)];
+    let mut wanted = Vec::new();
+    for i in 0..40u64 {
+        let issue = root(&owner, 1621, &[&repo], T0 + i, &format!("issue {i}"));
+        for j in 0..17u64 {
+            on_own.push(reply(
+                &keys(3),
+                &issue,
+                T0 + 100 + j,
+                &format!("old {i}.{j}"),
+            ));
+        }
+        let answer = reply(&keys(2), &issue, T0 + 1000 + i, &format!("new {i}"));
+        x.publish(answer.clone());
+        wanted.push(answer.id);
+        on_own.push(issue);
+    }
+    own.publish(&on_own);
+    let engine = GraspSync::start_logged(&own.url, &[], &[("RUST_LOG", "grasp_sync=info")]);
+    // The session times out after --neg-timeout (15 s by default) first.
+    let synced = wait_for(180, || own.missing(&wanted) == 0);
+    let log = engine.log();
+    assert_eq!(engine.stop(), Some(0));
+    assert!(synced, "{} of 40 missing\n{log}", own.missing(&wanted));
+    assert!(log.contains("timed out"), "the session timed out\n{log}");
+    assert!(log.contains("no negentropy; REQ from now on"), "{log}");
+    assert!(
+        log.contains("limits now"),
+        "the value refusal was learnt\n{log}"
+    );
+}
