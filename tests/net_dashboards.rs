@@ -6,6 +6,9 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::time::Duration;
+
+use grasp_sync::testing::limits::EventBucket;
 use grasp_sync::testing::relay::{RelayOptions, TestRelay};
 use support::running::*;
 
@@ -167,8 +170,41 @@ fn unknown_names(exprs: &[String], exported: &Exported) -> Vec<String> {
 
 #[test]
 fn dashboard_and_alerts_name_only_exported_metrics() {
-    let own = TestRelay::start(RelayOptions::default()).unwrap();
-    let running = Running::start(&own, |_, _| {});
+    // An own relay that throttles the sync, so the series exported only
+    // while it does (the pace it takes) are on the page too.
+    let own = TestRelay::start(RelayOptions {
+        event_bucket: Some(EventBucket {
+            tokens_per_interval: 1,
+            interval: Duration::from_secs(600),
+            max_tokens: 1,
+        }),
+        ..RelayOptions::default()
+    })
+    .unwrap();
+    let remote = TestRelay::start(RelayOptions::default()).unwrap();
+    let owner = support::keys(1);
+    own.publish(support::announcement(
+        &owner,
+        "repo",
+        &[&remote.url()],
+        support::T0,
+    ));
+    let repo = support::coord(&owner, "repo");
+    for i in 0..3 {
+        remote.publish(support::repo_comment(
+            &support::keys(2),
+            &repo,
+            support::T0 + i,
+            "c",
+        ));
+    }
+    // What the outbox holds at the end waits out no long deadline.
+    let running = Running::start(&own, |_, o| o.shutdown_timeout = Duration::from_secs(1));
+    assert!(
+        wait_for(60, || http_get(running.metrics, "/metrics")
+            .contains("\ngrasp_sync_own_relay_accepted_per_minute ")),
+        "the own relay throttles"
+    );
     let page = http_get(running.metrics, "/metrics");
     running.stop();
     let exported = parse_exposition(&page);
