@@ -510,7 +510,7 @@ impl Shell {
                 } else if sink_full && *relay != own {
                     if !ws.is_open() {
                         // No frame is read: the handshake meets its deadline.
-                        ws.on_ready(&mut out, 0, now, &mut self.read_buf);
+                        again = ws.on_ready(&mut out, 0, now, &mut self.read_buf) && !ws.is_open();
                     }
                     defer = Some(*relay);
                 } else {
@@ -549,6 +549,7 @@ impl Shell {
         }
         match fetched {
             GetEvent::Pending => {}
+            GetEvent::More => again = true,
             GetEvent::Done(body) => self.info_done(token, &body, now),
             GetEvent::Failed(reason) => self.fail_slot(token, &reason, now),
         }
