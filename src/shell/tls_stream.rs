@@ -50,7 +50,7 @@ pub(crate) const WIRE_PER_READ: usize = 17 * 1024;
 const WIRE_BYTES_PER_UNIT: u64 = 4 * 1024;
 
 /// A TLS client session over `T`.
-pub(crate) struct TlsStream<T> {
+pub(crate) struct TlsStream<T: Read + Write> {
     conn: UnbufferedClientConnection,
     sock: T,
     /// Bytes of a record that has not fully arrived yet.
@@ -67,6 +67,9 @@ pub(crate) struct TlsStream<T> {
     open: bool,
     /// The peer sent close_notify: reads end cleanly.
     peer_closed: bool,
+    /// The stream is being dropped: the session's next chance to write
+    /// sends our close_notify.
+    closing: bool,
     /// Records and bytes read from the socket, for the read budget.
     wire: WireCount,
     /// The session failed (bad data from the peer, or the socket): every
@@ -110,6 +113,7 @@ impl<T: Read + Write> TlsStream<T> {
             early: Vec::new(),
             open: false,
             peer_closed: false,
+            closing: false,
             wire: WireCount::default(),
             failed: None,
         })
@@ -177,6 +181,14 @@ impl<T: Read + Write> TlsStream<T> {
                     if !sent {
                         encrypt_into(&mut self.unsent, &mut traffic, send)?;
                         sent = true;
+                    }
+                    if self.closing {
+                        // A close_notify alert is 24 to 31 bytes.
+                        let mut alert = [0; 64];
+                        let n = traffic
+                            .queue_close_notify(&mut alert)
+                            .map_err(encrypt_error)?;
+                        self.unsent.extend_from_slice(&alert[..n]);
                     }
                     // The request written during the handshake leaves as
                     // soon as it can, whether a read or a write got here.
@@ -305,7 +317,26 @@ impl<T: Read + Write> TlsStream<T> {
     }
 }
 
-impl<T> OverTransport<T> for TlsStream<T> {
+impl<T: Read + Write> TlsStream<T> {
+    /// Sends close_notify (RFC 8446 6.1) on an open session that has not
+    /// failed, so that the peer sees a clean end rather than a truncation;
+    /// best effort: what the socket does not take at once is dropped.
+    fn close_notify(&mut self) {
+        if self.open && self.failed.is_none() {
+            self.closing = true;
+            // Any error: the peer or socket is gone, nothing to tell it.
+            let _ = self.kick(&[]);
+        }
+    }
+}
+
+impl<T: Read + Write> Drop for TlsStream<T> {
+    fn drop(&mut self) {
+        self.close_notify();
+    }
+}
+
+impl<T: Read + Write> OverTransport<T> for TlsStream<T> {
     fn transport_mut(&mut self) -> &mut T {
         &mut self.sock
     }
@@ -490,6 +521,11 @@ fn encrypt_into(
             }
         }
     }
+}
+
+/// An encryption failure (a buffer too small, or keys used up).
+fn encrypt_error(e: EncryptError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
 /// A TLS failure as the stream reports it: bad data from the peer.
@@ -884,6 +920,32 @@ mod tests {
         assert_eq!(w.client_reads().unwrap().len(), 64 * 1024);
         let cost = w.client.wire_cost() - before;
         assert!((16..=20).contains(&cost), "{cost}");
+    }
+
+    #[test]
+    fn dropping_an_open_stream_sends_close_notify_and_an_unopened_one_nothing() {
+        let mut w = world(11, true);
+        w.connect(b"hello");
+        // The socket takes the alert (best effort: a full one would not).
+        w.client.sock.room = 1 << 20;
+        let World {
+            client,
+            mut server,
+            to_server,
+            ..
+        } = w;
+        drop(client);
+        let bytes: Vec<u8> = to_server.borrow_mut().drain(..).collect();
+        server.read_tls(&mut &bytes[..]).unwrap();
+        let state = server.process_new_packets().unwrap();
+        assert!(state.peer_has_closed(), "the server saw close_notify");
+        // Before the handshake there is no session to close.
+        let w = world(12, true);
+        let World {
+            client, to_server, ..
+        } = w;
+        drop(client);
+        assert!(to_server.borrow().is_empty());
     }
 
     /// A record that does not decrypt: an application-data header and a

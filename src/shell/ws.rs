@@ -789,6 +789,8 @@ mod tests {
         conn: rustls::ServerConnection,
         /// Plaintext from the client.
         got: Vec<u8>,
+        /// The client sent close_notify.
+        closed: bool,
     }
 
     impl TlsPeer {
@@ -834,6 +836,7 @@ mod tests {
                 sock,
                 conn: rustls::ServerConnection::new(config).unwrap(),
                 got: Vec::new(),
+                closed: false,
             }
         }
 
@@ -847,6 +850,7 @@ mod tests {
                         let mut plain = vec![0; state.plaintext_bytes_to_read()];
                         self.conn.reader().read_exact(&mut plain).unwrap();
                         self.got.extend(plain);
+                        self.closed |= state.peer_has_closed();
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                     Err(e) => panic!("server read: {e}"),
@@ -893,21 +897,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn one_byte_tls_records_are_charged_one_unit_each() {
+    /// A `wss://` websocket to a [`TlsPeer`], open.
+    fn open_wss(buf: &mut [u8]) -> (WsConnection, TlsPeer) {
         let (listener, tls, config) = TlsPeer::listen();
         let addr = listener.local_addr().unwrap();
         let url = format!("wss://localhost:{}/", addr.port());
         let config_ws = WebSocketConfig::default();
         let mut ws = WsConnection::connect(addr, &url, Some(tls), config_ws).unwrap();
         let mut peer = TlsPeer::accept(&listener, config);
-        let mut buf = vec![0; READ_BUFFER_BYTES];
         let mut out = Vec::new();
         // The handshakes: the server answers the upgrade once it has it.
         drive(
             &mut peer,
             || {
-                ws.on_ready(&mut out, 64, Time::default(), &mut buf);
+                ws.on_ready(&mut out, 64, Time::default(), buf);
             },
             |peer| peer.got.ends_with(b"\r\n\r\n"),
         );
@@ -924,9 +927,30 @@ mod tests {
         peer.write_out();
         let mut out = Vec::new();
         while !ws.is_open() {
-            ws.on_ready(&mut out, 64, Time::default(), &mut buf);
+            ws.on_ready(&mut out, 64, Time::default(), buf);
             std::thread::yield_now();
         }
+        (ws, peer)
+    }
+
+    #[test]
+    fn closing_a_wss_connection_sends_close_notify() {
+        let mut buf = vec![0; READ_BUFFER_BYTES];
+        let (mut ws, mut peer) = open_wss(&mut buf);
+        ws.close();
+        drop(ws);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !peer.closed {
+            assert!(std::time::Instant::now() < deadline, "no close_notify");
+            peer.read_in();
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn one_byte_tls_records_are_charged_one_unit_each() {
+        let mut buf = vec![0; READ_BUFFER_BYTES];
+        let (mut ws, mut peer) = open_wss(&mut buf);
         // A 2,000-byte text frame, one byte per record.
         let mut frame = vec![0x81, 126, 0x07, 0xd0];
         frame.extend([b'x'; 2000]);
