@@ -138,11 +138,6 @@ enum ShellTimer {
 /// twice the largest frame, so one can wait behind another.
 const WRITE_CAP: usize = 1 << 20;
 
-/// Bytes all remote relays together may make us hold for unfinished
-/// messages; each also holds at most `max_frame_bytes`, for at most
-/// `unfinished_timeout`. A relay whose message would pass it is cut.
-const GLOBAL_HELD_CAP: u64 = 64 << 20;
-
 /// How often memory freed after a burst is handed back to the OS while
 /// the engine works.
 const TRIM_EVERY: Duration = Duration::from_secs(10);
@@ -562,7 +557,7 @@ impl Shell {
         self.handle_ws_events(token, &mut out, now);
         self.scratch = out;
         if let Some(held) = held
-            && self.slots.set_held(token, held) > GLOBAL_HELD_CAP
+            && self.slots.set_held(token, held) > self.opts.max_unfinished_bytes
             && held > 0
         {
             self.fail_slot(token, "unfinished messages over the global cap", now);
