@@ -43,6 +43,16 @@ impl World {
     /// Starts the relays (the faulty one holding `faulty_only` too) and the
     /// engine; the faulty relay is listed first.
     fn start(fault: Fault, faulty_only: &[Event]) -> World {
+        World::start_with(fault, faulty_only, |_, _| {})
+    }
+
+    /// [`World::start`], the engine's options changed by `tweak` after
+    /// the short timings.
+    fn start_with(
+        fault: Fault,
+        faulty_only: &[Event],
+        tweak: fn(&mut Config, &mut ShellOptions),
+    ) -> World {
         // RUST_LOG=debug shows the engine's side of each fault.
         let _ = env_logger::builder().is_test(true).try_init();
         let own = TestRelay::start(RelayOptions::default()).unwrap();
@@ -68,7 +78,10 @@ impl World {
             &[&faulty.url(), &honest.url()],
             T0,
         ));
-        let running = Running::start(&own, short_timings);
+        let running = Running::start(&own, |config, opts| {
+            short_timings(config, opts);
+            tweak(config, opts);
+        });
         World {
             own,
             honest,
@@ -465,6 +478,32 @@ fn never_finished_message_with_pongs_is_cut_at_its_deadline() {
             .metric("grasp_sync_relay_offences_total{offence=\"protocol\"}"),
         0,
         "a slow message is no protocol offence"
+    );
+    w.assert_honest_world();
+}
+
+/// `--max-unfinished-bytes` (issue 26): the relay's half message (32 KiB)
+/// is over a cap of 16 KiB on all relays' unfinished messages, so it is
+/// cut at once, long before its deadline (ten minutes here).
+#[test]
+fn an_unfinished_message_over_the_configured_cap_is_cut_at_once() {
+    let w = World::start_with(
+        Fault::NeverFinished {
+            bytes: MAX_FRAME / 2,
+            pong_every: Duration::from_millis(100),
+        },
+        &[],
+        |_, opts| {
+            opts.unfinished_timeout = Duration::from_secs(600);
+            opts.max_unfinished_bytes = 16 * 1024;
+        },
+    );
+    w.wait_for_faults(1);
+    w.wait_for_metric("grasp_sync_connection_attempts_total{result=\"failed\"}", 1);
+    assert_eq!(
+        w.running.metric("grasp_sync_unfinished_cut_total"),
+        0,
+        "cut by the cap, not the deadline"
     );
     w.assert_honest_world();
 }

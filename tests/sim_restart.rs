@@ -61,8 +61,20 @@ fn restart(sim: &mut Sim, downtime: Duration, resume: bool) {
 
 /// [`restart`] with the new engine's `config`.
 fn restart_with(sim: &mut Sim, config: Config, downtime: Duration, resume: bool) {
+    restart_edited(sim, config, downtime, resume, |_| {});
+}
+
+/// [`restart_with`], the saved state changed by `edit` on its way.
+fn restart_edited(
+    sim: &mut Sim,
+    config: Config,
+    downtime: Duration,
+    resume: bool,
+    edit: impl FnOnce(&mut SavedState),
+) {
     let saved = sim.engine.save_state(sim.now, sim.now.as_secs());
-    let saved = SavedState::decode(&saved.encode()).expect("own encoding decodes");
+    let mut saved = SavedState::decode(&saved.encode()).expect("own encoding decodes");
+    edit(&mut saved);
     for relay in sim.relays.values_mut() {
         relay.on_disconnect();
         relay.reqs.clear();
@@ -112,6 +124,37 @@ fn after_a_minute_down_every_relay_catches_up_with_since() {
     assert_eq!(sim.engine.subscription_limit(sim.id(A)), sub_limit);
     assert_eq!(connects_to(&sim, DEAD), 0, "the dead relay waits");
     sim.check();
+}
+
+/// A file written before the host's trailing dot and percent-encodings
+/// were folded (issue 26) may spell a relay the old way: it is still that
+/// relay's state.
+#[test]
+fn state_saved_under_an_older_spelling_is_the_relays() {
+    let (mut sim, _) = ran_for_hours();
+    let sub_limit = sim.engine.subscription_limit(sim.id(A));
+    restart_edited(
+        &mut sim,
+        restart_config(),
+        Duration::from_secs(60),
+        true,
+        |saved| {
+            for relay in &mut saved.relays {
+                relay.url = match relay.url.as_str() {
+                    A => "wss://a.example.".to_owned(),
+                    B => "wss://b.example./%7e/..".to_owned(),
+                    other => other.to_owned(),
+                };
+            }
+        },
+    );
+    sim.advance(Duration::from_secs(30));
+    for url in [A, B] {
+        let (filters, without) = reqs_without_since(&sim, url);
+        assert!(filters > 0, "{url}: live subscriptions re-opened");
+        assert_eq!(without, 0, "{url}: caught up, as its state allows");
+    }
+    assert_eq!(sim.engine.subscription_limit(sim.id(A)), sub_limit);
 }
 
 #[test]

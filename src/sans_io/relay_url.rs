@@ -5,7 +5,13 @@
 //! URL is reduced to one canonical string before it is interned, otherwise one
 //! relay would be connected several times and its confirmed state split.
 //! Parsing is nostr's `RelayUrl` (the `url` crate underneath), which already
-//! lower-cases scheme and host and drops default ports.
+//! lower-cases scheme and host and drops default ports. On top of it, one
+//! trailing dot of the host is dropped (`relay.example.` is the same name,
+//! fully qualified), and percent-encodings in the path and query are
+//! normalized as RFC 3986 6.2.2 says: those of unreserved characters
+//! decoded (`%7e` is `~`), the others' hex digits upper-cased (`%2f` is
+//! `%2F`). The shard of a relay hashes this form (see `shard`), so these
+//! rules are pinned by a golden table there too.
 
 use std::fmt;
 
@@ -41,7 +47,8 @@ impl fmt::Display for UrlError {
 impl std::error::Error for UrlError {}
 
 /// The canonical form of a relay URL: scheme and host lower-case, default
-/// port, fragment and trailing slash removed.
+/// port, fragment, trailing slash and the host's trailing dot removed,
+/// percent-encodings normalized.
 pub fn normalize(raw: &str) -> Result<String, UrlError> {
     let url = canonical(raw)?;
     // The canonical form must be its own canonical form, or one relay could
@@ -78,7 +85,57 @@ fn canonical(raw: &str) -> Result<String, UrlError> {
     if authority(url).contains('@') {
         return Err(UrlError::Credentials);
     }
-    Ok(url.to_owned())
+    fold(url).ok_or(UrlError::Malformed)
+}
+
+/// Drops the host's one trailing dot and normalizes the percent-encodings
+/// after it, in a URL the parser wrote (`scheme://authority` then path and
+/// query). `None` if no host is left.
+fn fold(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    // A port is digits after the last colon; an IPv6 host is bracketed and
+    // never ends in a dot.
+    let (host, port) = match authority.rfind(':') {
+        Some(i) if !authority[i..].contains(']') => authority.split_at(i),
+        _ => (authority, ""),
+    };
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if host.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{scheme}://{host}{port}{}",
+        percent_normalized(tail)
+    ))
+}
+
+/// `text` with the percent-encodings of unreserved characters decoded
+/// and the others' hex digits upper-cased (RFC 3986 6.2.2.1, 6.2.2.2).
+fn percent_normalized(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .filter(|h| bytes[i] == b'%' && h.iter().all(u8::is_ascii_hexdigit))
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(v) if v.is_ascii_alphanumeric() || b"-._~".contains(&v) => out.push(v),
+            Some(_) => out.extend(bytes[i..i + 3].to_ascii_uppercase()),
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+                continue;
+            }
+        }
+        i += 3;
+    }
+    // Only ASCII triplets were replaced, by ASCII: still UTF-8.
+    String::from_utf8(out).unwrap_or_else(|_| text.to_owned())
 }
 
 /// The relay a git `clone` URL names: a GRASP server serves git over
@@ -142,6 +199,27 @@ mod tests {
             "ws://127.0.0.1:7777"
         );
         assert_eq!(normalize("ws://[::1]:7777/").unwrap(), "ws://[::1]:7777");
+    }
+
+    /// One relay, two spellings, used to be two relays (issue 26).
+    #[test]
+    fn folds_the_hosts_trailing_dot_and_normalizes_percent_encodings() {
+        for (raw, canonical) in [
+            ("wss://relay.example.", "wss://relay.example"),
+            ("wss://Relay.Example.:443/", "wss://relay.example"),
+            ("wss://relay.example.:4443/x", "wss://relay.example:4443/x"),
+            ("ws://127.0.0.1.:7777", "ws://127.0.0.1:7777"),
+            ("wss://r.example/%7eu", "wss://r.example/~u"),
+            ("wss://r.example/%7Eu", "wss://r.example/~u"),
+            ("wss://r.example/%41%2d%2E%5f%30", "wss://r.example/A-._0"),
+            ("wss://r.example/a%2fb%3f", "wss://r.example/a%2Fb%3F"),
+            ("wss://r.example/?u=%7e&v=%2f", "wss://r.example/?u=~&v=%2F"),
+            ("wss://r.example/%zz%+f%", "wss://r.example/%zz%+f%"),
+            ("ws://[::1]:7777/%7e", "ws://[::1]:7777/~"),
+        ] {
+            assert_eq!(normalize(raw).as_deref(), Ok(canonical), "{raw}");
+        }
+        assert_eq!(normalize("wss://relay.example.."), Err(UrlError::Malformed));
     }
 
     #[test]

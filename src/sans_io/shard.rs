@@ -126,6 +126,31 @@ mod tests {
         }
     }
 
+    /// Pins the spellings that normalize together (issue 26: a host's
+    /// trailing dot, percent-encoded unreserved characters), so that the
+    /// shard a relay falls in is decided once for all its spellings.
+    /// Under the old canonical forms `wss://relay.example.` was in shard
+    /// 2 of 4, `wss://relay.ngit.dev.` and `wss://r.example/%7eu` in 3:
+    /// relays moved once, with that change. (Shards computed apart, in
+    /// Python.)
+    #[test]
+    fn golden_table_of_spellings_their_canonical_form_and_shard() {
+        use crate::sans_io::relay_url::normalize;
+        let golden: [(&str, &str, u32); 6] = [
+            ("wss://relay.example.", "wss://relay.example", 3),
+            ("wss://Relay.Example", "wss://relay.example", 3),
+            ("wss://relay.ngit.dev.", "wss://relay.ngit.dev", 2),
+            ("wss://r.example/%7eu", "wss://r.example/~u", 2),
+            ("wss://r.example/%7Eu", "wss://r.example/~u", 2),
+            ("wss://r.example/~u/", "wss://r.example/~u", 2),
+        ];
+        for (raw, canonical, shard) in golden {
+            let url = normalize(raw).unwrap();
+            assert_eq!(url, canonical, "{raw}");
+            assert_eq!(shard_of(&url, 4), shard, "{raw} of 4");
+        }
+    }
+
     #[test]
     fn n_shards_cover_every_relay_exactly_once() {
         for count in 1..=7 {

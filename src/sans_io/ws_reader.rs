@@ -211,6 +211,12 @@ impl WsReader {
         if header.mask.is_some() {
             return self.fail("masked frame from the server".to_owned());
         }
+        // RFC 6455 5.2: a 64-bit length's most significant bit must be 0.
+        // tungstenite takes it; read on, it would leave the connection
+        // waiting for an exabyte until the unfinished deadline.
+        if len > i64::MAX as u64 {
+            return self.fail(format!("payload length {len} has its top bit set"));
+        }
         let frame = Frame {
             fin: header.is_final,
             control: match header.opcode {
@@ -829,6 +835,11 @@ mod tests {
             ("not UTF-8", short(true, 1, &[0xff, 0xfe])),
             ("close of one byte", short(true, 0x8, &[3])),
             ("close reason not UTF-8", short(true, 0x8, &[3, 0xe8, 0xff])),
+            ("length's top bit set", {
+                let mut v = vec![0x82, 127];
+                v.extend_from_slice(&(1u64 << 63).to_be_bytes());
+                v
+            }),
         ];
         for (name, input) in cases {
             let (_, violation) = read_split(&mut WsReader::new(1_000), &input, &[1]);

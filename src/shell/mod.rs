@@ -139,11 +139,6 @@ enum ShellTimer {
 /// twice the largest frame, so one can wait behind another.
 const WRITE_CAP: usize = 1 << 20;
 
-/// Bytes all remote relays together may make us hold for unfinished
-/// messages; each also holds at most `max_frame_bytes`, for at most
-/// `unfinished_timeout`. A relay whose message would pass it is cut.
-const GLOBAL_HELD_CAP: u64 = 64 << 20;
-
 /// How often memory freed after a burst is handed back to the OS while
 /// the engine works.
 const TRIM_EVERY: Duration = Duration::from_secs(10);
@@ -522,7 +517,7 @@ impl Shell {
                 } else if sink_full && *relay != own {
                     if !ws.is_open() {
                         // No frame is read: the handshake meets its deadline.
-                        ws.on_ready(&mut out, 0, now, &mut self.read_buf);
+                        again = ws.on_ready(&mut out, 0, now, &mut self.read_buf) && !ws.is_open();
                     }
                     defer = Some(*relay);
                 } else {
@@ -561,6 +556,7 @@ impl Shell {
         }
         match fetched {
             GetEvent::Pending => {}
+            GetEvent::More => again = true,
             GetEvent::Done(body) => self.info_done(token, &body, now),
             GetEvent::Failed(reason) => self.fail_slot(token, &reason, now),
         }
@@ -573,7 +569,7 @@ impl Shell {
         self.handle_ws_events(token, &mut out, now);
         self.scratch = out;
         if let Some(held) = held
-            && self.slots.set_held(token, held) > GLOBAL_HELD_CAP
+            && self.slots.set_held(token, held) > self.opts.max_unfinished_bytes
             && held > 0
         {
             self.fail_slot(token, "unfinished messages over the global cap", now);

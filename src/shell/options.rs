@@ -12,6 +12,8 @@ const DEFAULT_MAX_RELAYS: usize = 10_000;
 const DEFAULT_MAX_FRAME_BYTES: usize = 1_048_576;
 /// Default of [`ShellOptions::max_frames_per_sec`].
 const DEFAULT_MAX_FRAMES_PER_SEC: u32 = 5_000;
+/// Default of [`ShellOptions::max_unfinished_bytes`] (64 MiB).
+const DEFAULT_MAX_UNFINISHED_BYTES: u64 = 64 << 20;
 /// Default of [`ShellOptions::unfinished_timeout`].
 const DEFAULT_UNFINISHED_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of [`ShellOptions::shutdown_timeout`].
@@ -50,6 +52,12 @@ pub struct ShellOptions {
     /// fragmented message begun) before it is cut: what it makes us hold
     /// for it is held this long at most.
     pub unfinished_timeout: Duration,
+    /// Bytes all remote relays together may make us hold for unfinished
+    /// messages; each relay also holds at most `max_frame_bytes`, for at
+    /// most `unfinished_timeout`. A relay whose message would pass it is
+    /// cut (it costs that relay a reconnect, nobody else anything). Below
+    /// `max_frame_bytes`, one relay's largest message is already over it.
+    pub max_unfinished_bytes: u64,
     /// Where the engine's state is kept across restarts (`state_file`);
     /// `None` starts every run fresh.
     pub state_file: Option<PathBuf>,
@@ -73,6 +81,7 @@ impl Default for ShellOptions {
             outbox_capacity: 10_000,
             max_frames_per_sec: DEFAULT_MAX_FRAMES_PER_SEC,
             unfinished_timeout: DEFAULT_UNFINISHED_TIMEOUT,
+            max_unfinished_bytes: DEFAULT_MAX_UNFINISHED_BYTES,
             state_file: None,
             #[cfg(any(test, feature = "testing"))]
             dns_lookup: None,

@@ -5,7 +5,11 @@
 //! 50 µs). Every frame counts, whatever its kind (text, binary, ping,
 //! pong, a fragment), and large ones count once more per 4 KiB
 //! (`WsReader::cost`), so a relay streaming binary frames or pings is
-//! read no faster than one streaming events. A relay that floods events as fast as it can would otherwise get
+//! read no faster than one streaming events. Over TLS a read costs at
+//! least what its records cost (one per record, or per 4 KiB of them,
+//! `TlsStream::wire_cost`): a relay sending one byte per record, or
+//! session tickets without end, pays for the decrypting, not for the
+//! little plaintext it yields. A relay that floods events as fast as it can would otherwise get
 //! as much CPU as the loop has, and a burst from one relay would delay every
 //! other relay's frames behind it. Past its allowance the shell simply stops
 //! reading that socket until the next window: TCP flow control pushes back

@@ -16,7 +16,11 @@
 //!
 //! Reads and writes have `std::io` semantics (`WouldBlock` when the socket
 //! has nothing, or cannot take more), so the websocket handshake and frames
-//! run over it as over a plain socket.
+//! run over it as over a plain socket. One exception bounds the work of a
+//! call: a read that took [`WIRE_PER_READ`] bytes from the socket and
+//! decrypted none of them (post-handshake messages such as session
+//! tickets, which a peer can send without end) returns `Interrupted`:
+//! call again, and charge what [`TlsStream::wire_cost`] says it read.
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
@@ -34,8 +38,19 @@ use crate::shell::tls::OverTransport;
 /// ones), so a peer that makes us hold more is broken or hostile.
 const PARTIAL_MAX: usize = 96 * 1024;
 
+/// Socket bytes one read takes at most. A peer's records are read and
+/// processed whatever they carry; 17 KiB of session tickets (about 200
+/// of them) is a read's worth of work even when none of it is
+/// plaintext. Plaintext reads are capped alike: 17 KiB holds a full
+/// record (16 KiB of plaintext, its header and tag).
+pub(crate) const WIRE_PER_READ: usize = 17 * 1024;
+
+/// Bytes of ciphertext that cost one unit of read budget, as
+/// `WsReader::cost` charges plaintext.
+const WIRE_BYTES_PER_UNIT: u64 = 4 * 1024;
+
 /// A TLS client session over `T`.
-pub(crate) struct TlsStream<T> {
+pub(crate) struct TlsStream<T: Read + Write> {
     conn: UnbufferedClientConnection,
     sock: T,
     /// Bytes of a record that has not fully arrived yet.
@@ -52,6 +67,11 @@ pub(crate) struct TlsStream<T> {
     open: bool,
     /// The peer sent close_notify: reads end cleanly.
     peer_closed: bool,
+    /// The stream is being dropped: the session's next chance to write
+    /// sends our close_notify.
+    closing: bool,
+    /// Records and bytes read from the socket, for the read budget.
+    wire: WireCount,
     /// The session failed (bad data from the peer, or the socket): every
     /// later read and write returns this. A read that decrypted plaintext
     /// before the failure returns that plaintext instead; the next one
@@ -93,8 +113,20 @@ impl<T: Read + Write> TlsStream<T> {
             early: Vec::new(),
             open: false,
             peer_closed: false,
+            closing: false,
+            wire: WireCount::default(),
             failed: None,
         })
+    }
+
+    /// What the socket bytes read so far cost in budget units: per socket
+    /// read, one per record begun, or one per 4 KiB (counted across
+    /// reads), whichever is more. A
+    /// peer that sends one byte per record, or records that carry no
+    /// plaintext at all, costs what processing them costs us, not what
+    /// they decrypt to.
+    pub(crate) fn wire_cost(&self) -> u64 {
+        self.wire.units
     }
 
     /// Bytes of buffer room the stream holds itself (not rustls's session).
@@ -149,6 +181,14 @@ impl<T: Read + Write> TlsStream<T> {
                     if !sent {
                         encrypt_into(&mut self.unsent, &mut traffic, send)?;
                         sent = true;
+                    }
+                    if self.closing {
+                        // A close_notify alert is 24 to 31 bytes.
+                        let mut alert = [0; 64];
+                        let n = traffic
+                            .queue_close_notify(&mut alert)
+                            .map_err(encrypt_error)?;
+                        self.unsent.extend_from_slice(&alert[..n]);
                     }
                     // The request written during the handshake leaves as
                     // soon as it can, whether a read or a write got here.
@@ -223,6 +263,7 @@ impl<T: Read + Write> TlsStream<T> {
             0 => return Err(io::ErrorKind::UnexpectedEof.into()),
             n => n,
         };
+        self.wire.count(&back[..n]);
         let mut overflow = std::mem::take(&mut self.plain);
         let mut plain = Plain {
             room: front,
@@ -276,7 +317,26 @@ impl<T: Read + Write> TlsStream<T> {
     }
 }
 
-impl<T> OverTransport<T> for TlsStream<T> {
+impl<T: Read + Write> TlsStream<T> {
+    /// Sends close_notify (RFC 8446 6.1) on an open session that has not
+    /// failed, so that the peer sees a clean end rather than a truncation;
+    /// best effort: what the socket does not take at once is dropped.
+    fn close_notify(&mut self) {
+        if self.open && self.failed.is_none() {
+            self.closing = true;
+            // Any error: the peer or socket is gone, nothing to tell it.
+            let _ = self.kick(&[]);
+        }
+    }
+}
+
+impl<T: Read + Write> Drop for TlsStream<T> {
+    fn drop(&mut self) {
+        self.close_notify();
+    }
+}
+
+impl<T: Read + Write> OverTransport<T> for TlsStream<T> {
     fn transport_mut(&mut self) -> &mut T {
         &mut self.sock
     }
@@ -296,15 +356,26 @@ impl<T: Read + Write> Read for TlsStream<T> {
         // record begun in an earlier read, or a one-byte buffer's byte)
         // waits in `plain` for the next read.
         let half = buf.len().div_ceil(2);
+        let start = self.wire.bytes;
         loop {
             if !self.plain.is_empty() {
                 return Ok(self.take_plain(buf));
             }
+            // `start` is at most `wire.bytes`, and their difference at
+            // most `WIRE_PER_READ`: it fits.
+            let taken = (self.wire.bytes - start) as usize;
+            if taken >= WIRE_PER_READ {
+                // No plaintext yet: come back, so that the caller can
+                // charge what was read and let other sockets have a turn.
+                return Err(io::ErrorKind::Interrupted.into());
+            }
             let (front, back) = buf.split_at_mut(buf.len() - half);
+            let back = &mut back[..half.min(WIRE_PER_READ - taken)];
             match self.read_records(front, back)? {
                 0 if self.peer_closed && self.plain.is_empty() => return Ok(0),
                 // Handshake messages, or part of a record: read on until
-                // the socket has nothing more (`WouldBlock`).
+                // the socket has nothing more (`WouldBlock`) or this read
+                // has done its share of work.
                 0 => {}
                 n => return Ok(n),
             }
@@ -333,6 +404,52 @@ impl<T: Read + Write> Write for TlsStream<T> {
         }
         self.flush_unsent()?;
         self.sock.flush()
+    }
+}
+
+/// Counts the records and bytes a peer sent, for the read budget: record
+/// headers are followed across reads (5 bytes: type, version, length).
+/// Bytes that are not TLS count as whatever they claim; rustls refuses
+/// them anyway.
+#[derive(Debug, Default)]
+struct WireCount {
+    /// Budget units charged so far.
+    units: u64,
+    /// Bytes counted so far.
+    bytes: u64,
+    /// Header bytes of the next record seen so far.
+    header: [u8; 5],
+    header_len: usize,
+    /// Body bytes of the current record still to come.
+    body_left: usize,
+}
+
+impl WireCount {
+    /// Counts one socket read's bytes.
+    fn count(&mut self, mut bytes: &[u8]) {
+        let before = self.bytes / WIRE_BYTES_PER_UNIT;
+        self.bytes += bytes.len() as u64;
+        // Whole 4 KiB units this read completed, the rest carried over.
+        let by_size = self.bytes / WIRE_BYTES_PER_UNIT - before;
+        let mut records = 0;
+        while !bytes.is_empty() {
+            if self.body_left > 0 {
+                let skip = self.body_left.min(bytes.len());
+                self.body_left -= skip;
+                bytes = &bytes[skip..];
+                continue;
+            }
+            let take = (5 - self.header_len).min(bytes.len());
+            self.header[self.header_len..self.header_len + take].copy_from_slice(&bytes[..take]);
+            self.header_len += take;
+            bytes = &bytes[take..];
+            if self.header_len == 5 {
+                records += 1;
+                self.header_len = 0;
+                self.body_left = u16::from_be_bytes([self.header[3], self.header[4]]) as usize;
+            }
+        }
+        self.units += records.max(by_size);
     }
 }
 
@@ -404,6 +521,11 @@ fn encrypt_into(
             }
         }
     }
+}
+
+/// An encryption failure (a buffer too small, or keys used up).
+fn encrypt_error(e: EncryptError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
 /// A TLS failure as the stream reports it: bad data from the peer.
@@ -495,6 +617,24 @@ mod tests {
     /// A self-signed `localhost` certificate; `trusted` puts it in the
     /// client's roots.
     fn world(seed: u64, trusted: bool) -> World {
+        world_with(seed, trusted, |_| {})
+    }
+
+    /// As [`world`], with a server that sends `tickets` session tickets
+    /// once the handshake is done, each in a record of its own: records
+    /// aligned to messages, as a hostile server would send them (rustls
+    /// packs them into full records).
+    fn world_with_tickets(seed: u64, tickets: usize) -> World {
+        world_with(seed, true, |server| {
+            server.send_tls13_tickets = tickets;
+            // A NewSessionTicket of rustls's (a 32-byte nonce and a
+            // 32-byte id) is 81 bytes.
+            server.max_fragment_size = Some(81 + 5);
+        })
+    }
+
+    /// As [`world`], with the server's config changed by `tweak`.
+    fn world_with(seed: u64, trusted: bool, tweak: impl FnOnce(&mut ServerConfig)) -> World {
         let key = KeyPair::generate().unwrap();
         let cert = CertificateParams::new(vec!["localhost".to_owned()])
             .unwrap()
@@ -502,7 +642,7 @@ mod tests {
             .unwrap();
         let der = CertificateDer::from_pem_slice(cert.pem().as_bytes()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let server = ServerConfig::builder_with_provider(provider.clone())
+        let mut server = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
@@ -511,6 +651,7 @@ mod tests {
                 PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap(),
             )
             .unwrap();
+        tweak(&mut server);
         let mut roots = RootCertStore::empty();
         if trusted {
             roots.add(der).unwrap();
@@ -581,6 +722,8 @@ mod tests {
                 match self.client.read(&mut buf) {
                     Ok(0) => return Ok(got),
                     Ok(n) => got.extend(&buf[..n]),
+                    // A read did its share of work: call again.
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         if self.to_server.borrow().is_empty() && self.to_client.borrow().is_empty()
                         {
@@ -714,6 +857,95 @@ mod tests {
                 false => assert_eq!(end, Err(io::ErrorKind::UnexpectedEof)),
             }
         }
+    }
+
+    #[test]
+    fn a_session_ticket_flood_is_read_a_share_per_call_and_charged_per_record() {
+        let tickets = 3_000;
+        let mut w = world_with_tickets(5, tickets);
+        w.client.sock.split = false;
+        w.client_writes(b"hello");
+        // The client reads the server's flight and sends its Finished;
+        // the server answers with the tickets.
+        let mut buf = vec![0; 64 * 1024];
+        while w.server.is_handshaking() {
+            match w.client.read(&mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => w.serve(),
+                other => panic!("{other:?}"),
+            }
+        }
+        let flood = w.to_client.borrow().len();
+        assert!(flood > tickets * 50, "{flood} bytes of tickets");
+        let cost_before = w.client.wire_cost();
+        let mut calls = 0;
+        loop {
+            let before = w.to_client.borrow().len();
+            let read = w.client.read(&mut buf);
+            let taken = before - w.to_client.borrow().len();
+            assert!(taken <= WIRE_PER_READ, "one read took {taken} bytes");
+            match read {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => calls += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(calls >= flood / WIRE_PER_READ, "{calls} calls");
+        assert!(
+            w.client.wire_cost() - cost_before >= tickets as u64,
+            "each ticket's record costs a unit"
+        );
+        // The session goes on.
+        w.server.writer().write_all(b"after").unwrap();
+        w.pass_to_client();
+        assert_eq!(w.client_reads().unwrap(), b"after".to_vec());
+    }
+
+    #[test]
+    fn one_byte_records_cost_a_unit_each() {
+        let mut w = world(9, true);
+        w.connect(b"hello");
+        let data = bytes(&mut w.rng, 1_000);
+        let before = w.client.wire_cost();
+        for byte in &data {
+            // A write of its own: a record of its own.
+            w.server.writer().write_all(&[*byte]).unwrap();
+        }
+        w.pass_to_client();
+        assert_eq!(w.client_reads().unwrap(), data);
+        assert!(w.client.wire_cost() - before >= 1_000);
+        // Full records cost their 4 KiB units.
+        let before = w.client.wire_cost();
+        w.server.writer().write_all(&[7; 64 * 1024]).unwrap();
+        w.pass_to_client();
+        assert_eq!(w.client_reads().unwrap().len(), 64 * 1024);
+        let cost = w.client.wire_cost() - before;
+        assert!((16..=20).contains(&cost), "{cost}");
+    }
+
+    #[test]
+    fn dropping_an_open_stream_sends_close_notify_and_an_unopened_one_nothing() {
+        let mut w = world(11, true);
+        w.connect(b"hello");
+        // The socket takes the alert (best effort: a full one would not).
+        w.client.sock.room = 1 << 20;
+        let World {
+            client,
+            mut server,
+            to_server,
+            ..
+        } = w;
+        drop(client);
+        let bytes: Vec<u8> = to_server.borrow_mut().drain(..).collect();
+        server.read_tls(&mut &bytes[..]).unwrap();
+        let state = server.process_new_packets().unwrap();
+        assert!(state.peer_has_closed(), "the server saw close_notify");
+        // Before the handshake there is no session to close.
+        let w = world(12, true);
+        let World {
+            client, to_server, ..
+        } = w;
+        drop(client);
+        assert!(to_server.borrow().is_empty());
     }
 
     /// A record that does not decrypt: an application-data header and a

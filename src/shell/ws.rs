@@ -15,9 +15,13 @@
 //! until the caller's frame budget is spent, in which case the caller must
 //! come back (see [`WsConnection::on_ready`]): a relay that floods faster
 //! than we read cannot keep the loop to itself. Every frame is counted
-//! against that budget, a message over the size cap is skipped (reported,
-//! never buffered), and an unfinished message is visible to the loop,
-//! which gives it a deadline. Outgoing bytes not yet taken by the socket
+//! against that budget, and so is every TLS record (or 4 KiB of them),
+//! whichever costs more: records that decrypt to one byte, or to nothing
+//! (session tickets), cost what they cost us to process, and one TLS read
+//! that yields nothing comes back after a bounded share of work
+//! (`Interrupted`, see `tls_stream`). A message over the size cap is
+//! skipped (reported, never buffered), and an unfinished message is
+//! visible to the loop, which gives it a deadline. Outgoing bytes not yet taken by the socket
 //! count against the write cap.
 //!
 //! [`HttpGet`] is the one other client the loop runs: the NIP-11 fetch, a
@@ -55,6 +59,13 @@ pub(crate) type Stream = MaybeTls<TlsStream<TcpStream>, TcpStream>;
 /// Bytes of the loop-wide read buffer the shell passes to
 /// [`WsConnection::on_ready`].
 pub(crate) const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Wire units (see `TlsStream::wire_cost`) one `on_ready` spends at most
+/// on the TLS and websocket handshakes, and one NIP-11 fetch's
+/// `on_ready` on its exchange: a peer that floods records before its
+/// response then lets the other sockets have their turn, and the
+/// handshake's or fetch's deadline ends it.
+const HANDSHAKE_UNITS: u64 = 64;
 
 /// Bytes read per unit of read budget left: a read never brings in much
 /// more than the budget pays for (a frame costs at least one unit, see
@@ -133,6 +144,8 @@ pub(crate) struct WsConnection {
     budget: u64,
     /// Units the last `on_ready` spent.
     spent: u64,
+    /// The last `on_ready` stopped at a bound with more perhaps waiting.
+    more: bool,
     /// Since when a message has been unfinished, if one is.
     unfinished_since: Option<Time>,
     /// A deadline timer for the unfinished message is armed.
@@ -178,6 +191,7 @@ impl WsConnection {
             writer: WsWriter::default(),
             budget: 0,
             spent: 0,
+            more: false,
             unfinished_since: None,
             deadline_armed: false,
             pings: 0,
@@ -204,10 +218,11 @@ impl WsConnection {
     /// into `buf` (the loop's one read buffer); appends what happened.
     /// Reads frames costing at most about `max_frames` (see
     /// `WsReader::cost`: one per frame of any kind, one more per 4 KiB; a
-    /// read may overshoot it a little, see [`READ_BYTES_PER_UNIT`]);
-    /// returns true when it stopped because of that budget, so more may be
-    /// waiting and the caller must call again (readiness will not be
-    /// reported twice).
+    /// read may overshoot it a little, see [`READ_BYTES_PER_UNIT`]; TLS
+    /// records are charged too, see `charge`); returns true when it stopped
+    /// because of that budget (or the handshake's share of work,
+    /// [`HANDSHAKE_UNITS`]), so more may be waiting and the caller must
+    /// call again (readiness will not be reported twice).
     pub(crate) fn on_ready(
         &mut self,
         out: &mut Vec<WsEvent>,
@@ -216,7 +231,8 @@ impl WsConnection {
         buf: &mut [u8],
     ) -> bool {
         self.budget = max_frames as u64;
-        let cost_before = self.reader.cost();
+        self.spent = 0;
+        self.more = false;
         let phase = std::mem::replace(&mut self.phase, Phase::Closed);
         self.phase = match phase {
             Phase::Connecting(tcp) => self.finish_tcp(tcp, out, buf),
@@ -224,13 +240,12 @@ impl WsConnection {
             Phase::Open(stream) => self.pump(stream, out, buf),
             Phase::Closed => Phase::Closed,
         };
-        self.spent = self.reader.cost().saturating_sub(cost_before);
         let unfinished = self.is_open() && self.reader.unfinished();
         self.unfinished_since = match (unfinished, self.unfinished_since) {
             (false, _) => None,
             (true, since) => since.or(Some(now)),
         };
-        self.budget == 0 && self.is_open()
+        self.more && !matches!(self.phase, Phase::Closed)
     }
 
     /// Budget units the last [`WsConnection::on_ready`] spent.
@@ -365,7 +380,12 @@ impl WsConnection {
         if !up.unsent().is_empty() {
             return Phase::Upgrading(stream, up);
         }
+        let start = wire_cost(&stream);
         loop {
+            if wire_cost(&stream) - start >= HANDSHAKE_UNITS {
+                self.more = true;
+                return Phase::Upgrading(stream, up);
+            }
             let n = match stream.read(buf) {
                 Ok(0) => {
                     out.push(WsEvent::Closed("closed during the handshake".to_owned()));
@@ -390,7 +410,9 @@ impl WsConnection {
                     self.flush(out);
                     // Frames may have arrived with the response.
                     if frames_from < n {
+                        let before = self.reader.cost();
                         self.take_bytes(&buf[frames_from..n], out);
+                        self.charge(before, 0);
                     }
                     return match std::mem::replace(&mut self.phase, Phase::Closed) {
                         Phase::Open(stream) => self.pump(stream, out, buf),
@@ -411,7 +433,7 @@ impl WsConnection {
 
     /// Reads what is available (within the budget) into `buf`, then
     /// flushes what is waiting. Each read is charged what the reader saw
-    /// it cost.
+    /// it cost, or what its TLS records cost, whichever is more.
     fn pump(&mut self, mut stream: Stream, out: &mut Vec<WsEvent>, buf: &mut [u8]) -> Phase {
         while self.budget > 0 {
             let limit = buf.len().min(
@@ -419,7 +441,10 @@ impl WsConnection {
                     .unwrap_or(usize::MAX)
                     .saturating_mul(READ_BYTES_PER_UNIT),
             );
-            match stream.read(&mut buf[..limit]) {
+            let before = (self.reader.cost(), wire_cost(&stream));
+            let read = stream.read(&mut buf[..limit]);
+            let wire = wire_cost(&stream) - before.1;
+            match read {
                 // A peer that drops the TCP connection without a close
                 // frame is rude but common (restarts, crashes): not a
                 // violation.
@@ -432,6 +457,7 @@ impl WsConnection {
                 Ok(n) => {
                     self.phase = Phase::Open(stream);
                     self.take_bytes(&buf[..n], out);
+                    self.charge(before.0, wire);
                     match std::mem::replace(&mut self.phase, Phase::Closed) {
                         Phase::Open(s) => stream = s,
                         other => return other,
@@ -439,30 +465,38 @@ impl WsConnection {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     // Nothing more is waiting; the budget is not spent.
+                    self.charge(before.0, wire);
                     self.budget = self.budget.max(1);
                     break;
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // TLS records without plaintext, a read's share of them.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => self.charge(before.0, wire),
                 Err(e) => {
                     out.push(WsEvent::Closed(format!("read: {e}")));
                     return Phase::Closed;
                 }
             }
         }
+        self.more = self.budget == 0;
         self.phase = Phase::Open(stream);
         self.flush(out);
         std::mem::replace(&mut self.phase, Phase::Closed)
     }
 
-    /// Reads `bytes` (all of them, charged to the budget) and acts on what
-    /// they complete. May leave the connection closed.
+    /// Charges one read to the budget: what its frames cost the reader
+    /// (since its cost was `frames_before`), or the `wire` units its TLS
+    /// records cost, whichever is more.
+    fn charge(&mut self, frames_before: u64, wire: u64) {
+        let units = self.reader.cost().saturating_sub(frames_before).max(wire);
+        self.budget = self.budget.saturating_sub(units);
+        self.spent = self.spent.saturating_add(units);
+    }
+
+    /// Reads `bytes` (all of them; the caller charges them) and acts on
+    /// what they complete. May leave the connection closed.
     fn take_bytes(&mut self, bytes: &[u8], out: &mut Vec<WsEvent>) {
-        let before = self.reader.cost();
         let mut incoming = Vec::new();
         let read = self.reader.handle_bytes(bytes, &mut incoming);
-        self.budget = self
-            .budget
-            .saturating_sub(self.reader.cost().saturating_sub(before));
         for message in incoming {
             self.on_message(message, out);
         }
@@ -542,6 +576,16 @@ fn write_out(stream: &mut Stream, pending: &mut impl Outgoing) -> io::Result<()>
     }
 }
 
+/// What the TLS records read from `stream` so far cost (see
+/// `TlsStream::wire_cost`); nothing over plain TCP, whose bytes the
+/// reader charges as frames.
+fn wire_cost(stream: &Stream) -> u64 {
+    match stream {
+        MaybeTls::Plain(_) => 0,
+        MaybeTls::Tls(tls) => tls.wire_cost(),
+    }
+}
+
 /// Where a non-blocking TCP connect stands after a readiness event.
 enum Dialed {
     /// Still connecting; wait for the next event.
@@ -578,6 +622,10 @@ fn dial(tcp: TcpStream, tls: Option<&TlsTarget>) -> Dialed {
 pub(crate) enum GetEvent {
     /// Not done; wait for the next readiness event.
     Pending,
+    /// Not done, and stopped at its share of work ([`HANDSHAKE_UNITS`])
+    /// with more perhaps waiting: call again (readiness will not be
+    /// reported twice).
+    More,
     /// A complete `200` response with this body.
     Done(Vec<u8>),
     /// The fetch failed; the reason is for the log. The connection is over.
@@ -660,7 +708,7 @@ impl HttpGet {
             GetPhase::Ended => return GetEvent::Failed("fetch already ended".to_owned()),
         };
         let event = self.exchange(&mut stream);
-        if event == GetEvent::Pending {
+        if matches!(event, GetEvent::Pending | GetEvent::More) {
             self.phase = GetPhase::Exchanging(stream);
         }
         event
@@ -688,7 +736,11 @@ impl HttpGet {
             }
         }
         let mut buf = [0u8; GET_READ_BYTES];
+        let start = wire_cost(stream);
         loop {
+            if wire_cost(stream) - start >= HANDSHAKE_UNITS {
+                return GetEvent::More;
+            }
             let progress = match stream.read(&mut buf) {
                 Ok(0) => self.response.finish(),
                 Ok(n) => self.response.feed(&buf[..n]),
@@ -727,6 +779,259 @@ mod tests {
             }
         }
         out
+    }
+
+    /// A TLS server the test drives itself, over a loopback socket: it
+    /// reads and writes only when told, so what the client finds waiting
+    /// is what the test wrote.
+    struct TlsPeer {
+        sock: std::net::TcpStream,
+        conn: rustls::ServerConnection,
+        /// Plaintext from the client.
+        got: Vec<u8>,
+        /// The client sent close_notify.
+        closed: bool,
+    }
+
+    impl TlsPeer {
+        /// A listener and the client config that trusts its certificate.
+        fn listen() -> (std::net::TcpListener, TlsTarget, Arc<rustls::ServerConfig>) {
+            use rustls::pki_types::pem::PemObject;
+            use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+            let key = rcgen::KeyPair::generate().unwrap();
+            let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+                .unwrap()
+                .self_signed(&key)
+                .unwrap();
+            let der = CertificateDer::from_pem_slice(cert.pem().as_bytes()).unwrap();
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![der.clone()],
+                    PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap(),
+                )
+                .unwrap();
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(der).unwrap();
+            let client = ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            let target = TlsTarget {
+                config: Arc::new(client),
+                name: ServerName::try_from("localhost").unwrap(),
+            };
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            (listener, target, Arc::new(server))
+        }
+
+        fn accept(listener: &std::net::TcpListener, config: Arc<rustls::ServerConfig>) -> Self {
+            let (sock, _) = listener.accept().unwrap();
+            sock.set_nonblocking(true).unwrap();
+            TlsPeer {
+                sock,
+                conn: rustls::ServerConnection::new(config).unwrap(),
+                got: Vec::new(),
+                closed: false,
+            }
+        }
+
+        /// Takes what the client sent.
+        fn read_in(&mut self) {
+            loop {
+                match self.conn.read_tls(&mut self.sock) {
+                    Ok(0) => return,
+                    Ok(_) => {
+                        let state = self.conn.process_new_packets().unwrap();
+                        let mut plain = vec![0; state.plaintext_bytes_to_read()];
+                        self.conn.reader().read_exact(&mut plain).unwrap();
+                        self.got.extend(plain);
+                        self.closed |= state.peer_has_closed();
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                    Err(e) => panic!("server read: {e}"),
+                }
+            }
+        }
+
+        /// Sends what the session has to send (the test keeps it well
+        /// under the socket buffers); returns how many bytes.
+        fn write_out(&mut self) -> usize {
+            let mut out = Vec::new();
+            while self.conn.wants_write() {
+                self.conn.write_tls(&mut out).unwrap();
+            }
+            self.sock.set_nonblocking(false).unwrap();
+            self.sock.write_all(&out).unwrap();
+            self.sock.set_nonblocking(true).unwrap();
+            out.len()
+        }
+    }
+
+    /// Until `done`, drives the client and the server by turns; the
+    /// deadline is generous (a loaded machine is slow, not wrong).
+    fn drive(peer: &mut TlsPeer, mut client: impl FnMut(), mut done: impl FnMut(&TlsPeer) -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !done(peer) {
+            assert!(std::time::Instant::now() < deadline, "stuck");
+            client();
+            peer.read_in();
+            if !done(peer) {
+                peer.write_out();
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Waits until the client's socket has `n` bytes waiting.
+    fn wait_waiting(sock: &mut TcpStream, n: usize) {
+        let mut buf = vec![0; n];
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while sock.peek(&mut buf).unwrap_or(0) < n {
+            assert!(std::time::Instant::now() < deadline, "bytes never came");
+            std::thread::yield_now();
+        }
+    }
+
+    /// A `wss://` websocket to a [`TlsPeer`], open.
+    fn open_wss(buf: &mut [u8]) -> (WsConnection, TlsPeer) {
+        let (listener, tls, config) = TlsPeer::listen();
+        let addr = listener.local_addr().unwrap();
+        let url = format!("wss://localhost:{}/", addr.port());
+        let config_ws = WebSocketConfig::default();
+        let mut ws = WsConnection::connect(addr, &url, Some(tls), config_ws).unwrap();
+        let mut peer = TlsPeer::accept(&listener, config);
+        let mut out = Vec::new();
+        // The handshakes: the server answers the upgrade once it has it.
+        drive(
+            &mut peer,
+            || {
+                ws.on_ready(&mut out, 64, Time::default(), buf);
+            },
+            |peer| peer.got.ends_with(b"\r\n\r\n"),
+        );
+        let text = String::from_utf8_lossy(&peer.got).into_owned();
+        let key = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
+            .unwrap();
+        let accept = tungstenite::handshake::derive_accept_key(key.trim().as_bytes());
+        let response = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+        );
+        peer.conn.writer().write_all(response.as_bytes()).unwrap();
+        peer.write_out();
+        let mut out = Vec::new();
+        while !ws.is_open() {
+            ws.on_ready(&mut out, 64, Time::default(), buf);
+            std::thread::yield_now();
+        }
+        (ws, peer)
+    }
+
+    #[test]
+    fn closing_a_wss_connection_sends_close_notify() {
+        let mut buf = vec![0; READ_BUFFER_BYTES];
+        let (mut ws, mut peer) = open_wss(&mut buf);
+        ws.close();
+        drop(ws);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !peer.closed {
+            assert!(std::time::Instant::now() < deadline, "no close_notify");
+            peer.read_in();
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn one_byte_tls_records_are_charged_one_unit_each() {
+        let mut buf = vec![0; READ_BUFFER_BYTES];
+        let (mut ws, mut peer) = open_wss(&mut buf);
+        // A 2,000-byte text frame, one byte per record.
+        let mut frame = vec![0x81, 126, 0x07, 0xd0];
+        frame.extend([b'x'; 2000]);
+        let mut wire = 0;
+        for byte in &frame {
+            peer.conn.writer().write_all(&[*byte]).unwrap();
+            wire += peer.write_out();
+        }
+        // Everything is waiting before the client reads.
+        wait_waiting(ws.socket().unwrap(), wire);
+        // One turn of 64 units reads about 64 records, not the frame.
+        let mut out = Vec::new();
+        let more = ws.on_ready(&mut out, 64, Time::default(), &mut buf);
+        assert!(more, "stopped at its budget: {out:?}");
+        assert!(ws.spent() >= 64, "{}", ws.spent());
+        assert!(
+            ws.spent() <= 64 + 800,
+            "one read's overshoot: {}",
+            ws.spent()
+        );
+        assert!(
+            !out.iter().any(|e| matches!(e, WsEvent::Text(_))),
+            "{out:?}"
+        );
+        // The rest costs its records too, and the frame arrives whole.
+        let mut spent = ws.spent();
+        let mut text = None;
+        while text.is_none() {
+            let mut out = Vec::new();
+            ws.on_ready(&mut out, 64, Time::default(), &mut buf);
+            spent += ws.spent();
+            text = out.into_iter().find_map(|e| match e {
+                WsEvent::Text(t) => Some(t),
+                _ => None,
+            });
+        }
+        assert_eq!(text.unwrap(), "x".repeat(2000));
+        assert!(
+            spent >= frame.len(),
+            "{spent} units for {} records",
+            frame.len()
+        );
+    }
+
+    #[test]
+    fn a_nip11_response_in_one_byte_tls_records_is_read_a_share_per_wake_up() {
+        let (listener, tls, config) = TlsPeer::listen();
+        let addr = listener.local_addr().unwrap();
+        let url = format!("wss://localhost:{}/", addr.port());
+        let request = crate::sans_io::info_fetch::request(&url).unwrap();
+        let mut get = HttpGet::connect(addr, request, Some(tls)).unwrap();
+        let mut peer = TlsPeer::accept(&listener, config);
+        drive(
+            &mut peer,
+            || assert_eq!(get.on_ready(), GetEvent::Pending),
+            |peer| peer.got.ends_with(b"\r\n\r\n"),
+        );
+        let body = format!(r#"{{"name":"{}"}}"#, "n".repeat(500));
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/nostr+json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut wire = 0;
+        for byte in response.as_bytes() {
+            peer.conn.writer().write_all(&[*byte]).unwrap();
+            wire += peer.write_out();
+        }
+        wait_waiting(get.socket().unwrap(), wire);
+        // A wake-up reads its share of records and asks to be called again.
+        assert_eq!(get.on_ready(), GetEvent::More);
+        let mut calls = 1;
+        let got = loop {
+            calls += 1;
+            match get.on_ready() {
+                GetEvent::More => {}
+                GetEvent::Done(got) => break got,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(got, body.into_bytes());
+        assert!(calls >= 2, "{calls}");
     }
 
     #[test]

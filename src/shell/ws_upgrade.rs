@@ -135,6 +135,16 @@ impl Upgrade {
         if response.headers().contains_key("Sec-WebSocket-Protocol") {
             return fail("a subprotocol we did not ask for");
         }
+        // We offer no extension, so any named here is one we did not
+        // offer (RFC 6455 4.1: fail): its frames, compressed say, would
+        // not read as ours.
+        let extensions = response.headers().get_all("Sec-WebSocket-Extensions");
+        if extensions
+            .iter()
+            .any(|v| v.to_str().map_or(true, |v| !v.trim().is_empty()))
+        {
+            return fail("an extension we did not offer");
+        }
         Ok(())
     }
 
@@ -175,6 +185,7 @@ mod tests {
         assert!(text.contains("Host: relay.example.com\r\n"));
         assert!(text.contains("Upgrade: websocket\r\n"));
         assert!(text.contains("Sec-WebSocket-Version: 13\r\n"));
+        assert!(!text.contains("Extensions"), "no extension offered");
         let len = up.unsent().len();
         up.advance(10);
         assert_eq!(up.unsent().len(), len - 10);
@@ -215,7 +226,7 @@ mod tests {
     #[test]
     fn responses_that_are_not_our_upgrade_fail() {
         type Spoil = fn(&str) -> String;
-        let cases: [(&str, Spoil); 4] = [
+        let cases: [(&str, Spoil); 5] = [
             ("no upgrade header", |r| {
                 r.replace("Upgrade: websocket\r\n", "")
             }),
@@ -227,6 +238,12 @@ mod tests {
             }),
             ("a subprotocol", |r| {
                 r.replace("\r\n\r\n", "\r\nSec-WebSocket-Protocol: chat\r\n\r\n")
+            }),
+            ("an extension", |r| {
+                r.replace(
+                    "\r\n\r\n",
+                    "\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n",
+                )
             }),
         ];
         for (what, spoil) in cases {

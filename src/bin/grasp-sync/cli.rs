@@ -321,6 +321,15 @@ static FLAGS: &[Flag] = &[
         help: "Websocket max message and frame size (at least 1024).",
     },
     Flag {
+        name: "max-unfinished-bytes",
+        kind: Kind::Single("<bytes>", |o, v| {
+            o.shell.max_unfinished_bytes = integer(v, MIN_FRAME_BYTES)?;
+            Ok(())
+        }),
+        default: "67108864",
+        help: "Bytes of unfinished websocket messages all relays together may make us hold (at least --max-frame-bytes); a relay passing it is cut.",
+    },
+    Flag {
         name: "max-frames-per-sec",
         kind: Kind::Single("<n>", |o, v| {
             o.shell.max_frames_per_sec = integer(v, 1)?;
@@ -549,6 +558,16 @@ fn build(inputs: &[Input]) -> Result<Options, CliError> {
             env_name("own-relay")
         )));
     }
+    let shell = &options.shell;
+    if shell.max_unfinished_bytes < shell.max_frame_bytes as u64 {
+        return Err(CliError(format!(
+            "{} ({}) is less than {} ({})",
+            label(inputs, "max-unfinished-bytes"),
+            shell.max_unfinished_bytes,
+            label(inputs, "max-frame-bytes"),
+            shell.max_frame_bytes,
+        )));
+    }
     let config = &options.config;
     if config.daily_max < config.daily_min {
         return Err(CliError(format!(
@@ -748,6 +767,7 @@ mod tests {
         ("max-relays", "33"),
         ("max-frame-bytes", "4096"),
         ("max-frames-per-sec", "77"),
+        ("max-unfinished-bytes", "16777216"),
         ("neg-timeout-secs", "9"),
         ("extra-ca-file", "/etc/ca/private.pem"),
         ("shutdown-timeout-secs", "3"),
@@ -786,6 +806,7 @@ mod tests {
         assert_eq!(o.shell.max_relays, 33);
         assert_eq!(o.shell.max_frame_bytes, 4096);
         assert_eq!(o.shell.max_frames_per_sec, 77);
+        assert_eq!(o.shell.max_unfinished_bytes, 16 << 20);
         assert_eq!(c.neg_timeout, Duration::from_secs(9));
         assert!(!c.negentropy);
         assert_eq!(
@@ -1183,6 +1204,40 @@ mod tests {
     }
 
     #[test]
+    fn an_unfinished_cap_below_the_largest_message_is_rejected() {
+        assert_eq!(
+            error(
+                &["--own-relay", OWN, "--max-unfinished-bytes", "1048575"],
+                &[]
+            ),
+            "--max-unfinished-bytes (1048575) is less than --max-frame-bytes (1048576)"
+        );
+        assert_eq!(
+            error(&["--own-relay", OWN, "--max-unfinished-bytes", "1023"], &[]),
+            "--max-unfinished-bytes: invalid value \"1023\" (expected an integer of at least 1024)"
+        );
+        assert_eq!(
+            error(
+                &["--own-relay", OWN, "--max-unfinished-bytes", "64MiB"],
+                &[]
+            ),
+            "--max-unfinished-bytes: invalid value \"64MiB\" (expected an integer of at least 1024)"
+        );
+        let o = run(
+            &[
+                "--own-relay",
+                OWN,
+                "--max-frame-bytes=4096",
+                "--max-unfinished-bytes=4096",
+            ],
+            &[],
+        );
+        assert_eq!(o.shell.max_unfinished_bytes, 4096);
+        let o = run(&["--own-relay", OWN], &[]);
+        assert_eq!(o.shell.max_unfinished_bytes, 64 << 20);
+    }
+
+    #[test]
     fn daily_max_below_daily_min_is_rejected() {
         assert_eq!(
             error(
@@ -1287,7 +1342,7 @@ mod tests {
                 flag.name
             );
         }
-        assert_eq!(numeric, 18);
+        assert_eq!(numeric, 19);
     }
 
     #[test]

@@ -77,7 +77,8 @@ pub struct EngineCounters {
 impl EngineProcess {
     /// Starts `grasp-sync --own-relay <own> --shard <shard> ...` with demo
     /// timings; trusts `ca_pem` when given and answers NIP-42 challenges
-    /// with `auth_key` when given. Its metrics listen on a port the kernel
+    /// with `auth_key` when given, and passes `max_unfinished_bytes` on
+    /// when given. Its metrics listen on a port the kernel
     /// picks (`127.0.0.1:0`), read back from the line the engine prints:
     /// a port picked here and released would be free for any other
     /// process on a busy machine to take before the engine binds it.
@@ -88,6 +89,7 @@ impl EngineProcess {
         ca_pem: Option<&str>,
         auth_key: Option<&Keys>,
         shard: Shard,
+        max_unfinished_bytes: Option<u64>,
     ) -> Result<EngineProcess, String> {
         let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
         let mut cmd = Command::new(exe);
@@ -120,6 +122,9 @@ impl EngineProcess {
             if name.to_string_lossy().starts_with("GRASP_SYNC_") {
                 cmd.env_remove(name);
             }
+        }
+        if let Some(bytes) = max_unfinished_bytes {
+            cmd.arg(format!("--max-unfinished-bytes={bytes}"));
         }
         let mut files = Vec::new();
         if let Some(pem) = ca_pem {

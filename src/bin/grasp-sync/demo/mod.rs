@@ -81,6 +81,9 @@ pub struct DemoOptions {
     /// this many KiB unfinished, and the engine's RSS is measured (see
     /// `unfinished`); 0 for none.
     pub unfinished_kib: u64,
+    /// The engine's `--max-unfinished-bytes`, when given: what the
+    /// `--unfinished-kib` measurement may cost at most.
+    pub max_unfinished_bytes: Option<u64>,
 }
 
 impl DemoOptions {
@@ -114,6 +117,7 @@ impl Default for DemoOptions {
             busy: None,
             shards: 1,
             unfinished_kib: 0,
+            max_unfinished_bytes: None,
         }
     }
 }
@@ -244,11 +248,12 @@ pub fn parse_args(args: &[String]) -> Result<DemoOptions, String> {
             "--busy" => opts.busy = Some(value("an integer")? as usize),
             "--shards" => opts.shards = value("a positive integer")?.clamp(1, 64) as u32,
             "--unfinished-kib" => opts.unfinished_kib = value("KiB")?,
+            "--max-unfinished-bytes" => opts.max_unfinished_bytes = Some(value("bytes")?),
             "--tls" if inline.is_none() => opts.tls = true,
             "--chaos" if inline.is_none() => opts.chaos = true,
             _ => {
                 return Err(format!(
-                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls --chaos --busy --shards --unfinished-kib)"
+                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls --chaos --busy --shards --unfinished-kib --max-unfinished-bytes)"
                 ));
             }
         }
@@ -360,6 +365,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
                 opts.tls.then_some(CA_PEM),
                 Some(&auth_key),
                 shard,
+                opts.max_unfinished_bytes,
             )
         })
     };
