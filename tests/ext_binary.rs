@@ -166,3 +166,44 @@ fn metrics_on_port_zero_reports_the_address_it_got() {
         "{page}"
     );
 }
+
+/// Errors found only when the shell starts (a port in use, a CA file that
+/// cannot be read) name the flag or variable to fix, like parse errors.
+#[test]
+fn start_up_errors_name_their_flag() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let start = |args: &[&str], env: &[(&str, &str)]| {
+        let mut child = Command::new(BIN)
+            .args(["--own-relay", "ws://127.0.0.1:9"])
+            .args(args)
+            .env_remove("GRASP_SYNC_METRICS")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A binary that started anyway would run forever: fail instead.
+        if !wait_for(60, || child.try_wait().unwrap().is_some()) {
+            let _ = child.kill();
+            panic!("{args:?} {env:?}: started despite the error");
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = start(&["--metrics", &addr], &[]);
+    assert!(
+        err.starts_with(&format!("grasp-sync: --metrics: metrics on {addr}: ")),
+        "{err}"
+    );
+    assert!(err.contains("in use"), "{err}");
+    let err = start(&[], &[("GRASP_SYNC_METRICS", &addr)]);
+    assert!(err.starts_with("grasp-sync: GRASP_SYNC_METRICS: "), "{err}");
+    let err = start(&["--extra-ca-file=/nonexistent"], &[]);
+    assert!(
+        err.starts_with("grasp-sync: --extra-ca-file: tls: /nonexistent: "),
+        "{err}"
+    );
+    drop(taken);
+}

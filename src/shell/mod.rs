@@ -234,7 +234,10 @@ impl Shell {
         };
         let tls = crate::shell::tls::client_config(&opts.extra_ca_files)?;
         let metrics = match opts.metrics {
-            Some(addr) => Some(MetricsListener::bind(addr, poll.registry(), METRICS)?),
+            Some(addr) => Some(
+                MetricsListener::bind(addr, poll.registry(), METRICS)
+                    .map_err(|error| ShellError::Metrics { addr, error })?,
+            ),
             None => None,
         };
         let mut trusted: HashSet<RelayId> = bootstrap

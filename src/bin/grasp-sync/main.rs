@@ -6,7 +6,7 @@ mod demo;
 use std::io::Write;
 use std::process::ExitCode;
 
-use grasp_sync::{Shell, ShellHandle, SinkTarget};
+use grasp_sync::{Shell, ShellError, ShellHandle, SinkTarget};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -22,7 +22,8 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("demo") {
         return demo(&args[1..]);
     }
-    let command = match cli::parse(args, &|name| std::env::var(name).ok()) {
+    let env = |name: &str| std::env::var(name).ok();
+    let command = match cli::parse(args.clone(), &env) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("grasp-sync: {e}");
@@ -38,7 +39,7 @@ fn main() -> ExitCode {
             println!("{}", cli::version_text());
             ExitCode::SUCCESS
         }
-        Command::Run(options) => run(options),
+        Command::Run(options) => run(options, &|e| cli::describe(e, &args, &env)),
     }
 }
 
@@ -67,7 +68,8 @@ fn demo(args: &[String]) -> ExitCode {
     }
 }
 
-fn run(mut options: Options) -> ExitCode {
+/// `describe` words a start-up error, naming the flag it is about.
+fn run(mut options: Options, describe: &dyn Fn(&ShellError) -> String) -> ExitCode {
     let _ = grasp_sync::internal::raise_fd_limit();
     if !options.seed_given {
         // Jitter only needs to differ between instances, not to be secret.
@@ -80,7 +82,7 @@ fn run(mut options: Options) -> ExitCode {
     let shell = match Shell::new(options.config, options.shell, SinkTarget::OwnRelay) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("grasp-sync: {e}");
+            eprintln!("grasp-sync: {}", describe(&e));
             return ExitCode::from(2);
         }
     };
