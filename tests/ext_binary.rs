@@ -207,3 +207,36 @@ fn start_up_errors_name_their_flag() {
     );
     drop(taken);
 }
+
+/// `demo --help` prints the demo's own flags (it used to answer "unknown
+/// flag"), and an unknown demo flag points there.
+#[test]
+fn demo_help_lists_the_demo_flags() {
+    for help in ["--help", "-h"] {
+        let out = Command::new(BIN).args(["demo", help]).output().unwrap();
+        assert!(out.status.success(), "{help}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with("Usage:\n  grasp-sync demo"), "{text}");
+        for flag in [
+            "--relays <N>",
+            "--repos <M>",
+            "--events <K>",
+            "--seed <S>",
+            "--timeout-secs <SECS>",
+            "--idle-secs <SECS>",
+            "--tls\n",
+            "--chaos\n",
+            "--busy <N>",
+            "--shards <N>",
+            "--unfinished-kib <KIB>",
+        ] {
+            assert!(text.contains(&format!("  {flag}")), "{flag}: {text}");
+        }
+    }
+    let out = Command::new(BIN)
+        .args(["demo", "--bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("see demo --help"));
+}

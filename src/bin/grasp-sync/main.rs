@@ -45,6 +45,10 @@ fn main() -> ExitCode {
 
 /// `grasp-sync demo ...`: exit 0 only if every expected event arrived.
 fn demo(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{}", demo::help_text());
+        return ExitCode::SUCCESS;
+    }
     let opts = match demo::parse_args(args) {
         Ok(o) => o,
         Err(e) => {
