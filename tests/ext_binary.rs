@@ -240,3 +240,40 @@ fn demo_help_lists_the_demo_flags() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("see demo --help"));
 }
+
+/// SIGHUP is SIGTERM: the state is saved and the exit is clean (the
+/// kernel's default for it killed the binary, exit 129, without saving).
+#[test]
+fn sighup_saves_state_and_exits_cleanly() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let dir = std::env::temp_dir().join(format!("grasp-ext-sighup-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state.json");
+    let mut child = Command::new(BIN)
+        .args(["--own-relay", &own.url(), "--allow-private-addresses"])
+        .args(["--shutdown-timeout-secs", "3", "--state-file"])
+        .arg(&state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(30, || own.connection_count() >= 2),
+        "self-subscription and sink connected"
+    );
+    assert!(!state.exists(), "nothing saved before the signal");
+    let status = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    if !wait_for(30, || child.try_wait().unwrap().is_some()) {
+        let _ = child.kill();
+        panic!("still running after SIGHUP");
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let saved = std::fs::read_to_string(&state).expect("state saved on SIGHUP");
+    assert!(saved.starts_with('{'), "{saved}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -724,6 +724,11 @@ pub fn help_text() -> String {
     out.push_str(
         "Logging is controlled by RUST_LOG (e.g. RUST_LOG=info, RUST_LOG=grasp_sync=debug).\n",
     );
+    out.push_str(
+        "SIGTERM, SIGINT and SIGHUP save the state file, flush the outbox (up to \
+         --shutdown-timeout-secs) and exit 0; SIGHUP reloads nothing (restart to apply \
+         new settings).\n",
+    );
     out
 }
 

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use grasp_sync::{Shell, ShellError, ShellHandle, SinkTarget};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use cli::{Command, Options};
@@ -113,15 +113,24 @@ fn run(mut options: Options, describe: &dyn Fn(&ShellError) -> String) -> ExitCo
     }
 }
 
-/// SIGINT or SIGTERM starts the shell's graceful shutdown (flush the outbox,
-/// then exit). The library installs no signal handlers, since an embedding
-/// relay owns its process; the binary waits for them on a thread of its own
-/// that sleeps in the kernel until a signal comes.
+/// SIGINT, SIGTERM or SIGHUP starts the shell's graceful shutdown (save
+/// the state file, flush the outbox, then exit 0). SIGHUP does what SIGTERM
+/// does: every setting comes from flags and the environment, which a
+/// running process cannot re-read, so there is nothing to reload; without a
+/// handler the kernel's default for SIGHUP would kill it without saving.
+/// The library installs no signal handlers, since an embedding relay owns
+/// its process; the binary waits for them on a thread of its own that
+/// sleeps in the kernel until a signal comes.
 fn stop_on_signals(handle: ShellHandle) -> std::io::Result<()> {
-    let mut signals = Signals::new([SIGINT, SIGTERM])?;
+    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     std::thread::spawn(move || {
-        for _ in signals.forever() {
-            log::info!("signal received; shutting down");
+        for signal in signals.forever() {
+            let name = match signal {
+                SIGHUP => "SIGHUP (no reload: same as SIGTERM)",
+                SIGINT => "SIGINT",
+                _ => "SIGTERM",
+            };
+            log::info!("{name} received; saving state and shutting down");
             handle.shutdown();
         }
     });
