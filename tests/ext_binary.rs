@@ -166,3 +166,114 @@ fn metrics_on_port_zero_reports_the_address_it_got() {
         "{page}"
     );
 }
+
+/// Errors found only when the shell starts (a port in use, a CA file that
+/// cannot be read) name the flag or variable to fix, like parse errors.
+#[test]
+fn start_up_errors_name_their_flag() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let start = |args: &[&str], env: &[(&str, &str)]| {
+        let mut child = Command::new(BIN)
+            .args(["--own-relay", "ws://127.0.0.1:9"])
+            .args(args)
+            .env_remove("GRASP_SYNC_METRICS")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A binary that started anyway would run forever: fail instead.
+        if !wait_for(60, || child.try_wait().unwrap().is_some()) {
+            let _ = child.kill();
+            panic!("{args:?} {env:?}: started despite the error");
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = start(&["--metrics", &addr], &[]);
+    assert!(
+        err.starts_with(&format!("grasp-sync: --metrics: metrics on {addr}: ")),
+        "{err}"
+    );
+    assert!(err.contains("in use"), "{err}");
+    let err = start(&[], &[("GRASP_SYNC_METRICS", &addr)]);
+    assert!(err.starts_with("grasp-sync: GRASP_SYNC_METRICS: "), "{err}");
+    let err = start(&["--extra-ca-file=/nonexistent"], &[]);
+    assert!(
+        err.starts_with("grasp-sync: --extra-ca-file: tls: /nonexistent: "),
+        "{err}"
+    );
+    drop(taken);
+}
+
+/// `demo --help` prints the demo's own flags (it used to answer "unknown
+/// flag"), and an unknown demo flag points there.
+#[test]
+fn demo_help_lists_the_demo_flags() {
+    for help in ["--help", "-h"] {
+        let out = Command::new(BIN).args(["demo", help]).output().unwrap();
+        assert!(out.status.success(), "{help}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with("Usage:\n  grasp-sync demo"), "{text}");
+        for flag in [
+            "--relays <N>",
+            "--repos <M>",
+            "--events <K>",
+            "--seed <S>",
+            "--timeout-secs <SECS>",
+            "--idle-secs <SECS>",
+            "--tls\n",
+            "--chaos\n",
+            "--busy <N>",
+            "--shards <N>",
+            "--unfinished-kib <KIB>",
+        ] {
+            assert!(text.contains(&format!("  {flag}")), "{flag}: {text}");
+        }
+    }
+    let out = Command::new(BIN)
+        .args(["demo", "--bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("see demo --help"));
+}
+
+/// SIGHUP is SIGTERM: the state is saved and the exit is clean (the
+/// kernel's default for it killed the binary, exit 129, without saving).
+#[test]
+fn sighup_saves_state_and_exits_cleanly() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let dir = std::env::temp_dir().join(format!("grasp-ext-sighup-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state.json");
+    let mut child = Command::new(BIN)
+        .args(["--own-relay", &own.url(), "--allow-private-addresses"])
+        .args(["--shutdown-timeout-secs", "3", "--state-file"])
+        .arg(&state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(30, || own.connection_count() >= 2),
+        "self-subscription and sink connected"
+    );
+    assert!(!state.exists(), "nothing saved before the signal");
+    let status = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    if !wait_for(30, || child.try_wait().unwrap().is_some()) {
+        let _ = child.kill();
+        panic!("still running after SIGHUP");
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let saved = std::fs::read_to_string(&state).expect("state saved on SIGHUP");
+    assert!(saved.starts_with('{'), "{saved}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

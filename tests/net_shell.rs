@@ -192,7 +192,12 @@ fn metrics_endpoint_serves_prometheus_text() {
     let text = http_get(running.metrics, "/metrics");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     for needle in [
-        "grasp_sync_relays{status=\"connected\"} 2",
+        // The remote relay; the own relay has gauges of its own.
+        "grasp_sync_relays{status=\"connected\"} 1\n",
+        "grasp_sync_own_relay_connected{link=\"write\"} 1",
+        "grasp_sync_build_info{version=\"0.1.0\"} 1",
+        "\nprocess_resident_memory_bytes ",
+        "\nprocess_open_fds ",
         "grasp_sync_events_total{outcome=\"ingested\"} 1",
         "grasp_sync_sink_events_total{outcome=\"stored\"} 1",
         "grasp_sync_outbox_depth 0",
@@ -245,4 +250,42 @@ fn embedded_sink_fed_with_accepted_events_instead_of_self_subscription() {
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap().id, live.id);
     handle.shutdown();
     thread.join().unwrap().unwrap();
+}
+
+/// `/healthz` is 200 while the own relay's links are up, 503 with the
+/// reason once one stayed down past its first backoff, and 200 again when
+/// it is back; `HEAD` answers both paths without a body.
+#[test]
+fn healthz_follows_the_own_relay_and_head_is_answered() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let port = own.port();
+    let running = Running::start(&own, |_, _| {});
+    let status = |path: &str| {
+        let text = http_get(running.metrics, path);
+        text.lines().next().unwrap_or_default().to_owned()
+    };
+    assert!(
+        wait_for(30, || own.connection_count() >= 2),
+        "both links up"
+    );
+    assert_eq!(status("/healthz"), "HTTP/1.1 200 OK");
+    assert!(http_get(running.metrics, "/healthz").ends_with("\r\n\r\nok\n"));
+    for path in ["/metrics", "/healthz"] {
+        let text = http_head(running.metrics, path);
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{path}: {text}");
+        assert!(text.ends_with("\r\n\r\n"), "{path}: a body: {text}");
+    }
+    let stored = own.stop();
+    assert!(
+        wait_for(60, || status("/healthz").starts_with("HTTP/1.1 503")),
+        "503 once the own relay stayed down"
+    );
+    let text = http_get(running.metrics, "/healthz");
+    assert!(text.contains("link down ("), "{text}");
+    let _own = TestRelay::start_on(port, RelayOptions::default(), stored).unwrap();
+    assert!(
+        wait_for(60, || status("/healthz") == "HTTP/1.1 200 OK"),
+        "healthy again"
+    );
+    running.stop();
 }

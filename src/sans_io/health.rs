@@ -165,7 +165,6 @@ impl HealthTracker {
     }
 
     /// Consecutive failures since the last success.
-    #[cfg(test)]
     pub(crate) fn failures(&self) -> u32 {
         self.failures
     }

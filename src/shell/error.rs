@@ -3,6 +3,7 @@
 //! [`Shell::new`]: crate::Shell::new
 
 use std::io;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::sans_io::engine::ConfigError;
@@ -30,6 +31,16 @@ pub enum ShellError {
         /// What is wrong with it.
         error: io::Error,
     },
+    /// The metrics listener could not bind [`ShellOptions::metrics`]
+    /// (in use, not an address of this host, a privileged port).
+    ///
+    /// [`ShellOptions::metrics`]: crate::ShellOptions::metrics
+    Metrics {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why it could not be bound.
+        error: io::Error,
+    },
     /// The TLS client configuration could not be built.
     Tls(rustls::Error),
     /// A socket or the poll could not be set up.
@@ -41,9 +52,8 @@ impl std::fmt::Display for ShellError {
         match self {
             ShellError::Config(e) => write!(f, "{e}"),
             ShellError::CaFile { path, error } => write!(f, "tls: {}: {error}", path.display()),
-            ShellError::StateFile { path, error } => {
-                write!(f, "--state-file {}: {error}", path.display())
-            }
+            ShellError::StateFile { path, error } => write!(f, "{}: {error}", path.display()),
+            ShellError::Metrics { addr, error } => write!(f, "metrics on {addr}: {error}"),
             ShellError::Tls(e) => write!(f, "tls: {e}"),
             ShellError::Io(e) => write!(f, "{e}"),
         }
@@ -57,6 +67,7 @@ impl std::error::Error for ShellError {
             ShellError::CaFile { error, .. } | ShellError::StateFile { error, .. } => {
                 error.get_ref().map(|e| e as _)
             }
+            ShellError::Metrics { error, .. } => Some(error),
             ShellError::Tls(e) => Some(e),
             ShellError::Io(e) => Some(e),
         }

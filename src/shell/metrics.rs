@@ -9,6 +9,7 @@ use crate::sans_io::engine::Status;
 use crate::sans_io::health::Health;
 use crate::sans_io::own_relay::outbox::{OutboxStats, OwnRefusal};
 use crate::sans_io::time::Time;
+use crate::shell::process_metrics::ProcessStats;
 
 /// Counters only the shell knows.
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,6 +58,8 @@ pub(crate) struct SinkView {
     pub outbox: OutboxStats,
     /// Events a minute the own relay takes while it rate-limits us.
     pub accepted_per_minute: Option<u64>,
+    /// Failed connects or lost connections to the own relay in a row.
+    pub own_relay_failures: u32,
 }
 
 /// Renders every metric as Prometheus text.
@@ -65,7 +68,13 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
     let mut status = [0usize; 3];
     let mut health = [0usize; 4];
     let (mut subs, mut pending) = (0, 0);
-    for relay in engine.relays() {
+    // This shard's remote relays only: another shard's relays are its
+    // engine's to count, and the own relay has gauges of its own.
+    let (own, shard) = (engine.own_relay(), engine.shard());
+    let counted = engine
+        .relays()
+        .filter(|&r| r != own && shard.owns(engine.relay_url(r)));
+    for relay in counted {
         status[match engine.relay_status(relay) {
             Status::Disconnected => 0,
             Status::Connecting => 1,
@@ -77,15 +86,18 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
             Health::Dead => 2,
             Health::RateLimited => 3,
         }] += 1;
+    }
+    for relay in engine.relays() {
         subs += engine.open_subscriptions(relay);
         pending += engine.pending_batches(relay);
     }
     let s = engine.stats();
+    build_info(&mut out);
     shard_info(&mut out, engine);
     gauge_labeled(
         &mut out,
         "grasp_sync_relays",
-        "Relays by connection status.",
+        "This shard's remote relays by connection status (the own relay: grasp_sync_own_relay_connected).",
         "status",
         &[
             ("disconnected", status[0] as u64),
@@ -96,7 +108,7 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
     gauge_labeled(
         &mut out,
         "grasp_sync_relays_health",
-        "Relays by health.",
+        "This shard's remote relays by health.",
         "health",
         &[
             ("healthy", health[0] as u64),
@@ -316,15 +328,23 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
     counter_labeled(
         &mut out,
         "grasp_sync_sink_events_total",
-        "Events delivered to the sink by outcome.",
+        "Events delivered to the sink by how each ended, once: stored (new), duplicate (the own relay had it), rejected (refused for good), set_aside (too large or struck out); they add up.",
         "outcome",
         &[
-            ("stored", sink.outbox.stored + shell.sink_stored),
+            (
+                "stored",
+                sink.outbox.stored.saturating_sub(sink.outbox.duplicate) + shell.sink_stored,
+            ),
             ("duplicate", sink.outbox.duplicate),
             ("rejected", sink.outbox.rejected),
-            ("retried", sink.outbox.retried),
             ("set_aside", sink.outbox.set_aside),
         ],
+    );
+    counter(
+        &mut out,
+        "grasp_sync_sink_retries_total",
+        "EVENTs to the own relay put back for another attempt (an event retried twice counts twice).",
+        sink.outbox.retried,
     );
     let refusals: Vec<(&str, u64)> = OwnRefusal::ALL
         .iter()
@@ -364,7 +384,24 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         "direction",
         &[("in", shell.bytes_in), ("out", shell.bytes_out)],
     );
+    ProcessStats::read().render(&mut out);
     out
+}
+
+/// `grasp_sync_build_info{version} 1`: which build runs, for dashboards
+/// and for telling a rollout's instances apart.
+fn build_info(out: &mut String) {
+    header(
+        out,
+        "grasp_sync_build_info",
+        "The running build (version); always 1.",
+        "gauge",
+    );
+    let _ = writeln!(
+        out,
+        "grasp_sync_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
 }
 
 /// `grasp_sync_shard{index,count} 1`: which share of the relays this
@@ -409,5 +446,80 @@ fn counter_labeled(out: &mut String, name: &str, help: &str, label: &str, values
     header(out, name, help, "counter");
     for (v, n) in values {
         let _ = writeln!(out, "{name}{{{label}=\"{v}\"}} {n}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sans_io::config::Config;
+    use crate::sans_io::shard::Shard;
+
+    const T0: Time = Time::from_secs(1);
+
+    /// The value of one series on `page`.
+    fn value(page: &str, series: &str) -> Option<u64> {
+        page.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn sink_outcomes_partition_and_retries_are_counted_apart() {
+        let engine = Engine::new(Config::new("wss://own.example"), T0).unwrap();
+        let mut sink = SinkView::default();
+        sink.outbox.stored = 10;
+        sink.outbox.duplicate = 4;
+        sink.outbox.rejected = 1;
+        sink.outbox.set_aside = 2;
+        sink.outbox.retried = 7;
+        let page = render(&engine, T0, &ShellStats::default(), &sink);
+        let outcome = |o: &str| {
+            value(
+                &page,
+                &format!("grasp_sync_sink_events_total{{outcome=\"{o}\"}}"),
+            )
+        };
+        assert_eq!(outcome("stored"), Some(6), "new events only");
+        assert_eq!(outcome("duplicate"), Some(4));
+        let total: u64 = ["stored", "duplicate", "rejected", "set_aside"]
+            .iter()
+            .map(|o| outcome(o).unwrap())
+            .sum();
+        assert_eq!(total, 10 + 1 + 2, "each event once");
+        assert_eq!(outcome("retried"), None, "a retry is no outcome");
+        assert_eq!(value(&page, "grasp_sync_sink_retries_total"), Some(7));
+    }
+
+    #[test]
+    fn relay_gauges_count_this_shards_remote_relays_only() {
+        let shard = Shard::new(0, 2).unwrap();
+        let mut config = Config::new("wss://own.example");
+        config.shard = shard;
+        config.bootstrap = (0..20).map(|i| format!("wss://r{i}.example")).collect();
+        let mine = config.bootstrap.iter().filter(|u| shard.owns(u)).count();
+        assert!(mine > 0 && mine < 20, "both shards hold some: {mine}");
+        let engine = Engine::new(config, T0).unwrap();
+        let page = render(&engine, T0, &ShellStats::default(), &SinkView::default());
+        let sum = |name: &str, label: &str, values: &[&str]| -> u64 {
+            values
+                .iter()
+                .map(|v| value(&page, &format!("{name}{{{label}=\"{v}\"}}")).unwrap())
+                .sum()
+        };
+        let statuses = ["disconnected", "connecting", "connected"];
+        assert_eq!(sum("grasp_sync_relays", "status", &statuses), mine as u64);
+        let health = ["healthy", "degraded", "dead", "rate_limited"];
+        assert_eq!(
+            sum("grasp_sync_relays_health", "health", &health),
+            mine as u64
+        );
+    }
+
+    #[test]
+    fn the_build_is_named() {
+        let engine = Engine::new(Config::new("wss://own.example"), T0).unwrap();
+        let page = render(&engine, T0, &ShellStats::default(), &SinkView::default());
+        assert!(page.contains("\ngrasp_sync_build_info{version=\"0.1.0\"} 1\n"));
+        assert!(page.contains("\n# TYPE process_start_time_seconds gauge\n"));
     }
 }

@@ -1,4 +1,5 @@
-//! The metrics endpoint: accept, read one request head, answer, close.
+//! The metrics endpoint (`/metrics`, `/healthz`): accept, read one
+//! request head, answer, close.
 //!
 //! It runs on the loop thread beside the relays, so it does the least an
 //! HTTP server can: the head is bounded ([`METRICS_REQUEST_MAX`]) so a
@@ -98,10 +99,11 @@ impl MetricsConn {
         &mut self.stream
     }
 
-    /// Reads what arrived and writes what it can; `body` renders the
-    /// metrics page, called once the head is complete (and only if it asks
-    /// for it). True when the connection is finished and should close.
-    pub(crate) fn on_ready(&mut self, body: impl FnOnce() -> String) -> bool {
+    /// Reads what arrived and writes what it can; `page` renders what the
+    /// client asked for, called once the head is complete (and only if it
+    /// asks for something). True when the connection is finished and
+    /// should close.
+    pub(crate) fn on_ready(&mut self, page: impl FnOnce(Resource) -> Page) -> bool {
         if self.response.is_empty() {
             if !self.read_head() {
                 return true;
@@ -109,7 +111,7 @@ impl MetricsConn {
             if !self.request.is_complete() {
                 return false;
             }
-            self.response = http_response(&self.request.0, body);
+            self.response = http_response(&self.request.0, page);
         }
         while self.written < self.response.len() {
             match self.stream.write(&self.response[self.written..]) {
@@ -139,29 +141,66 @@ impl MetricsConn {
     }
 }
 
-/// The HTTP response to one request head: the page from `body` for
-/// `GET /metrics` (with or without a query), 404 for anything else.
-pub(crate) fn http_response(request_head: &[u8], body: impl FnOnce() -> String) -> Vec<u8> {
+/// What a client can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resource {
+    /// `/metrics`: the Prometheus page.
+    Metrics,
+    /// `/healthz`: 200 or 503 with the reason.
+    Health,
+}
+
+/// A resource's answer: whether it is healthy (503 if not) and its body.
+#[derive(Debug)]
+pub(crate) struct Page {
+    pub ok: bool,
+    pub body: String,
+}
+
+/// The HTTP response to one request head: `GET` or `HEAD` of `/metrics`
+/// or `/healthz` (with or without a query) from `page`, rendered only then;
+/// 404 for anything else. `HEAD` gets the headers `GET` would.
+pub(crate) fn http_response(request_head: &[u8], page: impl FnOnce(Resource) -> Page) -> Vec<u8> {
     let line = request_head
         .split(|&b| b == b'\r' || b == b'\n')
         .next()
         .unwrap_or_default();
     let mut parts = line.split(|&b| b == b' ');
-    let (method, path) = (
+    let (method, target) = (
         parts.next().unwrap_or_default(),
         parts.next().unwrap_or_default(),
     );
-    let (status, content_type, body) =
-        if method == b"GET" && (path == b"/metrics" || path.starts_with(b"/metrics?")) {
-            ("200 OK", "text/plain; version=0.0.4", body())
-        } else {
-            ("404 Not Found", "text/plain", "not found\n".to_owned())
-        };
-    format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+    let resource = match path {
+        b"/metrics" => Some(Resource::Metrics),
+        b"/healthz" => Some(Resource::Health),
+        _ => None,
+    };
+    let head_only = method == b"HEAD";
+    let (status, content_type, body) = match resource {
+        Some(resource) if head_only || method == b"GET" => {
+            let Page { ok, body } = page(resource);
+            let status = if ok {
+                "200 OK"
+            } else {
+                "503 Service Unavailable"
+            };
+            let content_type = match resource {
+                Resource::Metrics => "text/plain; version=0.0.4",
+                Resource::Health => "text/plain",
+            };
+            (status, content_type, body)
+        }
+        _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
+    };
+    let mut response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
-    )
-    .into_bytes()
+    );
+    if !head_only {
+        response.push_str(&body);
+    }
+    response.into_bytes()
 }
 
 #[cfg(test)]
@@ -169,7 +208,11 @@ mod tests {
     use super::*;
 
     fn answer(head: &str) -> String {
-        String::from_utf8(http_response(head.as_bytes(), || "m 1\n".to_owned())).unwrap()
+        let page = |r| Page {
+            ok: r == Resource::Metrics,
+            body: format!("{r:?}\n"),
+        };
+        String::from_utf8(http_response(head.as_bytes(), page)).unwrap()
     }
 
     #[test]
@@ -180,9 +223,32 @@ mod tests {
         ] {
             let response = answer(head);
             assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
-            assert!(response.contains("Content-Length: 4\r\n"));
+            assert!(response.contains("Content-Length: 8\r\n"));
             assert!(response.contains("Connection: close\r\n"));
-            assert!(response.ends_with("\r\n\r\nm 1\n"));
+            assert!(response.ends_with("\r\n\r\nMetrics\n"));
+        }
+    }
+
+    #[test]
+    fn healthz_answers_its_status_and_reason() {
+        let response = answer("GET /healthz HTTP/1.1\r\n\r\n");
+        assert!(
+            response.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{response}"
+        );
+        assert!(response.ends_with("\r\n\r\nHealth\n"), "{response}");
+    }
+
+    #[test]
+    fn head_gets_the_headers_without_the_body() {
+        for (head, status) in [
+            ("HEAD /metrics HTTP/1.1\r\n\r\n", "200 OK"),
+            ("HEAD /healthz HTTP/1.1\r\n\r\n", "503 Service Unavailable"),
+        ] {
+            let response = answer(head);
+            assert!(response.starts_with(&format!("HTTP/1.1 {status}\r\n")));
+            assert!(response.ends_with("\r\n\r\n"), "no body: {response}");
+            assert!(!response.contains("Content-Length: 0\r\n"), "{response}");
         }
     }
 
@@ -192,9 +258,10 @@ mod tests {
             "POST /metrics HTTP/1.1\r\n\r\n",
             "GET / HTTP/1.1\r\n\r\n",
             "GET /metricsx HTTP/1.1\r\n\r\n",
+            "GET /healthz/x HTTP/1.1\r\n\r\n",
             "",
         ] {
-            let response = http_response(head.as_bytes(), || panic!("rendered for {head:?}"));
+            let response = http_response(head.as_bytes(), |_| panic!("rendered for {head:?}"));
             assert!(response.starts_with(b"HTTP/1.1 404 Not Found\r\n"));
         }
     }

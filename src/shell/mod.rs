@@ -47,8 +47,9 @@
 //!   roots, a TLS client session that keeps no buffer while idle (rustls's
 //!   unbuffered API over the loop-wide read buffer), websocket and HTTP
 //!   transports.
-//! - `metrics`, `metrics_server`: the counters, their page and its
-//!   listener.
+//! - `metrics`, `process_metrics`, `health_check`, `metrics_server`: the
+//!   counters, the process's figures from `/proc`, what `/healthz` says,
+//!   and the listener serving them.
 //! - `key_file`, `rlimit`: the AUTH key file and the file-descriptor limit,
 //!   for the binary.
 //!
@@ -60,12 +61,14 @@ pub(crate) mod connect_error;
 pub(crate) mod dns;
 mod error;
 mod handle;
+mod health_check;
 pub(crate) mod key_file;
 pub(crate) mod metrics;
 pub(crate) mod metrics_server;
 mod nip11;
 mod options;
 mod own_sink;
+mod process_metrics;
 pub(crate) mod read_budget;
 pub(crate) mod rlimit;
 pub(crate) mod sink;
@@ -103,8 +106,11 @@ use crate::shell::clock::Clock;
 use crate::shell::connect::Transport;
 use crate::shell::dns::Resolver;
 use crate::shell::handle::Command;
-use crate::shell::metrics::{ShellStats, render};
-use crate::shell::metrics_server::{METRICS_CONNECTIONS_MAX, METRICS_DEADLINE, MetricsListener};
+use crate::shell::health_check::{Link, verdict};
+use crate::shell::metrics::{ShellStats, SinkView, render};
+use crate::shell::metrics_server::{
+    METRICS_CONNECTIONS_MAX, METRICS_DEADLINE, MetricsListener, Page, Resource,
+};
 use crate::shell::own_sink::SinkState;
 use crate::shell::read_budget::{
     GLOBAL_FRAMES_PER_SEC, READ_BUDGET, ReadEnd, ReadRate, read_relay,
@@ -239,7 +245,10 @@ impl Shell {
         };
         let tls = crate::shell::tls::client_config(&opts.extra_ca_files)?;
         let metrics = match opts.metrics {
-            Some(addr) => Some(MetricsListener::bind(addr, poll.registry(), METRICS)?),
+            Some(addr) => Some(
+                MetricsListener::bind(addr, poll.registry(), METRICS)
+                    .map_err(|error| ShellError::Metrics { addr, error })?,
+            ),
             None => None,
         };
         let mut trusted: HashSet<RelayId> = bootstrap
@@ -879,6 +888,7 @@ impl Shell {
     /// Serves a metrics client; the page is rendered only once it asked.
     fn serve_metrics(&mut self, token: Token, now: Time) {
         let view = self.sink_view();
+        let health = self.health(&view);
         let (engine, stats) = (&self.engine, &self.stats);
         let Some(Slot {
             kind: SlotKind::Metrics(m),
@@ -887,9 +897,32 @@ impl Shell {
         else {
             return;
         };
-        if m.on_ready(|| render(engine, now, stats, &view)) {
+        let page = |resource| match resource {
+            Resource::Metrics => Page {
+                ok: true,
+                body: render(engine, now, stats, &view),
+            },
+            Resource::Health => Page {
+                ok: health.is_ok(),
+                body: format!("{}\n", health.as_ref().err().map_or("ok", String::as_str)),
+            },
+        };
+        if m.on_ready(page) {
             self.slots.remove(token);
         }
+    }
+
+    /// What `/healthz` says (see `health_check`).
+    fn health(&self, view: &SinkView) -> Result<(), String> {
+        let write = view.own_relay_open.map(|up| Link {
+            up,
+            failures: view.own_relay_failures,
+        });
+        let read = self
+            .engine
+            .own_read_link()
+            .map(|(up, failures)| Link { up, failures });
+        verdict(self.stopping.is_some(), write, read)
     }
 }
 

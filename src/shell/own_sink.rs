@@ -287,6 +287,7 @@ impl Shell {
                 outbox_capacity: own.client.outbox_capacity(),
                 outbox: own.client.outbox_stats(),
                 accepted_per_minute: own.client.accepted_per_minute(),
+                own_relay_failures: own.client.link_failures(),
             },
             SinkState::Custom(_) => SinkView::default(),
         }

@@ -85,10 +85,20 @@ pub fn missing(own: &TestRelay, events: &[Event]) -> usize {
 }
 
 pub fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    http_request(addr, "GET", path)
+}
+
+/// The whole response to `HEAD path`.
+pub fn http_head(addr: std::net::SocketAddr, path: &str) -> String {
+    http_request(addr, "HEAD", path)
+}
+
+fn http_request(addr: std::net::SocketAddr, method: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    // Generous: a loaded machine may take seconds to schedule the loop.
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use grasp_sync::normalize_relay_url as normalize;
-use grasp_sync::{Config, Shard, ShellOptions};
+use grasp_sync::{Config, ConfigError, Shard, ShellError, ShellOptions};
 
 /// Smallest accepted frame size: below this not even a REQ fits.
 const MIN_FRAME_BYTES: u64 = 1024;
@@ -589,6 +589,47 @@ fn label(inputs: &[Input], name: &str) -> String {
         .map_or_else(|| format!("--{name}"), |input| input.label.clone())
 }
 
+/// The flag whose value a start-up error is about, if one is.
+pub fn flag_of(error: &ShellError) -> Option<&'static str> {
+    match error {
+        ShellError::Config(ConfigError::OwnRelay(_)) => Some("own-relay"),
+        ShellError::Config(ConfigError::Bootstrap(..)) => Some("bootstrap"),
+        ShellError::CaFile { .. } => Some("extra-ca-file"),
+        ShellError::Metrics { .. } => Some("metrics"),
+        ShellError::StateFile { .. } => Some("state-file"),
+        _ => None,
+    }
+}
+
+/// Where flag `name`'s value came from, as [`parse`] read it: `--name` if
+/// argv gave it (a flag beats its variable), else its variable if that is
+/// set, else `--name`.
+pub fn source_of(args: &[String], env: &dyn Fn(&str) -> Option<String>, name: &str) -> String {
+    let flag = format!("--{name}");
+    let in_argv = args
+        .iter()
+        .any(|a| *a == flag || a.strip_prefix(&flag).is_some_and(|r| r.starts_with('=')));
+    let var = env_name(name);
+    if !in_argv && env(&var).is_some_and(|v| !v.trim().is_empty()) {
+        var
+    } else {
+        flag
+    }
+}
+
+/// A start-up error as the binary prints it: prefixed with the flag (or
+/// variable) to fix, when it is about one.
+pub fn describe(
+    error: &ShellError,
+    args: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> String {
+    match flag_of(error) {
+        Some(name) => format!("{}: {error}", source_of(args, env, name)),
+        None => error.to_string(),
+    }
+}
+
 /// A relay URL, normalized so it compares with the engine's spelling.
 fn relay_url(raw: &str) -> Result<String, String> {
     normalize(raw).map_err(|e| format!("invalid value {raw:?} ({e})"))
@@ -702,6 +743,11 @@ pub fn help_text() -> String {
     out.push_str("  -V, --version\n      Print the version and exit.\n\n");
     out.push_str(
         "Logging is controlled by RUST_LOG (e.g. RUST_LOG=info, RUST_LOG=grasp_sync=debug).\n",
+    );
+    out.push_str(
+        "SIGTERM, SIGINT and SIGHUP save the state file, flush the outbox (up to \
+         --shutdown-timeout-secs) and exit 0; SIGHUP reloads nothing (restart to apply \
+         new settings).\n",
     );
     out
 }

@@ -6,8 +6,8 @@ mod demo;
 use std::io::Write;
 use std::process::ExitCode;
 
-use grasp_sync::{Shell, ShellHandle, SinkTarget};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use grasp_sync::{Shell, ShellError, ShellHandle, SinkTarget};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use cli::{Command, Options};
@@ -22,7 +22,8 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("demo") {
         return demo(&args[1..]);
     }
-    let command = match cli::parse(args, &|name| std::env::var(name).ok()) {
+    let env = |name: &str| std::env::var(name).ok();
+    let command = match cli::parse(args.clone(), &env) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("grasp-sync: {e}");
@@ -38,12 +39,16 @@ fn main() -> ExitCode {
             println!("{}", cli::version_text());
             ExitCode::SUCCESS
         }
-        Command::Run(options) => run(options),
+        Command::Run(options) => run(options, &|e| cli::describe(e, &args, &env)),
     }
 }
 
 /// `grasp-sync demo ...`: exit 0 only if every expected event arrived.
 fn demo(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{}", demo::help_text());
+        return ExitCode::SUCCESS;
+    }
     let opts = match demo::parse_args(args) {
         Ok(o) => o,
         Err(e) => {
@@ -67,7 +72,8 @@ fn demo(args: &[String]) -> ExitCode {
     }
 }
 
-fn run(mut options: Options) -> ExitCode {
+/// `describe` words a start-up error, naming the flag it is about.
+fn run(mut options: Options, describe: &dyn Fn(&ShellError) -> String) -> ExitCode {
     let _ = grasp_sync::internal::raise_fd_limit();
     if !options.seed_given {
         // Jitter only needs to differ between instances, not to be secret.
@@ -80,7 +86,7 @@ fn run(mut options: Options) -> ExitCode {
     let shell = match Shell::new(options.config, options.shell, SinkTarget::OwnRelay) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("grasp-sync: {e}");
+            eprintln!("grasp-sync: {}", describe(&e));
             return ExitCode::from(2);
         }
     };
@@ -107,15 +113,24 @@ fn run(mut options: Options) -> ExitCode {
     }
 }
 
-/// SIGINT or SIGTERM starts the shell's graceful shutdown (flush the outbox,
-/// then exit). The library installs no signal handlers, since an embedding
-/// relay owns its process; the binary waits for them on a thread of its own
-/// that sleeps in the kernel until a signal comes.
+/// SIGINT, SIGTERM or SIGHUP starts the shell's graceful shutdown (save
+/// the state file, flush the outbox, then exit 0). SIGHUP does what SIGTERM
+/// does: every setting comes from flags and the environment, which a
+/// running process cannot re-read, so there is nothing to reload; without a
+/// handler the kernel's default for SIGHUP would kill it without saving.
+/// The library installs no signal handlers, since an embedding relay owns
+/// its process; the binary waits for them on a thread of its own that
+/// sleeps in the kernel until a signal comes.
 fn stop_on_signals(handle: ShellHandle) -> std::io::Result<()> {
-    let mut signals = Signals::new([SIGINT, SIGTERM])?;
+    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     std::thread::spawn(move || {
-        for _ in signals.forever() {
-            log::info!("signal received; shutting down");
+        for signal in signals.forever() {
+            let name = match signal {
+                SIGHUP => "SIGHUP (no reload: same as SIGTERM)",
+                SIGINT => "SIGINT",
+                _ => "SIGTERM",
+            };
+            log::info!("{name} received; saving state and shutting down");
             handle.shutdown();
         }
     });

@@ -642,6 +642,16 @@ impl Engine {
         self.own
     }
 
+    /// The own relay's read link, for the health check: `None` when the
+    /// engine does not want it (`--no-self-subscribe`), else whether it is
+    /// connected and its failures in a row (1: in its first backoff).
+    pub(crate) fn own_read_link(&self) -> Option<(bool, u32)> {
+        let own = &self.relays[self.own.index()];
+        self.config
+            .self_subscribe
+            .then(|| (own.status == Status::Connected, own.health.failures()))
+    }
+
     /// Every relay the engine knows, the own relay included (released
     /// ids are not).
     pub fn relays(&self) -> impl Iterator<Item = RelayId> + '_ {

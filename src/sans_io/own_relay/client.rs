@@ -289,6 +289,11 @@ impl OwnRelayClient {
         matches!(self.link, Link::Open { .. })
     }
 
+    /// Failed connects or lost connections in a row (1: in the first backoff).
+    pub(crate) fn link_failures(&self) -> u32 {
+        self.health.failures()
+    }
+
     fn wants_link(&self) -> bool {
         !self.draining || !self.outbox.is_empty()
     }

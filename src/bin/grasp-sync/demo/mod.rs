@@ -220,6 +220,79 @@ impl DemoSummary {
     }
 }
 
+/// The demo's flags for `demo --help`: name, value placeholder (empty for
+/// a switch) and meaning. `parse_args` accepts exactly these.
+const FLAGS: &[(&str, &str, &str)] = &[
+    ("--relays", "N", "remote relays (default 20)"),
+    ("--repos", "M", "repositories (default: 2 per relay)"),
+    (
+        "--events",
+        "K",
+        "events besides announcements (default: 20 per relay)",
+    ),
+    (
+        "--seed",
+        "S",
+        "seed of the scenario and the engine (default 1)",
+    ),
+    (
+        "--timeout-secs",
+        "SECS",
+        "give up after this long (default 300)",
+    ),
+    (
+        "--idle-secs",
+        "SECS",
+        "after converging, idle this long and measure it (default 0)",
+    ),
+    ("--tls", "", "serve every relay over wss:// with a test CA"),
+    (
+        "--chaos",
+        "",
+        "a third of the remote relays misbehave, one fault each",
+    ),
+    (
+        "--busy",
+        "N",
+        "busy issues on a capped relay (default: one per 20 relays, at most 8)",
+    ),
+    (
+        "--shards",
+        "N",
+        "engines side by side, one per shard of the remote relays (default 1)",
+    ),
+    (
+        "--unfinished-kib",
+        "KIB",
+        "after converging, every relay leaves a message this large unfinished (default 0)",
+    ),
+    (
+        "--max-unfinished-bytes",
+        "BYTES",
+        "the engine's cap on unfinished messages over all relays (default: the engine's)",
+    ),
+];
+
+/// What `grasp-sync demo --help` prints.
+pub fn help_text() -> String {
+    let mut out = String::from(
+        "Usage:\n  grasp-sync demo [OPTIONS]\n\n\
+         Runs the real engine over real sockets against simulated relays on \
+         127.0.0.1 and checks every expected event reached the own relay; the last \
+         line is a summary scripts parse (exit 0: all synced).\n\nOptions:\n",
+    );
+    for (name, value, help) in FLAGS {
+        let usage = if value.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name} <{value}>")
+        };
+        out.push_str(&format!("  {usage}\n      {help}\n"));
+    }
+    out.push_str("  -h, --help\n      Print this help and exit.\n");
+    out
+}
+
 /// Parses `demo` flags.
 pub fn parse_args(args: &[String]) -> Result<DemoOptions, String> {
     let mut opts = DemoOptions::default();
@@ -252,9 +325,7 @@ pub fn parse_args(args: &[String]) -> Result<DemoOptions, String> {
             "--tls" if inline.is_none() => opts.tls = true,
             "--chaos" if inline.is_none() => opts.chaos = true,
             _ => {
-                return Err(format!(
-                    "demo: unknown flag {flag} (flags: --relays --repos --events --seed --timeout-secs --idle-secs --tls --chaos --busy --shards --unfinished-kib --max-unfinished-bytes)"
-                ));
+                return Err(format!("demo: unknown flag {flag} (see demo --help)"));
             }
         }
     }
