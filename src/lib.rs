@@ -49,22 +49,31 @@
 //! accepts instead of a websocket to itself.
 //!
 //! ```no_run
-//! use grasp_sync::{Config, Shell, ShellOptions, Sink, SinkTarget};
-//! use nostr::prelude::Event;
+//! use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+//! use grasp_sync::{Config, Shell, ShellOptions, Sink, SinkTarget, StoreOutcome};
+//! use grasp_sync::nostr::prelude::Event;
 //!
-//! struct Store(std::sync::mpsc::Sender<Event>);
+//! struct Store(SyncSender<Event>);
 //!
 //! impl Sink for Store {
-//!     fn store(&mut self, _from_relay: &str, event: Event) {
-//!         let _ = self.0.send(event); // the relay's writer stores it
+//!     fn store(&mut self, _from_relay: &str, event: Event) -> StoreOutcome {
+//!         // The relay's writer stores it; when its queue is full, the shell
+//!         // pauses reading until the writer calls `handle.sink_ready()`.
+//!         match self.0.try_send(event) {
+//!             Ok(()) => StoreOutcome::Stored,
+//!             Err(TrySendError::Full(event)) => StoreOutcome::Full(Box::new(event)),
+//!             Err(TrySendError::Disconnected(_)) => StoreOutcome::Rejected("error: store closed".into()),
+//!         }
 //!     }
 //! }
 //!
-//! let (tx, _rx) = std::sync::mpsc::channel();
+//! let (tx, _rx) = sync_channel(1_000);
 //! let mut config = Config::new("wss://my-relay.example");
 //! config.self_subscribe = false; // the relay feeds accepted events instead
 //! let shell = Shell::new(config, ShellOptions::default(), SinkTarget::Custom(Box::new(Store(tx))))?;
-//! let handle = shell.handle(); // handle.feed(event) from the relay's threads
+//! // From the relay's threads: `handle.feed(event)` for what its own clients
+//! // publish, `handle.sink_ready()` from the writer.
+//! let handle = shell.handle();
 //! std::thread::spawn(move || shell.run());
 //! # handle.shutdown();
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -91,6 +100,11 @@
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
+/// The `nostr` crate this one is built on (0.45), so an embedder names
+/// the same types; a relay on another version uses the JSON entry points
+/// ([`JsonSink`], [`ShellHandle::feed_json`]).
+pub use nostr;
+
 mod sans_io;
 mod shell;
 #[cfg(feature = "testing")]
@@ -102,14 +116,14 @@ pub use sans_io::engine::{
     Action, ConfigError, Engine, ItemCounts, ItemKey, ItemState, Offence, Output, Stats, Status,
 };
 pub use sans_io::health::Health;
-pub use sans_io::index::{Item, RelayId, RepoId, RootId};
+pub use sans_io::index::{INDEX_KINDS, Item, RelayId, RepoId, RootId};
 pub use sans_io::relay_info::RelayInfo;
 pub use sans_io::relay_url::{UrlError, normalize as normalize_relay_url};
 pub use sans_io::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState};
 pub use sans_io::shard::{Shard, shard_of};
 pub use sans_io::time::Time;
 pub use shell::key_file::{KeyFileError, read_key_file};
-pub use shell::sink::Sink;
+pub use shell::sink::{JsonOutcome, JsonSink, ListRequest, Listing, Sink, StoreOutcome};
 pub use shell::{Shell, ShellError, ShellHandle, ShellOptions, SinkTarget};
 
 /// Parts the benches, fuzz targets and the binary reach into. Not a stable

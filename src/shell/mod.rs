@@ -22,7 +22,8 @@
 //! - The index follows the own relay (GRASP-01): an announcement or root
 //!   event the own relay answers `OK true` (or `duplicate:`) is fed back to
 //!   the engine, so a remotely found repo is synced only once the own relay
-//!   took it. A custom sink's embedder feeds what it stores itself.
+//!   took it. A custom sink's `Stored` answers are fed back the same way
+//!   (`own_sink`); its embedder feeds what its own clients publish.
 //!
 //! # Files
 //!
@@ -57,6 +58,7 @@
 mod clock;
 mod connect;
 pub(crate) mod connect_error;
+mod custom_sink;
 pub(crate) mod dns;
 mod error;
 mod handle;
@@ -305,8 +307,22 @@ impl Shell {
         self.metrics.as_ref().and_then(MetricsListener::local_addr)
     }
 
-    /// Runs until shut down (signal or handle); returns after the outbox is
-    /// flushed or the shutdown deadline passed.
+    /// Runs the loop on a thread of its own (named `grasp-sync`): the
+    /// handle to feed and stop it, and the thread to join for its end
+    /// ([`Shell::run`]'s result).
+    pub fn spawn(self) -> io::Result<(ShellHandle, std::thread::JoinHandle<io::Result<()>>)> {
+        let handle = self.handle();
+        let thread = std::thread::Builder::new()
+            .name("grasp-sync".to_owned())
+            .spawn(move || self.run())?;
+        Ok((handle, thread))
+    }
+
+    /// Runs on the calling thread until [`ShellHandle::shutdown`] (the one
+    /// way to stop it: the library installs no signal handler; the binary
+    /// calls `shutdown` on SIGINT/SIGTERM) or a poll error; returns after
+    /// the sink is flushed or the shutdown deadline
+    /// (`ShellOptions::shutdown_timeout`) passed.
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         self.fetch_sink_info(self.clock.now());
@@ -369,7 +385,7 @@ impl Shell {
                     break;
                 };
                 moved = true;
-                self.deliver(relay, *event);
+                self.deliver(relay, *event, now);
             }
             moved |= self.pump_sink(now);
             if !moved {
@@ -483,7 +499,13 @@ impl Shell {
         }
         while let Ok(command) = self.commands.try_recv() {
             match command {
-                Command::Feed(event) => self.engine.handle_local_event(now, *event),
+                Command::Feed(events) => {
+                    for event in events {
+                        self.engine.handle_local_event(now, event);
+                    }
+                }
+                Command::SinkReady => self.sink_ready(),
+                Command::Listed { request, held } => self.sink_listed(request.0, held, now),
                 Command::Shutdown => self.begin_shutdown(now),
             }
         }
