@@ -123,8 +123,9 @@ pub use sans_io::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState}
 pub use sans_io::shard::{Shard, shard_of};
 pub use sans_io::time::Time;
 pub use shell::key_file::{KeyFileError, read_key_file};
+pub use shell::report::{SyncStats, SyncStatus};
 pub use shell::sink::{JsonOutcome, JsonSink, ListRequest, Listing, Sink, StoreOutcome};
-pub use shell::{Shell, ShellError, ShellHandle, ShellOptions, SinkTarget};
+pub use shell::{DnsLookup, Shell, ShellError, ShellHandle, ShellOptions, SinkTarget};
 
 /// Parts the benches, fuzz targets and the binary reach into. Not a stable
 /// interface: anything here may change in any release.

@@ -24,16 +24,24 @@ use support::*;
 /// A shell with `sink` for the own relay `OWN` (never connected: no
 /// self-subscription), metrics on an OS-picked port.
 fn embedded(tune: impl FnOnce(&mut Config), sink: SinkTarget) -> (Running, ShellHandle) {
+    embedded_with(|c, _| tune(c), sink)
+}
+
+/// [`embedded`], with the shell's options to tune too.
+fn embedded_with(
+    tune: impl FnOnce(&mut Config, &mut ShellOptions),
+    sink: SinkTarget,
+) -> (Running, ShellHandle) {
     let mut config = Config::new(OWN);
     config.self_subscribe = false;
     config.batch_window = Duration::from_millis(100);
     config.backoff_base = Duration::from_millis(200);
-    tune(&mut config);
-    let opts = ShellOptions {
+    let mut opts = ShellOptions {
         allow_private_addresses: true,
         metrics: Some("127.0.0.1:0".parse().expect("valid address")),
         ..ShellOptions::default()
     };
+    tune(&mut config, &mut opts);
     let shell = Shell::new(config, opts, sink).expect("shell starts");
     let metrics = shell.metrics_addr().expect("metrics bound");
     let (handle, thread) = shell.spawn().expect("thread starts");
@@ -343,4 +351,41 @@ fn a_listing_answered_later_through_the_handle_drives_negentropy() {
         0
     );
     running.stop();
+}
+
+#[test]
+fn stats_and_status_report_what_the_metrics_page_shows() {
+    let a = TestRelay::start(RelayOptions::default()).unwrap();
+    let owner = keys(1);
+    let repo = coord(&owner, "repo");
+    let history: Vec<Event> = (0..5)
+        .map(|i| repo_comment(&keys(2), &repo, T0 + i, &format!("comment {i}")))
+        .collect();
+    for e in &history {
+        a.publish(e.clone());
+    }
+    let stored = Arc::new(Mutex::new(Vec::new()));
+    // Private addresses allowed on the engine's Config alone: the shell's
+    // options (false) must not switch it off again.
+    let (running, handle) = embedded_with(
+        |c, o| {
+            c.allow_private_addresses = true;
+            o.allow_private_addresses = false;
+        },
+        SinkTarget::Custom(Box::new(Keep(stored.clone()))),
+    );
+    handle.feed(announcement(&owner, "repo", &[&a.url(), OWN], T0));
+    assert!(wait_for(20, || stored.lock().unwrap().len() == history.len()));
+    let stats = handle.stats().expect("running");
+    assert_eq!(stats.sink_stored, history.len() as u64);
+    assert_eq!(stats.engine.events_ingested, history.len() as u64);
+    assert_eq!(
+        stats.sink_stored,
+        running.metric("grasp_sync_sink_events_total{outcome=\"stored\"}")
+    );
+    let status = handle.status().expect("running");
+    assert_eq!(status.relays_by_status[2], 1, "a connected: {status:?}");
+    assert!(!status.sink_full);
+    running.stop();
+    assert!(handle.stats().is_none(), "no answer once stopped");
 }

@@ -9,6 +9,7 @@ use mio::Waker;
 use nostr::prelude::{Event, EventId, Timestamp};
 
 use crate::sans_io::index::is_index_kind;
+use crate::shell::report::{SyncStats, SyncStatus};
 use crate::shell::sink::ListRequest;
 
 /// Requests from other threads.
@@ -22,6 +23,10 @@ pub(super) enum Command {
         request: ListRequest,
         held: Option<Vec<(EventId, Timestamp)>>,
     },
+    /// Send the counters.
+    Stats(Sender<SyncStats>),
+    /// Send the state now.
+    Status(Sender<SyncStatus>),
     /// Stop: no new work, flush the outbox.
     Shutdown,
 }
@@ -107,6 +112,24 @@ impl ShellHandle {
     /// that filter, `None` if it cannot tell.
     pub fn listed(&self, request: ListRequest, held: Option<Vec<(EventId, Timestamp)>>) {
         self.send(Command::Listed { request, held });
+    }
+
+    /// The counters the metrics page shows, as values; `None` once the
+    /// shell has stopped. Waits for the loop to answer (within one of its
+    /// turns): never call it on the loop thread (from a [`Sink`](crate::Sink)).
+    pub fn stats(&self) -> Option<SyncStats> {
+        let (tx, rx) = channel();
+        self.send(Command::Stats(tx));
+        rx.recv().ok()
+    }
+
+    /// The state the metrics page shows (relays by status and health,
+    /// subscriptions, the sink), as values; `None` once the shell has
+    /// stopped. Waits like [`ShellHandle::stats`].
+    pub fn status(&self) -> Option<SyncStatus> {
+        let (tx, rx) = channel();
+        self.send(Command::Status(tx));
+        rx.recv().ok()
     }
 
     /// Asks the shell to stop: no new work, outbox flushed within the deadline.

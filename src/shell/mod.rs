@@ -31,9 +31,10 @@
 //! `drive`, `apply`, readiness dispatch, how a connection ends, timers,
 //! shutdown, the metrics endpoint's slots). The rest, one concern each:
 //!
-//! - `options`, `error`, `handle`, `sink`: the public face
+//! - `options`, `error`, `handle`, `sink`, `report`: the public face
 //!   ([`ShellOptions`], [`ShellError`], [`ShellHandle`], [`Sink`] and
-//!   [`SinkTarget`]).
+//!   [`SinkTarget`], the stats and status the handle reports).
+//! - `custom_sink`: an embedder's sink as the loop drives it.
 //! - `clock`: the only wall-clock read.
 //! - `slots`: the connection table and its generation-tagged tokens.
 //! - `connect`: every connection's start, DNS answer, address guard and
@@ -69,6 +70,7 @@ mod nip11;
 mod options;
 mod own_sink;
 pub(crate) mod read_budget;
+pub(crate) mod report;
 pub(crate) mod rlimit;
 pub(crate) mod sink;
 mod slots;
@@ -93,7 +95,7 @@ use tungstenite::protocol::WebSocketConfig;
 
 pub use crate::shell::error::ShellError;
 pub use crate::shell::handle::ShellHandle;
-pub use crate::shell::options::ShellOptions;
+pub use crate::shell::options::{DnsLookup, ShellOptions};
 pub use crate::shell::sink::SinkTarget;
 
 use crate::sans_io::config::Config;
@@ -211,7 +213,11 @@ impl Shell {
         opts: ShellOptions,
         sink: SinkTarget,
     ) -> Result<Shell, ShellError> {
-        config.allow_private_addresses = opts.allow_private_addresses;
+        // One switch, set in either place (see ShellOptions).
+        let allow_private = config.allow_private_addresses || opts.allow_private_addresses;
+        config.allow_private_addresses = allow_private;
+        let mut opts = opts;
+        opts.allow_private_addresses = allow_private;
         let auth_keys = own_relay_keys(&config);
         let clock = Clock::new();
         let now = clock.now();
@@ -228,7 +234,7 @@ impl Shell {
         }
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let resolver = match opts.dns_lookup() {
+        let resolver = match opts.dns_lookup {
             Some(lookup) => {
                 Resolver::with_lookup(opts.dns_threads.max(1), 256, waker.clone(), lookup)?
             }
@@ -506,6 +512,16 @@ impl Shell {
                 }
                 Command::SinkReady => self.sink_ready(),
                 Command::Listed { request, held } => self.sink_listed(request.0, held, now),
+                Command::Stats(reply) => {
+                    let view = self.sink_view();
+                    // A caller gone before the answer wants nothing.
+                    let _ = reply.send(report::stats(&self.engine, &self.stats, &view));
+                }
+                Command::Status(reply) => {
+                    let view = self.sink_view();
+                    let full = !self.sink_has_room();
+                    let _ = reply.send(report::status(&self.engine, now, &view, full));
+                }
                 Command::Shutdown => self.begin_shutdown(now),
             }
         }
