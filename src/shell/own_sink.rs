@@ -143,19 +143,23 @@ impl Shell {
     }
 
     /// A custom sink's held event is offered again when due; deferred
-    /// reads resume once it has room. True if anything moved.
+    /// reads resume once it has room and the engine's backlog went first
+    /// (`drive` delivers outputs before it pumps the sink, so room here
+    /// means none are left): resuming on the held event alone read 64
+    /// frames a relay for every event stored. True if anything moved.
     fn pump_custom(&mut self, now: Time) -> bool {
         let SinkState::Custom(custom) = &mut self.sink else {
             return false;
         };
-        let Some((relay, event)) = custom.take_due(now) else {
-            return false;
-        };
-        self.deliver(relay, event, now);
-        if self.sink_has_room() {
-            self.resume_deferred(now);
+        if let Some((relay, event)) = custom.take_due(now) {
+            self.deliver(relay, event, now);
+            return true;
         }
-        true
+        if custom.has_room() && !self.deferred.is_empty() {
+            self.resume_deferred(now);
+            return true;
+        }
+        false
     }
 
     /// Reads the relays left unread while the sink was full, in token
