@@ -40,10 +40,13 @@
 //!
 //! # Features
 //!
-//! - `cli` (default): the binary and its demo; needs `testing`.
+//! - `shell` (default): the [`Shell`] and everything with a socket (mio,
+//!   rustls, tungstenite). Off (`default-features = false`), the crate is
+//!   the sans-IO [`Engine`] alone, for a loop of one's own ([`driver`]).
+//! - `cli` (default): the binary and its demo; needs `shell` and `testing`.
 //! - `testing`: the simulation harness, the threaded test relay, the relay
 //!   farm and the fault injector, for tests, benches and fuzz targets (an
-//!   embedder's too).
+//!   embedder's too); needs `shell`.
 //!
 //! Embedding in a relay: supply a [`Sink`] and feed the events the relay
 //! accepts instead of a websocket to itself.
@@ -106,6 +109,7 @@
 pub use nostr;
 
 mod sans_io;
+#[cfg(feature = "shell")]
 mod shell;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -122,9 +126,13 @@ pub use sans_io::relay_url::{UrlError, normalize as normalize_relay_url};
 pub use sans_io::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState};
 pub use sans_io::shard::{Shard, shard_of};
 pub use sans_io::time::Time;
+#[cfg(feature = "shell")]
 pub use shell::key_file::{KeyFileError, read_key_file};
+#[cfg(feature = "shell")]
 pub use shell::report::{SyncStats, SyncStatus};
+#[cfg(feature = "shell")]
 pub use shell::sink::{JsonOutcome, JsonSink, ListRequest, Listing, Sink, StoreOutcome};
+#[cfg(feature = "shell")]
 pub use shell::{DnsLookup, Shell, ShellError, ShellHandle, ShellOptions, SinkTarget};
 
 /// Parts the benches, fuzz targets and the binary reach into. Not a stable
@@ -139,7 +147,28 @@ pub mod internal {
     pub use crate::sans_io::relay_url::{host_port, normalize, relay_of_clone_url};
     pub use crate::sans_io::seen::Seen;
     pub use crate::sans_io::timer::TimerWheel;
+    #[cfg(feature = "shell")]
     pub use crate::sans_io::ws_reader::{Incoming, Violation, WsReader};
+    #[cfg(feature = "shell")]
     pub use crate::shell::rlimit::raise_fd_limit;
+    #[cfg(feature = "shell")]
     pub use crate::shell::tls::MaybeTls;
+}
+
+/// What a loop of one's own needs beside the [`Engine`] to do what the
+/// [`Shell`] does (README, "Driving the engine from your
+/// own loop"): the address policy to apply to what DNS answers (a relay
+/// URL naming a public host may resolve to a private address), and the
+/// websocket reader with its frame cap, which reports oversized messages
+/// (feed [`Engine::handle_oversized`]) and protocol violations (feed
+/// [`Engine::handle_offence`] and drop the connection).
+///
+/// A [`RelayId`] names a relay, not a connection: the engine reuses it
+/// when it reconnects. Tag each socket with a generation of your own (the
+/// shell's slots do) and drop what a closed one still reports, or a late
+/// event of an old connection reaches the new one.
+pub mod driver {
+    pub use crate::sans_io::address::{host_and_port, ip_literal, is_public};
+    #[cfg(feature = "shell")]
+    pub use crate::sans_io::ws_reader::{Incoming, Violation, WsReader};
 }

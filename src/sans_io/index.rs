@@ -805,7 +805,7 @@ pub fn is_repo_coord(coord: &str) -> bool {
 /// The kinds the index learns from: repository announcements (30617),
 /// root events (patches 1617, pull requests 1618, issues 1621) and
 /// deletion requests (5). An embedding relay feeds the events of these
-/// kinds it stores from its own clients (see [`Sink`](crate::Sink)).
+/// kinds it stores from its own clients (see the shell's `Sink`).
 pub const INDEX_KINDS: [u16; 5] = [
     KIND_ANNOUNCEMENT,
     ROOT_KINDS[0],

@@ -553,8 +553,8 @@ impl Engine {
         self.push_to_batch(now, event);
     }
 
-    /// The sink refused `id` for good (an embedder's [`Sink`](crate::Sink)
-    /// answered `Rejected`): the id is forgotten, so a copy arriving again
+    /// The sink refused `id` for good (an embedder's `Sink` answered
+    /// `Rejected`): the id is forgotten, so a copy arriving again
     /// (from any relay, or the next historic sync) is offered again instead
     /// of being dropped as already handed over.
     pub fn handle_sink_rejected(&mut self, _now: Time, id: &EventId) {
