@@ -40,31 +40,43 @@
 //!
 //! # Features
 //!
-//! - `cli` (default): the binary and its demo; needs `testing`.
+//! - `shell` (default): the [`Shell`] and everything with a socket (mio,
+//!   rustls, tungstenite). Off (`default-features = false`), the crate is
+//!   the sans-IO [`Engine`] alone, for a loop of one's own ([`driver`]).
+//! - `cli` (default): the binary and its demo; needs `shell` and `testing`.
 //! - `testing`: the simulation harness, the threaded test relay, the relay
 //!   farm and the fault injector, for tests, benches and fuzz targets (an
-//!   embedder's too).
+//!   embedder's too); needs `shell`.
 //!
 //! Embedding in a relay: supply a [`Sink`] and feed the events the relay
 //! accepts instead of a websocket to itself.
 //!
 //! ```no_run
-//! use grasp_sync::{Config, Shell, ShellOptions, Sink, SinkTarget};
-//! use nostr::prelude::Event;
+//! use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+//! use grasp_sync::{Config, Shell, ShellOptions, Sink, SinkTarget, StoreOutcome};
+//! use grasp_sync::nostr::prelude::Event;
 //!
-//! struct Store(std::sync::mpsc::Sender<Event>);
+//! struct Store(SyncSender<Event>);
 //!
 //! impl Sink for Store {
-//!     fn store(&mut self, _from_relay: &str, event: Event) {
-//!         let _ = self.0.send(event); // the relay's writer stores it
+//!     fn store(&mut self, _from_relay: &str, event: Event) -> StoreOutcome {
+//!         // The relay's writer stores it; when its queue is full, the shell
+//!         // pauses reading until the writer calls `handle.sink_ready()`.
+//!         match self.0.try_send(event) {
+//!             Ok(()) => StoreOutcome::Stored,
+//!             Err(TrySendError::Full(event)) => StoreOutcome::Full(Box::new(event)),
+//!             Err(TrySendError::Disconnected(_)) => StoreOutcome::Rejected("error: store closed".into()),
+//!         }
 //!     }
 //! }
 //!
-//! let (tx, _rx) = std::sync::mpsc::channel();
+//! let (tx, _rx) = sync_channel(1_000);
 //! let mut config = Config::new("wss://my-relay.example");
 //! config.self_subscribe = false; // the relay feeds accepted events instead
 //! let shell = Shell::new(config, ShellOptions::default(), SinkTarget::Custom(Box::new(Store(tx))))?;
-//! let handle = shell.handle(); // handle.feed(event) from the relay's threads
+//! // From the relay's threads: `handle.feed(event)` for what its own clients
+//! // publish, `handle.sink_ready()` from the writer.
+//! let handle = shell.handle();
 //! std::thread::spawn(move || shell.run());
 //! # handle.shutdown();
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -91,7 +103,13 @@
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
+/// The `nostr` crate this one is built on (0.45), so an embedder names
+/// the same types; a relay on another version uses the JSON entry points
+/// ([`JsonSink`], [`ShellHandle::feed_json`]).
+pub use nostr;
+
 mod sans_io;
+#[cfg(feature = "shell")]
 mod shell;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -102,15 +120,20 @@ pub use sans_io::engine::{
     Action, ConfigError, Engine, ItemCounts, ItemKey, ItemState, Offence, Output, Stats, Status,
 };
 pub use sans_io::health::Health;
-pub use sans_io::index::{Item, RelayId, RepoId, RootId};
+pub use sans_io::index::{INDEX_KINDS, Item, RelayId, RepoId, RootId};
 pub use sans_io::relay_info::RelayInfo;
 pub use sans_io::relay_url::{UrlError, normalize as normalize_relay_url};
 pub use sans_io::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState};
 pub use sans_io::shard::{Shard, shard_of};
 pub use sans_io::time::Time;
+#[cfg(feature = "shell")]
 pub use shell::key_file::{KeyFileError, read_key_file};
-pub use shell::sink::Sink;
-pub use shell::{Shell, ShellError, ShellHandle, ShellOptions, SinkTarget};
+#[cfg(feature = "shell")]
+pub use shell::report::{SyncStats, SyncStatus};
+#[cfg(feature = "shell")]
+pub use shell::sink::{JsonOutcome, JsonSink, ListRequest, Listing, Sink, StoreOutcome};
+#[cfg(feature = "shell")]
+pub use shell::{DnsLookup, Shell, ShellError, ShellHandle, ShellOptions, SinkTarget};
 
 /// Parts the benches, fuzz targets and the binary reach into. Not a stable
 /// interface: anything here may change in any release.
@@ -124,7 +147,28 @@ pub mod internal {
     pub use crate::sans_io::relay_url::{host_port, normalize, relay_of_clone_url};
     pub use crate::sans_io::seen::Seen;
     pub use crate::sans_io::timer::TimerWheel;
+    #[cfg(feature = "shell")]
     pub use crate::sans_io::ws_reader::{Incoming, Violation, WsReader};
+    #[cfg(feature = "shell")]
     pub use crate::shell::rlimit::raise_fd_limit;
+    #[cfg(feature = "shell")]
     pub use crate::shell::tls::MaybeTls;
+}
+
+/// What a loop of one's own needs beside the [`Engine`] to do what the
+/// [`Shell`] does (README, "Driving the engine from your
+/// own loop"): the address policy to apply to what DNS answers (a relay
+/// URL naming a public host may resolve to a private address), and the
+/// websocket reader with its frame cap, which reports oversized messages
+/// (feed [`Engine::handle_oversized`]) and protocol violations (feed
+/// [`Engine::handle_offence`] and drop the connection).
+///
+/// A [`RelayId`] names a relay, not a connection: the engine reuses it
+/// when it reconnects. Tag each socket with a generation of your own (the
+/// shell's slots do) and drop what a closed one still reports, or a late
+/// event of an old connection reaches the new one.
+pub mod driver {
+    pub use crate::sans_io::address::{host_and_port, ip_literal, is_public};
+    #[cfg(feature = "shell")]
+    pub use crate::sans_io::ws_reader::{Incoming, Violation, WsReader};
 }

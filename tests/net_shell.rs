@@ -215,8 +215,9 @@ fn embedded_sink_fed_with_accepted_events_instead_of_self_subscription() {
     use std::sync::mpsc;
     struct Collect(mpsc::Sender<Event>);
     impl grasp_sync::Sink for Collect {
-        fn store(&mut self, _from: &str, event: Event) {
+        fn store(&mut self, _from: &str, event: Event) -> grasp_sync::StoreOutcome {
             let _ = self.0.send(event);
+            grasp_sync::StoreOutcome::Stored
         }
     }
     let a = TestRelay::start(RelayOptions::default()).unwrap();

@@ -107,8 +107,9 @@ pub struct Config {
     /// Repos, and roots, known at most (each).
     pub max_known_items: usize,
     /// Keep announced relays on loopback/private IP literals and
-    /// `localhost`. The shell sets it from
-    /// `ShellOptions::allow_private_addresses`, its one switch for both.
+    /// `localhost`. The same switch as
+    /// `ShellOptions::allow_private_addresses`: either one set turns it on
+    /// for both the engine and the shell's address guard.
     pub allow_private_addresses: bool,
     /// Key for NIP-42 AUTH; `None` answers no challenge (relays that
     /// require AUTH are then backed off).

@@ -802,10 +802,21 @@ pub fn is_repo_coord(coord: &str) -> bool {
         && d.len() <= MAX_IDENTIFIER_LEN
 }
 
-/// True for the kinds the index learns from.
+/// The kinds the index learns from: repository announcements (30617),
+/// root events (patches 1617, pull requests 1618, issues 1621) and
+/// deletion requests (5). An embedding relay feeds the events of these
+/// kinds it stores from its own clients (see the shell's `Sink`).
+pub const INDEX_KINDS: [u16; 5] = [
+    KIND_ANNOUNCEMENT,
+    ROOT_KINDS[0],
+    ROOT_KINDS[1],
+    ROOT_KINDS[2],
+    KIND_DELETION,
+];
+
+/// True for the kinds the index learns from ([`INDEX_KINDS`]).
 pub fn is_index_kind(kind: Kind) -> bool {
-    let k = kind.as_u16();
-    k == KIND_ANNOUNCEMENT || k == KIND_DELETION || ROOT_KINDS.contains(&k)
+    INDEX_KINDS.contains(&kind.as_u16())
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@ pub(crate) mod filters;
 pub(crate) mod health;
 pub mod hex;
 pub(crate) mod index;
+// NIP-11 over HTTP: the shell's alone.
+#[cfg(feature = "shell")]
 pub(crate) mod info_fetch;
 pub(crate) mod nip42;
 pub(crate) mod own_relay;
@@ -31,5 +33,7 @@ pub(crate) mod shard;
 pub(crate) mod subscription;
 pub(crate) mod time;
 pub(crate) mod timer;
+#[cfg(feature = "shell")]
 pub(crate) mod ws_reader;
+#[cfg(feature = "shell")]
 pub(crate) mod ws_writer;

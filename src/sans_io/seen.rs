@@ -46,6 +46,13 @@ impl Seen {
         self.current.insert(id);
     }
 
+    /// Forgets `id`, so its next arrival is verified and ingested again
+    /// (the sink refused it: another copy may be taken).
+    pub fn remove(&mut self, id: &EventId) {
+        self.current.remove(id);
+        self.previous.remove(id);
+    }
+
     /// Ids remembered now.
     pub fn len(&self) -> usize {
         self.current.len() + self.previous.len()
@@ -78,6 +85,8 @@ mod tests {
         seen.insert(id(5));
         assert!(!seen.contains(&id(1)), "oldest generation is dropped");
         assert!(seen.contains(&id(5)));
+        seen.remove(&id(5));
+        assert!(!seen.contains(&id(5)), "a removed id is forgotten");
         assert!(seen.len() <= 4);
     }
 }

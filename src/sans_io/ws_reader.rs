@@ -157,7 +157,7 @@ impl WsReader {
         }
     }
 
-    /// Frames read, each costing one, plus one per [`BYTES_PER_FRAME`]
+    /// Frames read, each costing one, plus one per `BYTES_PER_FRAME` (4 KiB)
     /// bytes: what the read budget charges.
     pub fn cost(&self) -> u64 {
         self.frames + self.bytes / BYTES_PER_FRAME

@@ -22,7 +22,8 @@
 //! - The index follows the own relay (GRASP-01): an announcement or root
 //!   event the own relay answers `OK true` (or `duplicate:`) is fed back to
 //!   the engine, so a remotely found repo is synced only once the own relay
-//!   took it. A custom sink's embedder feeds what it stores itself.
+//!   took it. A custom sink's `Stored` answers are fed back the same way
+//!   (`own_sink`); its embedder feeds what its own clients publish.
 //!
 //! # Files
 //!
@@ -30,9 +31,10 @@
 //! `drive`, `apply`, readiness dispatch, how a connection ends, timers,
 //! shutdown, the metrics endpoint's slots). The rest, one concern each:
 //!
-//! - `options`, `error`, `handle`, `sink`: the public face
+//! - `options`, `error`, `handle`, `sink`, `report`: the public face
 //!   ([`ShellOptions`], [`ShellError`], [`ShellHandle`], [`Sink`] and
-//!   [`SinkTarget`]).
+//!   [`SinkTarget`], the stats and status the handle reports).
+//! - `custom_sink`: an embedder's sink as the loop drives it.
 //! - `clock`: the only wall-clock read.
 //! - `slots`: the connection table and its generation-tagged tokens.
 //! - `connect`: every connection's start, DNS answer, address guard and
@@ -58,6 +60,7 @@
 mod clock;
 mod connect;
 pub(crate) mod connect_error;
+mod custom_sink;
 pub(crate) mod dns;
 mod error;
 mod handle;
@@ -70,6 +73,7 @@ mod options;
 mod own_sink;
 mod process_metrics;
 pub(crate) mod read_budget;
+pub(crate) mod report;
 pub(crate) mod rlimit;
 pub(crate) mod sink;
 mod slots;
@@ -94,7 +98,7 @@ use tungstenite::protocol::WebSocketConfig;
 
 pub use crate::shell::error::ShellError;
 pub use crate::shell::handle::ShellHandle;
-pub use crate::shell::options::ShellOptions;
+pub use crate::shell::options::{DnsLookup, ShellOptions};
 pub use crate::shell::sink::SinkTarget;
 
 use crate::sans_io::config::Config;
@@ -213,7 +217,11 @@ impl Shell {
         opts: ShellOptions,
         sink: SinkTarget,
     ) -> Result<Shell, ShellError> {
-        config.allow_private_addresses = opts.allow_private_addresses;
+        // One switch, set in either place (see ShellOptions).
+        let allow_private = config.allow_private_addresses || opts.allow_private_addresses;
+        config.allow_private_addresses = allow_private;
+        let mut opts = opts;
+        opts.allow_private_addresses = allow_private;
         let auth_keys = own_relay_keys(&config);
         let clock = Clock::new();
         let now = clock.now();
@@ -237,7 +245,7 @@ impl Shell {
         }
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let resolver = match opts.dns_lookup() {
+        let resolver = match opts.dns_lookup {
             Some(lookup) => {
                 Resolver::with_lookup(opts.dns_threads.max(1), 256, waker.clone(), lookup)?
             }
@@ -321,8 +329,22 @@ impl Shell {
         self.metrics.as_ref().and_then(MetricsListener::local_addr)
     }
 
-    /// Runs until shut down (signal or handle); returns after the outbox is
-    /// flushed or the shutdown deadline passed.
+    /// Runs the loop on a thread of its own (named `grasp-sync`): the
+    /// handle to feed and stop it, and the thread to join for its end
+    /// ([`Shell::run`]'s result).
+    pub fn spawn(self) -> io::Result<(ShellHandle, std::thread::JoinHandle<io::Result<()>>)> {
+        let handle = self.handle();
+        let thread = std::thread::Builder::new()
+            .name("grasp-sync".to_owned())
+            .spawn(move || self.run())?;
+        Ok((handle, thread))
+    }
+
+    /// Runs on the calling thread until [`ShellHandle::shutdown`] (the one
+    /// way to stop it: the library installs no signal handler; the binary
+    /// calls `shutdown` on SIGINT/SIGTERM) or a poll error; returns after
+    /// the sink is flushed or the shutdown deadline
+    /// (`ShellOptions::shutdown_timeout`) passed.
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         self.fetch_sink_info(self.clock.now());
@@ -385,7 +407,7 @@ impl Shell {
                     break;
                 };
                 moved = true;
-                self.deliver(relay, *event);
+                self.deliver(relay, *event, now);
             }
             moved |= self.pump_sink(now);
             if !moved {
@@ -499,7 +521,23 @@ impl Shell {
         }
         while let Ok(command) = self.commands.try_recv() {
             match command {
-                Command::Feed(event) => self.engine.handle_local_event(now, *event),
+                Command::Feed(events) => {
+                    for event in events {
+                        self.engine.handle_local_event(now, event);
+                    }
+                }
+                Command::SinkReady => self.sink_ready(),
+                Command::Listed { request, held } => self.sink_listed(request.0, held, now),
+                Command::Stats(reply) => {
+                    let view = self.sink_view();
+                    // A caller gone before the answer wants nothing.
+                    let _ = reply.send(report::stats(&self.engine, &self.stats, &view));
+                }
+                Command::Status(reply) => {
+                    let view = self.sink_view();
+                    let full = !self.sink_has_room();
+                    let _ = reply.send(report::status(&self.engine, now, &view, full));
+                }
                 Command::Shutdown => self.begin_shutdown(now),
             }
         }

@@ -20,14 +20,16 @@ const DEFAULT_UNFINISHED_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A name lookup: host and port to addresses, blocking (it runs on a
-/// resolver worker).
-#[cfg(any(test, feature = "testing"))]
-pub(crate) type DnsLookup = fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>;
+/// resolver worker, never on the loop).
+pub type DnsLookup = fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>;
 
 /// Shell settings besides the engine's.
 #[derive(Debug, Clone)]
 pub struct ShellOptions {
-    /// Connect to relays that resolve to loopback/private/link-local addresses.
+    /// Connect to relays that resolve to loopback/private/link-local
+    /// addresses. The same switch as `Config::allow_private_addresses`:
+    /// either one set turns it on for both the engine (announcements naming
+    /// private relays) and the shell (the address guard after DNS).
     pub allow_private_addresses: bool,
     /// Relays connected at once at most; also the most NIP-11 fetches in
     /// flight at once (counted apart: a relay's fetch runs beside its
@@ -61,10 +63,11 @@ pub struct ShellOptions {
     /// Where the engine's state is kept across restarts (`state_file`);
     /// `None` starts every run fresh.
     pub state_file: Option<PathBuf>,
-    /// Resolves relay names instead of the system's `getaddrinfo`, so
-    /// tests can make names slow (the tarpit DNS fault,
-    /// `testing::fault::tarpit_dns`). `None`: the system's.
-    #[cfg(any(test, feature = "testing"))]
+    /// Resolves relay names instead of the system's `getaddrinfo` (an
+    /// embedder's own resolver; tests make names slow with it, the tarpit
+    /// DNS fault `testing::fault::tarpit_dns`). The address guard still
+    /// checks what it answers. `None`: the system's. Present in every
+    /// build, so a struct literal does not depend on features.
     pub dns_lookup: Option<DnsLookup>,
 }
 
@@ -83,18 +86,7 @@ impl Default for ShellOptions {
             unfinished_timeout: DEFAULT_UNFINISHED_TIMEOUT,
             max_unfinished_bytes: DEFAULT_MAX_UNFINISHED_BYTES,
             state_file: None,
-            #[cfg(any(test, feature = "testing"))]
             dns_lookup: None,
         }
-    }
-}
-
-impl ShellOptions {
-    /// The injected name lookup, if any (never in a production build).
-    pub(crate) fn dns_lookup(&self) -> Option<crate::shell::dns::Lookup> {
-        #[cfg(any(test, feature = "testing"))]
-        return self.dns_lookup;
-        #[cfg(not(any(test, feature = "testing")))]
-        None
     }
 }

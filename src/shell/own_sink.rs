@@ -1,7 +1,8 @@
 //! The sink side of the loop: where synced events go and what the sink is
 //! asked.
 //!
-//! A custom [`Sink`] is called directly. The own relay is a websocket of
+//! A custom [`Sink`] is called directly (`custom_sink`: what it answered,
+//! and the one event it handed back while full). The own relay is a websocket of
 //! its own, in a `SlotKind::OwnSink` slot, driven by the sans-IO
 //! `OwnRelayClient`: it says when to connect, what to send (outbox,
 //! listings, AUTH) and whether the outbox has room; this file only carries
@@ -14,7 +15,7 @@
 
 use log::{info, warn};
 use mio::Token;
-use nostr::prelude::{Event, Filter, Keys};
+use nostr::prelude::{Event, EventId, Filter, Keys, Timestamp};
 
 use crate::sans_io::index::RelayId;
 use crate::sans_io::own_relay::{ClientOutput, HeldBack, OwnRelayClient, Transmit};
@@ -22,8 +23,9 @@ use crate::sans_io::relay_info::RelayInfo;
 use crate::sans_io::time::Time;
 use crate::shell::Shell;
 use crate::shell::connect::Transport;
+use crate::shell::custom_sink::{CustomSink, Offered};
 use crate::shell::metrics::SinkView;
-use crate::shell::sink::{Sink, SinkTarget};
+use crate::shell::sink::{Listing, SinkTarget};
 use crate::shell::slots::{Conn, InfoFor, SlotKind};
 
 /// The own relay as the sink: its client, and the slot of its connection
@@ -38,7 +40,7 @@ pub(super) struct OwnSink {
 /// The sink the shell was built with.
 pub(super) enum SinkState {
     OwnRelay(Box<OwnSink>),
-    Custom(Box<dyn Sink + Send>),
+    Custom(Box<CustomSink>),
 }
 
 impl SinkState {
@@ -60,7 +62,7 @@ impl SinkState {
                 slot: None,
                 info_wanted: relay_info,
             })),
-            SinkTarget::Custom(sink) => SinkState::Custom(sink),
+            SinkTarget::Custom(sink) => SinkState::Custom(Box::new(CustomSink::new(sink))),
         }
     }
 
@@ -119,26 +121,70 @@ impl Shell {
     pub(super) fn sink_has_room(&self) -> bool {
         match &self.sink {
             SinkState::OwnRelay(own) => own.client.has_room(),
-            SinkState::Custom(_) => true,
+            SinkState::Custom(custom) => custom.has_room(),
         }
     }
 
-    /// When the own-relay client wants to be called again (a reconnect, the
-    /// end of an outbox pause).
+    /// When the sink wants to be called again: the own-relay client (a
+    /// reconnect, the end of an outbox pause), a custom sink (its held
+    /// event's retry).
     pub(super) fn sink_timeout(&self) -> Option<Time> {
         match &self.sink {
             SinkState::OwnRelay(own) => own.client.poll_timeout(),
-            SinkState::Custom(_) => None,
+            SinkState::Custom(custom) => custom.timeout(),
         }
     }
 
-    pub(super) fn deliver(&mut self, relay: RelayId, event: Event) {
-        match &mut self.sink {
-            SinkState::Custom(sink) => {
+    pub(super) fn deliver(&mut self, relay: RelayId, event: Event, now: Time) {
+        let custom = match &mut self.sink {
+            SinkState::Custom(custom) => custom,
+            SinkState::OwnRelay(own) => return own.client.push(event),
+        };
+        match custom.offer(now, relay, self.engine.relay_url(relay), event) {
+            Offered::Stored(index) => {
                 self.stats.sink_stored += 1;
-                sink.store(self.engine.relay_url(relay), event);
+                // As the own relay's `OK true`: the index follows the store.
+                if let Some(event) = index {
+                    self.engine.handle_local_event(now, event);
+                }
             }
-            SinkState::OwnRelay(own) => own.client.push(event),
+            Offered::Full => {}
+            Offered::Rejected(id) => self.engine.handle_sink_rejected(now, &id),
+        }
+    }
+
+    /// The embedder says its sink has room again.
+    pub(super) fn sink_ready(&mut self) {
+        if let SinkState::Custom(custom) = &mut self.sink {
+            custom.handle_ready();
+        }
+    }
+
+    /// A custom sink's held event is offered again when due; deferred
+    /// reads resume once it has room and the engine's backlog went first
+    /// (`drive` delivers outputs before it pumps the sink, so room here
+    /// means none are left): resuming on the held event alone read 64
+    /// frames a relay for every event stored. True if anything moved.
+    fn pump_custom(&mut self, now: Time) -> bool {
+        let SinkState::Custom(custom) = &mut self.sink else {
+            return false;
+        };
+        if let Some((relay, event)) = custom.take_due(now) {
+            self.deliver(relay, event, now);
+            return true;
+        }
+        if custom.has_room() && !self.deferred.is_empty() {
+            self.resume_deferred(now);
+            return true;
+        }
+        false
+    }
+
+    /// Reads the relays left unread while the sink was full, in token
+    /// order; one the sink fills up on is deferred again.
+    fn resume_deferred(&mut self, now: Time) {
+        for token in std::mem::take(&mut self.deferred) {
+            self.on_slot_ready(token, now);
         }
     }
 
@@ -151,7 +197,7 @@ impl Shell {
             relays: self.deferred.len(),
         };
         let SinkState::OwnRelay(own) = &mut self.sink else {
-            return false;
+            return self.pump_custom(now);
         };
         own.client.handle_held_back(held_back);
         if own.client.handle_timeout(now) {
@@ -181,10 +227,7 @@ impl Shell {
         self.send_to_sink(token, texts, now);
         self.take_sink_outputs(now);
         if has_room && !self.deferred.is_empty() {
-            // Read in token order; one the sink fills up on is deferred again.
-            for token in std::mem::take(&mut self.deferred) {
-                self.on_slot_ready(token, now);
-            }
+            self.resume_deferred(now);
             moved = true;
         }
         moved
@@ -228,15 +271,29 @@ impl Shell {
     }
 
     /// Asks the sink what it holds for `filter` (negentropy). A custom sink
-    /// answers at once; the own relay is asked by its client.
+    /// answers at once or later (`sink_listed`); the own relay is asked by
+    /// its client.
     pub(super) fn list_sink(&mut self, request: u64, filter: Filter, now: Time) {
         match &mut self.sink {
-            SinkState::Custom(sink) => {
-                let held = sink.list(&filter);
-                self.engine.handle_local_list(now, request, held);
-            }
+            SinkState::Custom(custom) => match custom.list(request, &filter) {
+                Listing::Now(held) => self.sink_listed(request, held, now),
+                Listing::Later => {}
+            },
             SinkState::OwnRelay(own) => own.client.handle_list(request, filter),
         }
+    }
+
+    /// A custom sink's answer to listing `request`.
+    pub(super) fn sink_listed(
+        &mut self,
+        request: u64,
+        held: Option<Vec<(EventId, Timestamp)>>,
+        now: Time,
+    ) {
+        if let Some(held) = &held {
+            self.stats.sink_listed += held.len() as u64;
+        }
+        self.engine.handle_local_list(now, request, held);
     }
 
     /// A text from the own relay: its client reads it, and the engine
@@ -289,7 +346,11 @@ impl Shell {
                 accepted_per_minute: own.client.accepted_per_minute(),
                 own_relay_failures: own.client.link_failures(),
             },
-            SinkState::Custom(_) => SinkView::default(),
+            SinkState::Custom(custom) => SinkView {
+                outbox_depth: usize::from(!custom.has_room()),
+                outbox: custom.stats,
+                ..SinkView::default()
+            },
         }
     }
 
@@ -320,7 +381,7 @@ impl Shell {
     pub(super) fn sink_drained(&self) -> bool {
         match &self.sink {
             SinkState::OwnRelay(own) => own.client.is_drained(),
-            SinkState::Custom(_) => true,
+            SinkState::Custom(custom) => custom.has_room(),
         }
     }
 }

@@ -573,6 +573,14 @@ impl Engine {
         self.push_to_batch(now, event);
     }
 
+    /// The sink refused `id` for good (an embedder's `Sink` answered
+    /// `Rejected`): the id is forgotten, so a copy arriving again
+    /// (from any relay, or the next historic sync) is offered again instead
+    /// of being dropped as already handed over.
+    pub fn handle_sink_rejected(&mut self, _now: Time, id: &EventId) {
+        self.seen.remove(id);
+    }
+
     /// Takes back what an earlier process saved with
     /// [`save_state`](Engine::save_state) (`resume`); `unix_now` is the
     /// wall clock at `now`, in Unix seconds. Call it right after
@@ -642,10 +650,11 @@ impl Engine {
         self.own
     }
 
-    /// The own relay's read link, for the health check: `None` when the
-    /// engine does not want it (`--no-self-subscribe`), else whether it is
-    /// connected and its failures in a row (1: in its first backoff).
-    pub(crate) fn own_read_link(&self) -> Option<(bool, u32)> {
+    /// The own relay's read link, for a health check (the shell's
+    /// `/healthz`, or a driver's own): `None` when the engine does not want
+    /// it (`--no-self-subscribe`), else whether it is connected and its
+    /// failures in a row (1: in its first backoff).
+    pub fn own_read_link(&self) -> Option<(bool, u32)> {
         let own = &self.relays[self.own.index()];
         self.config
             .self_subscribe

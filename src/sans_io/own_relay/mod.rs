@@ -3,6 +3,10 @@
 //! [`client::OwnRelayClient`] ties them to one connection; `outbox` and
 //! `listing` are its parts.
 
+// Without the shell only the engine's reconnect policy (`client::RECONNECT`,
+// shared by both links to the own relay) is used: the rest is the shell's.
+#![cfg_attr(not(feature = "shell"), allow(dead_code, unused_imports))]
+
 pub(crate) mod client;
 pub(crate) mod listing;
 pub(crate) mod outbox;

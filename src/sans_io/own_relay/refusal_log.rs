@@ -1,4 +1,5 @@
-//! Logging what the own relay refuses for good, aggregated.
+//! Logging what the sink (the own relay, or an embedder's `Sink`) refuses
+//! for good, aggregated.
 //!
 //! One WARN per refused event flooded the log (66 lines for 66 events, no
 //! limit): a write policy refuses a whole class of events at once. Each
@@ -31,12 +32,28 @@ struct Reason {
 }
 
 /// Final refusals by reason, and when each was last logged.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct RefusalLog {
+    /// Who refuses, for the log lines ("own relay", "sink").
+    who: &'static str,
     reasons: Vec<Reason>,
 }
 
+impl Default for RefusalLog {
+    fn default() -> Self {
+        RefusalLog::new("own relay")
+    }
+}
+
 impl RefusalLog {
+    /// A log of what `who` refuses.
+    pub(crate) fn new(who: &'static str) -> Self {
+        RefusalLog {
+            who,
+            reasons: Vec::new(),
+        }
+    }
+
     /// The own relay refused `id` for good with `message` (its reason
     /// `prefix`) at `now`: logged now, or counted for the next line.
     pub(crate) fn refused(&mut self, now: Time, id: &EventId, prefix: &str, message: &str) {
@@ -50,7 +67,7 @@ impl RefusalLog {
                     logged: now,
                     since: 0,
                 });
-                return warn!("own relay refused {id}: {}", relay_text(message));
+                return warn!("{} refused {id}: {}", self.who, relay_text(message));
             }
             None => REASONS - 1,
         };
@@ -58,7 +75,8 @@ impl RefusalLog {
         reason.since += 1;
         if now >= reason.logged + EVERY {
             warn!(
-                "own relay refused {} events in the last minute or more, e.g. {id}: {}",
+                "{} refused {} events in the last minute or more, e.g. {id}: {}",
+                self.who,
                 reason.since,
                 relay_text(message)
             );
