@@ -277,3 +277,70 @@ fn sighup_saves_state_and_exits_cleanly() {
     assert!(saved.starts_with('{'), "{saved}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The log says what runs and why things fail: one start-up line with
+/// the version, shard and effective settings (the AUTH key as its public
+/// key only), and each failed connect with its cause.
+#[test]
+fn the_log_has_a_start_up_line_and_failures_with_their_cause() {
+    use nostr::prelude::{Keys, ToBech32};
+    use std::io::{BufRead, BufReader};
+    let dir = std::env::temp_dir().join(format!("grasp-ext-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = Keys::generate();
+    let key_file = dir.join("key");
+    std::fs::write(&key_file, keys.secret_key().to_secret_hex()).unwrap();
+    // A port nobody listens on: every connect is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let own = format!("ws://127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let mut child = Command::new(BIN)
+        .args(["--own-relay", &own, "--shard", "1/3", "--auth-key-file"])
+        .arg(&key_file)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let (mut start_up, mut failure) = (None, None);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (start_up.is_none() || failure.is_none()) && Instant::now() < deadline {
+        let Ok(line) = rx.recv_timeout(Duration::from_secs(1)) else {
+            continue;
+        };
+        if line.contains(" starting: ") {
+            start_up = Some(line);
+        } else if line.contains(&format!("{own} failed: ")) {
+            failure = Some(line);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let start_up = start_up.expect("a start-up line");
+    for needle in [
+        format!("grasp-sync {} starting: ", env!("CARGO_PKG_VERSION")),
+        "shard=1/3 ".to_owned(),
+        format!("own-relay={own} "),
+        format!("auth-key={} ", keys.public_key().to_bech32().unwrap()),
+        "page-limit=500 ".to_owned(),
+    ] {
+        assert!(start_up.contains(&needle), "{needle} in {start_up}");
+    }
+    assert!(start_up.contains(" INFO "), "{start_up}");
+    assert!(
+        !start_up.contains(&keys.secret_key().to_secret_hex()),
+        "no secret: {start_up}"
+    );
+    let failure = failure.expect("a failure line");
+    assert!(failure.contains("Connection refused"), "{failure}");
+    assert!(failure.contains("; retry in "), "{failure}");
+}
