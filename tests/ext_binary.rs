@@ -88,7 +88,7 @@ fn sigterm_exits_cleanly_within_the_deadline() {
         .spawn()
         .unwrap();
     assert!(
-        wait_for(10, || own.connection_count() >= 2),
+        wait_for(30, || own.connection_count() >= 2),
         "self-subscription and sink connected"
     );
     let status = Command::new("kill")
@@ -102,14 +102,14 @@ fn sigterm_exits_cleanly_within_the_deadline() {
             break s;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(5),
+            start.elapsed() < Duration::from_secs(15),
             "exited within the deadline"
         );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(exit.code(), Some(0));
     assert!(
-        wait_for(5, || own.connection_count() == 0),
+        wait_for(30, || own.connection_count() == 0),
         "sockets closed"
     );
 }
