@@ -786,7 +786,7 @@ impl Shell {
                 state.relays.len(),
                 self.clock.now().since(now).as_millis()
             ),
-            Err(e) => warn!("state file {}: {e}", path.display()),
+            Err(e) => warn!("--state-file {}: {e}; not saved", path.display()),
         }
     }
 

@@ -42,7 +42,7 @@ pub(super) fn load(path: &Path, unix_now: u64) -> Option<SavedState> {
             return None;
         }
         Err(e) => {
-            warn!("state file {}: {e}; starting fresh", path.display());
+            warn!("--state-file {}: {e}; starting fresh", path.display());
             set_aside(path, unix_now);
             return None;
         }
@@ -58,7 +58,7 @@ pub(super) fn load(path: &Path, unix_now: u64) -> Option<SavedState> {
             Some(state)
         }
         Err(e) => {
-            warn!("state file {}: {e}; starting fresh", path.display());
+            warn!("--state-file {}: {e}; starting fresh", path.display());
             set_aside(path, unix_now);
             None
         }
