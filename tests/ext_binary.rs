@@ -88,7 +88,7 @@ fn sigterm_exits_cleanly_within_the_deadline() {
         .spawn()
         .unwrap();
     assert!(
-        wait_for(10, || own.connection_count() >= 2),
+        wait_for(30, || own.connection_count() >= 2),
         "self-subscription and sink connected"
     );
     let status = Command::new("kill")
@@ -102,14 +102,14 @@ fn sigterm_exits_cleanly_within_the_deadline() {
             break s;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(5),
+            start.elapsed() < Duration::from_secs(15),
             "exited within the deadline"
         );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(exit.code(), Some(0));
     assert!(
-        wait_for(5, || own.connection_count() == 0),
+        wait_for(30, || own.connection_count() == 0),
         "sockets closed"
     );
 }
@@ -276,4 +276,107 @@ fn sighup_saves_state_and_exits_cleanly() {
     let saved = std::fs::read_to_string(&state).expect("state saved on SIGHUP");
     assert!(saved.starts_with('{'), "{saved}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The log says what runs and why things fail: one start-up line with
+/// the version, shard and effective settings (the AUTH key as its public
+/// key only), and each failed connect with its cause.
+#[test]
+fn the_log_has_a_start_up_line_and_failures_with_their_cause() {
+    use nostr::prelude::{Keys, ToBech32};
+    use std::io::{BufRead, BufReader};
+    let dir = std::env::temp_dir().join(format!("grasp-ext-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = Keys::generate();
+    let key_file = dir.join("key");
+    std::fs::write(&key_file, keys.secret_key().to_secret_hex()).unwrap();
+    // A port nobody listens on: every connect is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let own = format!("ws://127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let mut child = Command::new(BIN)
+        .args(["--own-relay", &own, "--shard", "1/3", "--auth-key-file"])
+        .arg(&key_file)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let (mut start_up, mut failure) = (None, None);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (start_up.is_none() || failure.is_none()) && Instant::now() < deadline {
+        let Ok(line) = rx.recv_timeout(Duration::from_secs(1)) else {
+            continue;
+        };
+        if line.contains(" starting: ") {
+            start_up = Some(line);
+        } else if line.contains(&format!("{own} failed: ")) {
+            failure = Some(line);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let start_up = start_up.expect("a start-up line");
+    for needle in [
+        format!("grasp-sync {} starting: ", env!("CARGO_PKG_VERSION")),
+        "shard=1/3 ".to_owned(),
+        format!("own-relay={own} "),
+        format!("auth-key={} ", keys.public_key().to_bech32().unwrap()),
+        "page-limit=500 ".to_owned(),
+    ] {
+        assert!(start_up.contains(&needle), "{needle} in {start_up}");
+    }
+    assert!(start_up.contains(" INFO "), "{start_up}");
+    assert!(
+        !start_up.contains(&keys.secret_key().to_secret_hex()),
+        "no secret: {start_up}"
+    );
+    let failure = failure.expect("a failure line");
+    assert!(failure.contains("Connection refused"), "{failure}");
+    assert!(failure.contains("; retry in "), "{failure}");
+}
+
+/// A state file that cannot be written is said with the flag that names
+/// it, and the binary still exits cleanly.
+#[test]
+fn a_state_file_that_cannot_be_written_names_its_flag() {
+    let own = TestRelay::start(RelayOptions::default()).unwrap();
+    let state = "/nonexistent/grasp-sync/state.json";
+    let mut child = Command::new(BIN)
+        .args(["--own-relay", &own.url(), "--allow-private-addresses"])
+        .args(["--shutdown-timeout-secs", "3", "--state-file", state])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(30, || own.connection_count() >= 2),
+        "self-subscription and sink connected"
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    if !wait_for(30, || child.try_wait().unwrap().is_some()) {
+        let _ = child.kill();
+        panic!("still running after SIGTERM");
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains(&format!("--state-file {state}: ")) && log.contains("; not saved"),
+        "{log}"
+    );
 }

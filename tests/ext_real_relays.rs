@@ -51,7 +51,7 @@ fn discovery_history_and_live_from_nostr_rs_relay_into_local_relay() {
     let live = reply(&keys(6), &issue, Timestamp::now().as_secs(), "live");
     publish(&remote.url, std::slice::from_ref(&live));
     assert!(
-        wait_for(5, || own.missing(&[live.id]) == 0),
+        wait_for(30, || own.missing(&[live.id]) == 0),
         "live event within seconds"
     );
     assert_eq!(engine.stop(), Some(0));

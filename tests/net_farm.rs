@@ -498,8 +498,10 @@ fn restart_cuts_refuses_then_serves_the_same_store() {
 fn restarting_a_relay_that_is_down_starts_over() {
     let farm = farm(1);
     let port = farm.port(0);
+    // The second downtime is long, so a loaded machine's late wake-up
+    // cannot reach its end before the check that it is still down.
     farm.restart(0, Duration::from_millis(200));
-    farm.restart(0, Duration::from_millis(800));
+    farm.restart(0, Duration::from_millis(3_000));
     let restarted = Instant::now();
     // Right after the first downtime would have ended, still refused.
     std::thread::sleep(Duration::from_millis(400));
@@ -507,7 +509,7 @@ fn restarting_a_relay_that_is_down_starts_over() {
     wait_until("listening again", || {
         TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
-    assert!(restarted.elapsed() >= Duration::from_millis(700));
+    assert!(restarted.elapsed() >= Duration::from_millis(2_900));
     let mut c = connect(&farm.own_url(0));
     assert!(c.req("s", vec![kinds(1)]).is_empty());
 }
@@ -525,8 +527,10 @@ fn stop_returns_promptly_with_clients_connected() {
     assert_eq!(farm.stats().own_connections, 10);
     let started = Instant::now();
     farm.stop();
+    // Generous for a loaded machine; a stop that waited on its clients
+    // would never return.
     assert!(
-        started.elapsed() < Duration::from_secs(1),
+        started.elapsed() < Duration::from_secs(5),
         "{:?}",
         started.elapsed()
     );

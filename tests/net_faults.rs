@@ -95,7 +95,7 @@ impl World {
     /// Waits until the faulty relay has misbehaved at least `n` times.
     fn wait_for_faults(&self, n: usize) {
         assert!(
-            wait_for(10, || self.faulty.faults_injected() >= n),
+            wait_for(30, || self.faulty.faults_injected() >= n),
             "the fault fired {} times, not {n}",
             self.faulty.faults_injected()
         );
@@ -104,7 +104,7 @@ impl World {
     /// Waits until the metric reaches `at_least`.
     fn wait_for_metric(&self, name: &str, at_least: u64) {
         assert!(
-            wait_for(10, || self.running.metric(name) >= at_least),
+            wait_for(30, || self.running.metric(name) >= at_least),
             "{name} is {}, not at least {at_least}",
             self.running.metric(name)
         );
@@ -115,7 +115,7 @@ impl World {
     /// engine.
     fn assert_honest_world(self) {
         assert!(
-            wait_for(10, || missing(&self.own, &self.history) == 0),
+            wait_for(30, || missing(&self.own, &self.history) == 0),
             "{} honest events missing",
             missing(&self.own, &self.history)
         );
@@ -127,9 +127,10 @@ impl World {
         );
         let published = Instant::now();
         self.honest.publish(live.clone());
-        assert!(wait_for(5, || self.own.has(&live.id)), "live event lost");
+        assert!(wait_for(30, || self.own.has(&live.id)), "live event lost");
+        // Generous for a loaded machine, far below any path but the live one.
         assert!(
-            published.elapsed() < Duration::from_secs(2),
+            published.elapsed() < Duration::from_secs(10),
             "live event took {:?}",
             published.elapsed()
         );
@@ -225,7 +226,7 @@ fn restart_events_published_while_down_arrive() {
         &[],
     );
     w.wait_for_faults(1);
-    assert!(wait_for(5, || w.faulty.connection_count() == 0));
+    assert!(wait_for(30, || w.faulty.connection_count() == 0));
     let away = repo_comment(
         &keys(6),
         &w.repo,
@@ -354,7 +355,7 @@ fn oversized_frame_is_skipped_not_penalised() {
     w.wait_for_faults(1);
     w.wait_for_metric("grasp_sync_messages_oversized_total", 1);
     assert!(
-        wait_for(10, || missing(&w.own, &extra) == 0),
+        wait_for(30, || missing(&w.own, &extra) == 0),
         "the relay's events after the skipped one were not synced"
     );
     assert_eq!(
@@ -534,7 +535,7 @@ fn tarpit_dns_names_do_not_starve_an_honest_relay_reconnecting_by_name() {
         opts.dns_lookup = Some(tarpit_dns);
     });
     assert!(
-        wait_for(10, || missing(&own, &history) == 0),
+        wait_for(30, || missing(&own, &history) == 0),
         "{} events missing",
         missing(&own, &history)
     );
@@ -542,7 +543,7 @@ fn tarpit_dns_names_do_not_starve_an_honest_relay_reconnecting_by_name() {
     let dropped = Instant::now();
     let live = repo_comment(&keys(9), &repo, Timestamp::now().as_secs(), "after");
     honest.publish(live.clone());
-    assert!(wait_for(8, || own.has(&live.id)), "live event lost");
+    assert!(wait_for(30, || own.has(&live.id)), "live event lost");
     assert!(
         dropped.elapsed() < TARPIT_LOOKUP,
         "the reconnect took {:?}",

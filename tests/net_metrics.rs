@@ -38,7 +38,7 @@ fn idle_metrics_connections_are_capped_and_closed_by_their_deadline() {
         })
         .collect();
     assert!(
-        wait_for(10, || still_open(&streams) <= CAP),
+        wait_for(30, || still_open(&streams) <= CAP),
         "{} of {IDLE} idle connections held, cap {CAP}",
         still_open(&streams)
     );

@@ -78,7 +78,7 @@ fn an_own_relay_that_answers_large_events_with_a_notice_takes_the_rest() {
         missing(&own, &small),
         small.len()
     );
-    assert!(wait_for(10, || running.metric(SET_ASIDE) == large.len() as u64));
+    assert!(wait_for(30, || running.metric(SET_ASIDE) == large.len() as u64));
     assert_eq!(missing(&own, &large), large.len());
     assert!(own.faults_injected() >= 1);
     running.stop();
@@ -104,7 +104,7 @@ fn an_own_relay_stating_its_size_limit_is_never_offered_larger_events() {
         missing(&own, &small),
         small.len()
     );
-    assert!(wait_for(10, || running.metric(SET_ASIDE) == large.len() as u64));
+    assert!(wait_for(30, || running.metric(SET_ASIDE) == large.len() as u64));
     assert_eq!(missing(&own, &large), large.len());
     assert_eq!(own.faults_injected(), 0, "a large event was offered");
     running.stop();
@@ -127,7 +127,7 @@ fn an_own_relay_that_cuts_the_connection_on_large_events_takes_the_rest() {
         missing(&own, &small),
         small.len()
     );
-    assert!(wait_for(10, || running.metric(SET_ASIDE) == large.len() as u64));
+    assert!(wait_for(30, || running.metric(SET_ASIDE) == large.len() as u64));
     assert!(own.faults_injected() >= 1);
     running.stop();
 }

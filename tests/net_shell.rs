@@ -49,10 +49,12 @@ fn discovery_history_then_live_over_real_sockets() {
     let live = reply(&keys(4), &pr, Timestamp::now().as_secs(), "live");
     let published = Instant::now();
     b.publish(live.clone());
-    assert!(wait_for(5, || own.has(&live.id)));
+    assert!(wait_for(30, || own.has(&live.id)));
+    // Live, not found by a later pass (the disconnect check runs every 60
+    // s): generous for a loaded machine, far below any other path.
     assert!(
-        published.elapsed() < Duration::from_secs(2),
-        "live within 2 s: {:?}",
+        published.elapsed() < Duration::from_secs(10),
+        "live within 10 s: {:?}",
         published.elapsed()
     );
     running.stop();
@@ -248,7 +250,10 @@ fn embedded_sink_fed_with_accepted_events_instead_of_self_subscription() {
     assert_eq!(got.id, comment.id);
     let live = repo_comment(&keys(3), &repo, Timestamp::now().as_secs(), "live");
     a.publish(live.clone());
-    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap().id, live.id);
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(30)).unwrap().id,
+        live.id
+    );
     handle.shutdown();
     thread.join().unwrap().unwrap();
 }

@@ -1,6 +1,8 @@
-//! A relay flooding refusing NOTICEs (long, with newlines) cannot flood the
-//! log: its text is cut, escaped and limited per relay. The log is captured
-//! by this test binary's own logger, so this file holds one test only.
+//! What the log says, captured by this test binary's own logger (installed
+//! once, shared by the tests, each reading only its own lines): a relay
+//! flooding refusing NOTICEs (long, with newlines) cannot flood the log
+//! (its text is cut, escaped and limited per relay); a relay refused for
+//! its private address is said at info, once.
 
 mod support;
 
@@ -30,10 +32,18 @@ impl Log for Capture {
     fn flush(&self) {}
 }
 
+/// Installs the capture once for every test of this binary.
+fn capture() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        log::set_logger(&Capture).unwrap();
+        log::set_max_level(LevelFilter::Info);
+    });
+}
+
 #[test]
 fn a_notice_flood_is_cut_escaped_and_rate_limited_in_the_log() {
-    log::set_logger(&Capture).unwrap();
-    log::set_max_level(LevelFilter::Info);
+    capture();
     let mut sim = Sim::new(config());
     let owner = keys(1);
     let own = sim.own.clone();
@@ -59,5 +69,29 @@ fn a_notice_flood_is_cut_escaped_and_rate_limited_in_the_log() {
     for line in flood {
         assert!(!line.contains('\n'), "a newline forges a line: {line}");
         assert!(line.len() < 400, "{} bytes logged", line.len());
+    }
+}
+
+#[test]
+fn a_private_relay_is_said_at_info_once() {
+    capture();
+    let mut sim = Sim::new(config());
+    let own = sim.own.clone();
+    let private = ["ws://10.9.8.7:7000", "ws://192.168.77.1"];
+    for (i, owner) in [keys(3), keys(4)].iter().enumerate() {
+        for t in 0..3 {
+            let d = format!("p{i}-{t}");
+            sim.publish(&own, &announcement(owner, &d, &private, T0 + t));
+        }
+    }
+    sim.advance(std::time::Duration::from_secs(10));
+    let lines = LINES.lock().unwrap();
+    for url in private {
+        let said: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains(&format!("relay {url} refused")))
+            .collect();
+        assert_eq!(said.len(), 1, "{url}: {said:?}");
+        assert!(said[0].contains("--allow-private-addresses"), "{}", said[0]);
     }
 }

@@ -11,10 +11,10 @@
 //! Deletions (NIP-09) live in `deletion`, and which relays an announcement
 //! may name, per owner and in all, in `relay_lists`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use log::{debug, warn};
+use log::{debug, info, warn};
 use nostr::prelude::{Event, EventId, Kind, Timestamp};
 
 use crate::sans_io::address::{host_and_port, ip_literal, is_public};
@@ -184,6 +184,10 @@ pub struct IndexLimits {
     pub allow_private: bool,
 }
 
+/// Private relay URLs logged once each at most: hostile announcements
+/// could name any number, and past this they stay at debug.
+const PRIVATE_LOGGED_MAX: usize = 1024;
+
 /// Repos, their relays and roots, with ids interned.
 #[derive(Debug)]
 pub struct RepoIndex {
@@ -194,6 +198,9 @@ pub struct RepoIndex {
     root_ids: HashMap<EventId, RootId>,
     roots: Vec<Root>,
     relay_ids: HashMap<String, RelayId>,
+    /// Private relay URLs already logged at info (see
+    /// `relay_lists::refuse_private`), at most [`PRIVATE_LOGGED_MAX`].
+    private_logged: HashSet<String>,
     /// Normalized URLs by id; empty for a released id.
     relay_urls: Vec<String>,
     /// Per relay id: announcement relay lists (in force or held) naming it.
@@ -229,6 +236,7 @@ impl RepoIndex {
             root_ids: HashMap::new(),
             roots: Vec::new(),
             relay_ids: HashMap::new(),
+            private_logged: HashSet::new(),
             relay_urls: Vec::new(),
             relay_refs: Vec::new(),
             relay_pinned: Vec::new(),

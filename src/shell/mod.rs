@@ -444,12 +444,10 @@ impl Shell {
             .filter(|r| **r != self.engine.own_relay())
             .count();
         if relay != self.engine.own_relay() && remote >= self.opts.max_relays {
-            warn!(
-                "{url}: relay cap of {} reached; not connecting",
-                self.opts.max_relays
-            );
             self.stats.relay_cap_refused += 1;
-            self.engine.handle_connect_failed(now, relay);
+            let cause = format!("relay cap of {} reached", self.opts.max_relays);
+            self.engine
+                .handle_connect_failed_because(now, relay, &cause);
             return;
         }
         let trusted = self.trusted.contains(&relay);
@@ -467,8 +465,9 @@ impl Shell {
                 self.relay_slots.insert(relay, token);
             }
             Err(reason) => {
-                warn!("{url}: {reason}");
-                self.engine.handle_connect_failed(now, relay);
+                let cause = reason.to_string();
+                self.engine
+                    .handle_connect_failed_because(now, relay, &cause);
             }
         }
     }
@@ -731,14 +730,14 @@ impl Shell {
         };
         match kind {
             SlotKind::Relay { relay, opened, .. } => {
-                debug!("{}: {reason}", self.engine.relay_url(relay));
                 if self.relay_slots.get(&relay) == Some(&token) {
                     self.relay_slots.remove(&relay);
                 }
                 if opened {
-                    self.engine.handle_disconnected(now, relay);
+                    self.engine.handle_disconnected_because(now, relay, reason);
                 } else {
-                    self.engine.handle_connect_failed(now, relay);
+                    self.engine
+                        .handle_connect_failed_because(now, relay, reason);
                 }
             }
             SlotKind::OwnSink { .. } => self.on_sink_closed(reason, now),
@@ -837,7 +836,7 @@ impl Shell {
                 state.relays.len(),
                 self.clock.now().since(now).as_millis()
             ),
-            Err(e) => warn!("state file {}: {e}", file.path().display()),
+            Err(e) => warn!("--state-file {}: {e}; not saved", file.path().display()),
         }
     }
 

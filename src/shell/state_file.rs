@@ -117,7 +117,7 @@ impl StateFile {
                 return None;
             }
             Err(e) => {
-                warn!("state file {}: {e}; starting fresh", path.display());
+                warn!("--state-file {}: {e}; starting fresh", path.display());
                 set_aside(path, unix_now);
                 return None;
             }
@@ -133,7 +133,7 @@ impl StateFile {
                 Some(state)
             }
             Err(e) => {
-                warn!("state file {}: {e}; starting fresh", path.display());
+                warn!("--state-file {}: {e}; starting fresh", path.display());
                 set_aside(path, unix_now);
                 None
             }

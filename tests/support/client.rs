@@ -116,7 +116,7 @@ pub fn event_of(msg: &Value) -> Event {
 }
 
 /// Longest a test waits for anything; client reads time out after it.
-pub const WAIT: Duration = Duration::from_secs(5);
+pub const WAIT: Duration = Duration::from_secs(30);
 
 pub fn note(k: &Keys, created_at: u64, content: &str) -> Event {
     sign(k, 1, created_at, Vec::new(), content)

@@ -83,6 +83,7 @@ fn run(mut options: Options, describe: &dyn Fn(&ShellError) -> String) -> ExitCo
         options.config.seed = nanos ^ (u64::from(std::process::id()) << 32);
     }
     let shard = options.config.shard;
+    let settings = cli::settings_text(&options);
     let shell = match Shell::new(options.config, options.shell, SinkTarget::OwnRelay) {
         Ok(s) => s,
         Err(e) => {
@@ -94,8 +95,15 @@ fn run(mut options: Options, describe: &dyn Fn(&ShellError) -> String) -> ExitCo
         eprintln!("grasp-sync: cannot handle signals: {e}");
         return ExitCode::from(2);
     }
+    let metrics = shell
+        .metrics_addr()
+        .map_or("off".to_owned(), |a| a.to_string());
+    log::info!(
+        "{} starting: shard={shard} metrics={metrics} {settings}",
+        cli::version_text()
+    );
     if let Some(addr) = shell.metrics_addr() {
-        log::info!("metrics on http://{addr}/metrics");
+        log::info!("metrics on http://{addr}/metrics (and /healthz)");
         // On stdout too, so whoever asked for port 0 (the demo, tests) can
         // read the port the kernel picked instead of racing for one.
         // Ignored if stdout is closed: the metrics still serve.

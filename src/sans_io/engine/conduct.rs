@@ -195,7 +195,7 @@ impl Engine {
         );
         if self.relays[relay.index()].status != Status::Disconnected {
             self.actions.push_back(Action::Disconnect { relay });
-            self.fail_connection(relay, now);
+            self.fail_connection(relay, now, "cut for misbehaving");
         }
     }
 }

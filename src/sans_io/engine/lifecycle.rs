@@ -159,9 +159,8 @@ impl Engine {
         let silent = now.since(state.last_heard);
         let (keepalive, pong) = (self.config.keepalive, self.config.pong_timeout);
         if silent >= keepalive + pong {
-            warn!("{} silent for {silent:?}; dropping", self.relay_url(relay));
             self.actions.push_back(Action::Disconnect { relay });
-            self.fail_connection(relay, now);
+            self.fail_connection(relay, now, &format!("silent for {silent:?}"));
             None
         } else if silent >= keepalive {
             self.relays[relay.index()].pinged = true;
@@ -172,10 +171,11 @@ impl Engine {
         }
     }
 
-    /// A connect attempt failed: backoff, unless the attempt was abandoned.
-    pub(super) fn connect_failed(&mut self, now: Time, relay: RelayId) {
+    /// A connect attempt failed for `cause`: backoff, unless the attempt
+    /// was abandoned.
+    pub(super) fn connect_failed(&mut self, now: Time, relay: RelayId, cause: &str) {
         if self.relays[relay.index()].status == Status::Connecting {
-            self.fail_connection(relay, now);
+            self.fail_connection(relay, now, cause);
         }
     }
 
@@ -189,23 +189,20 @@ impl Engine {
         }
         self.stats.upgrades_refused += 1;
         if status != 429 && status != 503 {
-            warn!(
-                "{}: upgrade refused with HTTP {status}",
-                self.relay_url(relay)
-            );
-            return self.fail_connection(relay, now);
+            let cause = format!("upgrade refused with HTTP {status}");
+            return self.fail_connection(relay, now, &cause);
         }
-        warn!("{}: HTTP {status} (busy)", self.relay_url(relay));
-        self.fail_connection_with(relay, now, |health, policy, _| {
+        let cause = format!("HTTP {status}: busy");
+        self.fail_connection_with(relay, now, &cause, |health, policy, _| {
             health.record_rate_limit(now, policy)
         });
     }
 
     /// A lost connection fails like a connect: backoff and retry. A report
     /// for a connection the engine already dropped is ignored.
-    pub(super) fn disconnected(&mut self, now: Time, relay: RelayId) {
+    pub(super) fn disconnected(&mut self, now: Time, relay: RelayId, cause: &str) {
         if self.relays[relay.index()].status != Status::Disconnected {
-            self.fail_connection(relay, now);
+            self.fail_connection(relay, now, cause);
         }
     }
 
@@ -238,24 +235,27 @@ impl Engine {
         );
     }
 
-    /// Marks `relay` disconnected after a failure and schedules the retry.
-    pub(super) fn fail_connection(&mut self, relay: RelayId, now: Time) {
+    /// Marks `relay` disconnected after a failure for `cause` and
+    /// schedules the retry.
+    pub(super) fn fail_connection(&mut self, relay: RelayId, now: Time, cause: &str) {
         if relay == self.own {
-            return self.fail_connection_with(relay, now, |health, _, _| {
+            return self.fail_connection_with(relay, now, cause, |health, _, _| {
                 health.record_failure_exact(now, &OWN_RECONNECT)
             });
         }
         let penalty = self.relays[relay.index()].conduct.backoff_steps();
-        self.fail_connection_with(relay, now, |health, policy, rng| {
+        self.fail_connection_with(relay, now, cause, |health, policy, rng| {
             health.record_failure(now, policy, penalty, rng)
         });
     }
 
-    /// Marks `relay` disconnected and schedules the retry `retry_at` picks.
+    /// Marks `relay` disconnected and schedules the retry `retry_at` picks;
+    /// the one line logged says why (`cause`) and when it is retried.
     fn fail_connection_with(
         &mut self,
         relay: RelayId,
         now: Time,
+        cause: &str,
         retry_at: impl FnOnce(&mut HealthTracker, &BackoffPolicy, &mut SmallRng) -> Time,
     ) {
         self.stats.connect_failures += 1;
@@ -265,7 +265,7 @@ impl Engine {
         let retry = retry_at(&mut state.health, &policy, &mut self.rng);
         state.retry_at = Some(retry);
         warn!(
-            "{} failed; retry in {:?}",
+            "{} failed: {cause}; retry in {:?}",
             self.index.relay_url(relay),
             retry.since(now)
         );
@@ -308,9 +308,8 @@ impl Engine {
     pub(super) fn on_connect_timeout(&mut self, relay: RelayId, epoch: u32, now: Time) {
         let state = &self.relays[relay.index()];
         if state.epoch == epoch && state.status == Status::Connecting {
-            warn!("{} connect timed out", self.relay_url(relay));
             self.actions.push_back(Action::Disconnect { relay });
-            self.fail_connection(relay, now);
+            self.fail_connection(relay, now, "connect timed out");
         }
     }
 

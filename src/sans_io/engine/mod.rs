@@ -486,7 +486,14 @@ impl Engine {
 
     /// A connect attempt for `relay` failed.
     pub fn handle_connect_failed(&mut self, now: Time, relay: RelayId) {
-        self.connect_failed(now, relay);
+        self.connect_failed(now, relay, "connect failed");
+    }
+
+    /// A connect attempt for `relay` failed for `cause` (`Connection
+    /// refused`, `DNS lookup failed`, ...), which the failure's log line
+    /// names.
+    pub fn handle_connect_failed_because(&mut self, now: Time, relay: RelayId, cause: &str) {
+        self.connect_failed(now, relay, cause);
     }
 
     /// The relay answered the websocket upgrade with HTTP `status`; 429 and
@@ -497,7 +504,13 @@ impl Engine {
 
     /// The connection to `relay` was lost.
     pub fn handle_disconnected(&mut self, now: Time, relay: RelayId) {
-        self.disconnected(now, relay);
+        self.disconnected(now, relay, "connection lost");
+    }
+
+    /// The connection to `relay` was lost for `cause`, which the failure's
+    /// log line names.
+    pub fn handle_disconnected_because(&mut self, now: Time, relay: RelayId, cause: &str) {
+        self.disconnected(now, relay, cause);
     }
 
     /// A pong from the relay; it counts only as the answer to an

@@ -101,9 +101,9 @@ impl RepoIndex {
                     for raw in &values[1..] {
                         match normalize(raw) {
                             Ok(url) if self.allowed_host(&url) => urls.push(url),
-                            Ok(_) => {
+                            Ok(url) => {
                                 self.stats.relay_urls_rejected += 1;
-                                debug!("announcement {}: private relay {raw:?} ignored", event.id);
+                                self.refuse_private(event, url);
                             }
                             Err(e) => {
                                 self.stats.relay_urls_rejected += 1;
@@ -112,16 +112,35 @@ impl RepoIndex {
                         }
                     }
                 }
-                Some("clone") => urls.extend(
-                    values[1..]
-                        .iter()
-                        .filter_map(|c| relay_of_clone_url(c))
-                        .filter(|u| self.allowed_host(u)),
-                ),
+                Some("clone") => {
+                    for url in values[1..].iter().filter_map(|c| relay_of_clone_url(c)) {
+                        if self.allowed_host(&url) {
+                            urls.push(url);
+                        } else {
+                            self.refuse_private(event, url);
+                        }
+                    }
+                }
                 _ => {}
             }
         }
         urls
+    }
+
+    /// Logs a relay refused for its private address: at info the first
+    /// time (an operator syncing a LAN relay learns why it is skipped and
+    /// which flag allows it), at debug after, and at debug for all once
+    /// [`PRIVATE_LOGGED_MAX`] were logged.
+    fn refuse_private(&mut self, event: &Event, url: String) {
+        if self.private_logged.len() < PRIVATE_LOGGED_MAX && self.private_logged.insert(url.clone())
+        {
+            info!(
+                "relay {url} refused: a private address (named by announcement {}; --allow-private-addresses allows it); said once per relay",
+                event.id
+            );
+        } else {
+            debug!("announcement {}: private relay {url} ignored", event.id);
+        }
     }
 
     /// False for a loopback, private or link-local IP literal or
