@@ -53,6 +53,17 @@ fn embedded_with(
     (running, handle)
 }
 
+/// `n` comments on `repo`, published on `relay`.
+fn comments_on(relay: &TestRelay, repo: &str, n: u64) -> Vec<Event> {
+    let history: Vec<Event> = (0..n)
+        .map(|i| repo_comment(&keys(2), repo, T0 + i, &format!("comment {i}")))
+        .collect();
+    for e in &history {
+        relay.publish(e.clone());
+    }
+    history
+}
+
 /// A store behind a queue of `QUEUE` events: `Full` when the queue is,
 /// and a record of every store call made while an event was handed back
 /// and no room was signalled since (the shell must wait for the signal,
@@ -119,12 +130,7 @@ fn a_full_sink_pauses_reads_and_resumes_on_its_signal_losing_nothing() {
     let a = TestRelay::start(RelayOptions::default()).unwrap();
     let owner = keys(1);
     let repo = coord(&owner, "repo");
-    let history: Vec<Event> = (0..400)
-        .map(|i| repo_comment(&keys(2), &repo, T0 + i, &format!("comment {i}")))
-        .collect();
-    for e in &history {
-        a.publish(e.clone());
-    }
+    let history = comments_on(&a, &repo, 400);
     let (tx, rx) = sync_channel(QUEUE);
     let fulls = Arc::new(AtomicUsize::new(0));
     let readies = Arc::new(AtomicU64::new(0));
@@ -167,12 +173,7 @@ fn a_full_sink_that_never_signals_is_offered_again_a_second_later() {
     let a = TestRelay::start(RelayOptions::default()).unwrap();
     let owner = keys(1);
     let repo = coord(&owner, "repo");
-    let history: Vec<Event> = (0..3)
-        .map(|i| repo_comment(&keys(2), &repo, T0 + i, &format!("comment {i}")))
-        .collect();
-    for e in &history {
-        a.publish(e.clone());
-    }
+    let history = comments_on(&a, &repo, 3);
     /// Full on every first offer of an event, stored on the second.
     struct Hesitant(Arc<Mutex<Vec<EventId>>>, HashSet<EventId>);
     impl Sink for Hesitant {
@@ -318,12 +319,7 @@ fn a_listing_answered_later_through_the_handle_drives_negentropy() {
     let a = TestRelay::start(RelayOptions::default()).unwrap();
     let owner = keys(1);
     let repo = coord(&owner, "repo");
-    let history: Vec<Event> = (0..20)
-        .map(|i| repo_comment(&keys(2), &repo, T0 + i, &format!("comment {i}")))
-        .collect();
-    for e in &history {
-        a.publish(e.clone());
-    }
+    let history = comments_on(&a, &repo, 20);
     let stored = Arc::new(Mutex::new(Vec::new()));
     let asked = Arc::new(Mutex::new(Vec::new()));
     let sink = ListsLater {
@@ -358,12 +354,7 @@ fn stats_and_status_report_what_the_metrics_page_shows() {
     let a = TestRelay::start(RelayOptions::default()).unwrap();
     let owner = keys(1);
     let repo = coord(&owner, "repo");
-    let history: Vec<Event> = (0..5)
-        .map(|i| repo_comment(&keys(2), &repo, T0 + i, &format!("comment {i}")))
-        .collect();
-    for e in &history {
-        a.publish(e.clone());
-    }
+    let history = comments_on(&a, &repo, 5);
     let stored = Arc::new(Mutex::new(Vec::new()));
     // Private addresses allowed on the engine's Config alone: the shell's
     // options (false) must not switch it off again.
