@@ -161,14 +161,27 @@ pub mod internal {
 /// URL naming a public host may resolve to a private address), and the
 /// websocket reader with its frame cap, which reports oversized messages
 /// (feed [`Engine::handle_oversized`]) and protocol violations (feed
-/// [`Engine::handle_offence`] and drop the connection).
+/// [`Engine::handle_offence`] and drop the connection), and the writer
+/// that masks client frames (`tungstenite`'s) and keeps only what the
+/// socket did not take.
 ///
 /// A [`RelayId`] names a relay, not a connection: the engine reuses it
 /// when it reconnects. Tag each socket with a generation of your own (the
 /// shell's slots do) and drop what a closed one still reports, or a late
 /// event of an old connection reaches the new one.
+///
+/// ```
+/// use grasp_sync::driver::{host_and_port, is_public};
+///
+/// // What DNS answered for a relay, checked before connecting.
+/// assert!(!is_public("10.0.0.7".parse().unwrap()));
+/// assert!(is_public("93.184.216.34".parse().unwrap()));
+/// assert_eq!(host_and_port("wss://relay.example"), Some(("relay.example".into(), 443)));
+/// ```
 pub mod driver {
     pub use crate::sans_io::address::{host_and_port, ip_literal, is_public};
     #[cfg(feature = "shell")]
     pub use crate::sans_io::ws_reader::{Incoming, Violation, WsReader};
+    #[cfg(feature = "shell")]
+    pub use crate::sans_io::ws_writer::WsWriter;
 }

@@ -24,13 +24,14 @@ use support::*;
 /// A shell with `sink` for the own relay `OWN` (never connected: no
 /// self-subscription), metrics on an OS-picked port.
 fn embedded(tune: impl FnOnce(&mut Config), sink: SinkTarget) -> (Running, ShellHandle) {
-    embedded_with(|c, _| tune(c), sink)
+    embedded_with(|c, _| tune(c), |_| sink)
 }
 
-/// [`embedded`], with the shell's options to tune too.
+/// [`embedded`], with the shell's options to tune too, and the sink made
+/// with the shell's handle (`Shell::with_sink`).
 fn embedded_with(
     tune: impl FnOnce(&mut Config, &mut ShellOptions),
-    sink: SinkTarget,
+    make_sink: impl FnOnce(&ShellHandle) -> SinkTarget,
 ) -> (Running, ShellHandle) {
     let mut config = Config::new(OWN);
     config.self_subscribe = false;
@@ -42,7 +43,7 @@ fn embedded_with(
         ..ShellOptions::default()
     };
     tune(&mut config, &mut opts);
-    let shell = Shell::new(config, opts, sink).expect("shell starts");
+    let shell = Shell::with_sink(config, opts, make_sink).expect("shell starts");
     let metrics = shell.metrics_addr().expect("metrics bound");
     let (handle, thread) = shell.spawn().expect("thread starts");
     let running = Running {
@@ -51,6 +52,17 @@ fn embedded_with(
         thread: Some(thread),
     };
     (running, handle)
+}
+
+/// `n` comments on `repo`, published on `relay`.
+fn comments_on(relay: &TestRelay, repo: &str, n: u64) -> Vec<Event> {
+    let history: Vec<Event> = (0..n)
+        .map(|i| repo_comment(&keys(2), repo, T0 + i, &format!("comment {i}")))
+        .collect();
+    for e in &history {
+        relay.publish(e.clone());
+    }
+    history
 }
 
 /// A store behind a queue of `QUEUE` events: `Full` when the queue is,
@@ -119,12 +131,7 @@ fn a_full_sink_pauses_reads_and_resumes_on_its_signal_losing_nothing() {
     let a = TestRelay::start(RelayOptions::default()).unwrap();
     let owner = keys(1);
     let repo = coord(&owner, "repo");
-    let history: Vec<Event> = (0..400)
-        .map(|i| repo_comment(&keys(2), &repo, T0 + i, &format!("comment {i}")))
-        .collect();
-    for e in &history {
-        a.publish(e.clone());
-    }
+    let history = comments_on(&a, &repo, 400);
     let (tx, rx) = sync_channel(QUEUE);
     let fulls = Arc::new(AtomicUsize::new(0));
     let readies = Arc::new(AtomicU64::new(0));
@@ -167,12 +174,7 @@ fn a_full_sink_that_never_signals_is_offered_again_a_second_later() {
     let a = TestRelay::start(RelayOptions::default()).unwrap();
     let owner = keys(1);
     let repo = coord(&owner, "repo");
-    let history: Vec<Event> = (0..3)
-        .map(|i| repo_comment(&keys(2), &repo, T0 + i, &format!("comment {i}")))
-        .collect();
-    for e in &history {
-        a.publish(e.clone());
-    }
+    let history = comments_on(&a, &repo, 3);
     /// Full on every first offer of an event, stored on the second.
     struct Hesitant(Arc<Mutex<Vec<EventId>>>, HashSet<EventId>);
     impl Sink for Hesitant {
@@ -292,10 +294,12 @@ fn what_the_sink_stored_reaches_the_index_with_no_feed() {
     running.stop();
 }
 
-/// Answers listings later, from another thread, through the handle.
+/// Answers listings later, from a thread of its own, through the handle
+/// it was built with (`Shell::with_sink`): an async store's shape.
 struct ListsLater {
     keep: Keep,
     asked: Arc<Mutex<Vec<ListRequest>>>,
+    shell: ShellHandle,
 }
 
 impl Sink for ListsLater {
@@ -305,6 +309,11 @@ impl Sink for ListsLater {
 
     fn list(&mut self, request: ListRequest, _filter: &Filter) -> Listing {
         self.asked.lock().unwrap().push(request);
+        let shell = self.shell.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            shell.listed(request, Some(Vec::new()));
+        });
         Listing::Later
     }
 }
@@ -315,28 +324,26 @@ fn a_listing_answered_later_through_the_handle_drives_negentropy() {
     let a = TestRelay::start(RelayOptions::default()).unwrap();
     let owner = keys(1);
     let repo = coord(&owner, "repo");
-    let history: Vec<Event> = (0..20)
-        .map(|i| repo_comment(&keys(2), &repo, T0 + i, &format!("comment {i}")))
-        .collect();
-    for e in &history {
-        a.publish(e.clone());
-    }
+    let history = comments_on(&a, &repo, 20);
     let stored = Arc::new(Mutex::new(Vec::new()));
     let asked = Arc::new(Mutex::new(Vec::new()));
-    let sink = ListsLater {
-        keep: Keep(stored.clone()),
-        asked: asked.clone(),
-    };
-    let (running, handle) = embedded(|_| {}, SinkTarget::Custom(Box::new(sink)));
+    let keep = Keep(stored.clone());
+    let sink_asked = asked.clone();
+    let (running, handle) = embedded_with(
+        |_, _| {},
+        |handle| {
+            SinkTarget::Custom(Box::new(ListsLater {
+                keep,
+                asked: sink_asked,
+                shell: handle.clone(),
+            }))
+        },
+    );
     handle.feed(announcement(&owner, "repo", &[&a.url(), OWN], T0));
     assert!(
         wait_for(20, || !asked.lock().unwrap().is_empty()),
         "a listing asked"
     );
-    // Answered from another thread, as an async database would.
-    for request in asked.lock().unwrap().drain(..) {
-        handle.listed(request, Some(Vec::new()));
-    }
     assert!(wait_for(20, || stored.lock().unwrap().len() >= history.len()));
     // An answer lost would end in the listing's deadline: a fallback.
     assert!(
@@ -355,21 +362,17 @@ fn stats_and_status_report_what_the_metrics_page_shows() {
     let a = TestRelay::start(RelayOptions::default()).unwrap();
     let owner = keys(1);
     let repo = coord(&owner, "repo");
-    let history: Vec<Event> = (0..5)
-        .map(|i| repo_comment(&keys(2), &repo, T0 + i, &format!("comment {i}")))
-        .collect();
-    for e in &history {
-        a.publish(e.clone());
-    }
+    let history = comments_on(&a, &repo, 5);
     let stored = Arc::new(Mutex::new(Vec::new()));
     // Private addresses allowed on the engine's Config alone: the shell's
     // options (false) must not switch it off again.
+    let keep = Keep(stored.clone());
     let (running, handle) = embedded_with(
         |c, o| {
             c.allow_private_addresses = true;
             o.allow_private_addresses = false;
         },
-        SinkTarget::Custom(Box::new(Keep(stored.clone()))),
+        |_| SinkTarget::Custom(Box::new(keep)),
     );
     handle.feed(announcement(&owner, "repo", &[&a.url(), OWN], T0));
     assert!(wait_for(20, || stored.lock().unwrap().len() == history.len()));

@@ -12,7 +12,7 @@ use tungstenite::protocol::frame::Frame;
 
 /// The unsent bytes of one connection's outgoing frames.
 #[derive(Debug, Default)]
-pub(crate) struct WsWriter {
+pub struct WsWriter {
     buf: Vec<u8>,
     /// Bytes of `buf` already sent.
     sent: usize,
@@ -21,7 +21,7 @@ pub(crate) struct WsWriter {
 impl WsWriter {
     /// Encodes `frame` behind what is waiting, masked with `mask` (the
     /// caller draws it at random, per frame, as RFC 6455 asks of clients).
-    pub(crate) fn queue(&mut self, mut frame: Frame, mask: [u8; 4]) {
+    pub fn queue(&mut self, mut frame: Frame, mask: [u8; 4]) {
         if self.sent > 0 {
             self.buf.drain(..self.sent);
             self.sent = 0;
@@ -34,18 +34,23 @@ impl WsWriter {
     }
 
     /// Bytes waiting to be sent, in order.
-    pub(crate) fn unsent(&self) -> &[u8] {
+    pub fn unsent(&self) -> &[u8] {
         &self.buf[self.sent..]
     }
 
     /// How many bytes wait.
-    pub(crate) fn len(&self) -> u64 {
+    pub fn len(&self) -> u64 {
         (self.buf.len() - self.sent) as u64
+    }
+
+    /// Nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The socket took `n` of the waiting bytes; the buffer is freed once
     /// it took all.
-    pub(crate) fn advance(&mut self, n: usize) {
+    pub fn advance(&mut self, n: usize) {
         self.sent = (self.sent + n).min(self.buf.len());
         if self.sent == self.buf.len() {
             self.buf = Vec::new();

@@ -212,10 +212,19 @@ pub struct Shell {
 
 impl Shell {
     /// Sets up the loop, the engine, DNS workers, TLS roots and the metrics listener.
-    pub fn new(
+    pub fn new(config: Config, opts: ShellOptions, sink: SinkTarget) -> Result<Shell, ShellError> {
+        Shell::with_sink(config, opts, |_| sink)
+    }
+
+    /// [`Shell::new`] for a sink that needs the shell's handle (to call
+    /// [`ShellHandle::sink_ready`] or [`ShellHandle::listed`] from its
+    /// own tasks, or to give it to the store's hook that feeds the
+    /// index): `make_sink` gets it before the shell exists, so nothing
+    /// has to wait for it in a `OnceLock`.
+    pub fn with_sink(
         mut config: Config,
         opts: ShellOptions,
-        sink: SinkTarget,
+        make_sink: impl FnOnce(&ShellHandle) -> SinkTarget,
     ) -> Result<Shell, ShellError> {
         // One switch, set in either place (see ShellOptions).
         let allow_private = config.allow_private_addresses || opts.allow_private_addresses;
@@ -245,6 +254,8 @@ impl Shell {
         }
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (handle, commands) = ShellHandle::new(waker.clone());
+        let sink = make_sink(&handle);
         let resolver = match opts.dns_lookup {
             Some(lookup) => {
                 Resolver::with_lookup(opts.dns_threads.max(1), 256, waker.clone(), lookup)?
@@ -285,7 +296,6 @@ impl Shell {
             let at = now + state_file::SAVE_EVERY;
             timers.insert(at.as_millis(), ShellTimer::SaveState);
         }
-        let (handle, commands) = ShellHandle::new(waker.clone());
         debug!("shell for {own_url} ready");
         Ok(Shell {
             poll,
