@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use grasp_sync::testing::relay::{RelayOptions, TestRelay};
 use grasp_sync::{
-    Config, JsonOutcome, JsonSink, ListRequest, Listing, Shell, ShellHandle, ShellOptions, Sink,
+    Config, JsonOutcome, JsonSink, ListRequest, Listing, ShellHandle, ShellOptions, Sink,
     SinkTarget, StoreOutcome,
 };
 use nostr::prelude::*;
@@ -33,24 +33,16 @@ fn embedded_with(
     tune: impl FnOnce(&mut Config, &mut ShellOptions),
     make_sink: impl FnOnce(&ShellHandle) -> SinkTarget,
 ) -> (Running, ShellHandle) {
-    let mut config = Config::new(OWN);
-    config.self_subscribe = false;
-    config.batch_window = Duration::from_millis(100);
-    config.backoff_base = Duration::from_millis(200);
-    let mut opts = ShellOptions {
-        allow_private_addresses: true,
-        metrics: Some("127.0.0.1:0".parse().expect("valid address")),
-        ..ShellOptions::default()
-    };
-    tune(&mut config, &mut opts);
-    let shell = Shell::with_sink(config, opts, make_sink).expect("shell starts");
-    let metrics = shell.metrics_addr().expect("metrics bound");
-    let (handle, thread) = shell.spawn().expect("thread starts");
-    let running = Running {
-        handle: handle.clone(),
-        metrics,
-        thread: Some(thread),
-    };
+    let running = Running::start_with(
+        OWN,
+        |config, opts| {
+            config.self_subscribe = false;
+            config.batch_window = Duration::from_millis(100);
+            tune(config, opts);
+        },
+        make_sink,
+    );
+    let handle = running.handle.clone();
     (running, handle)
 }
 

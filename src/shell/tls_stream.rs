@@ -534,7 +534,7 @@ fn tls_error(e: rustls::Error) -> io::Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::cell::RefCell;
     use std::collections::VecDeque;
     use std::rc::Rc;
@@ -547,6 +547,37 @@ mod tests {
     use rustls::{RootCertStore, ServerConfig, ServerConnection};
 
     use super::*;
+
+    /// A server config with a fresh self-signed certificate for
+    /// `localhost`, and a client config that trusts it if `trusted`.
+    pub(crate) fn localhost_pair(trusted: bool) -> (ServerConfig, ClientConfig) {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let der = CertificateDer::from_pem_slice(cert.pem().as_bytes()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![der.clone()],
+                PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap(),
+            )
+            .unwrap();
+        let mut roots = RootCertStore::empty();
+        if trusted {
+            roots.add(der).unwrap();
+        }
+        let client = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        (server, client)
+    }
 
     /// One direction of an in-memory socket.
     type Pipe = Rc<RefCell<VecDeque<u8>>>;
@@ -635,32 +666,8 @@ mod tests {
 
     /// As [`world`], with the server's config changed by `tweak`.
     fn world_with(seed: u64, trusted: bool, tweak: impl FnOnce(&mut ServerConfig)) -> World {
-        let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(vec!["localhost".to_owned()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-        let der = CertificateDer::from_pem_slice(cert.pem().as_bytes()).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut server = ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![der.clone()],
-                PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap(),
-            )
-            .unwrap();
+        let (mut server, client) = localhost_pair(trusted);
         tweak(&mut server);
-        let mut roots = RootCertStore::empty();
-        if trusted {
-            roots.add(der).unwrap();
-        }
-        let client = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
         let (to_client, to_server) = (Pipe::default(), Pipe::default());
         let closed = Rc::new(RefCell::new(false));
         let sock = Sock {

@@ -796,31 +796,7 @@ mod tests {
     impl TlsPeer {
         /// A listener and the client config that trusts its certificate.
         fn listen() -> (std::net::TcpListener, TlsTarget, Arc<rustls::ServerConfig>) {
-            use rustls::pki_types::pem::PemObject;
-            use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-            let key = rcgen::KeyPair::generate().unwrap();
-            let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-                .unwrap()
-                .self_signed(&key)
-                .unwrap();
-            let der = CertificateDer::from_pem_slice(cert.pem().as_bytes()).unwrap();
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let server = rustls::ServerConfig::builder_with_provider(provider.clone())
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_no_client_auth()
-                .with_single_cert(
-                    vec![der.clone()],
-                    PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap(),
-                )
-                .unwrap();
-            let mut roots = rustls::RootCertStore::empty();
-            roots.add(der).unwrap();
-            let client = ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth();
+            let (server, client) = crate::shell::tls_stream::tests::localhost_pair(true);
             let target = TlsTarget {
                 config: Arc::new(client),
                 name: ServerName::try_from("localhost").unwrap(),

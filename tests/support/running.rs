@@ -17,7 +17,17 @@ pub struct Running {
 
 impl Running {
     pub fn start(own: &TestRelay, tune: impl FnOnce(&mut Config, &mut ShellOptions)) -> Running {
-        let mut config = Config::new(own.url());
+        Running::start_with(&own.url(), tune, |_| SinkTarget::OwnRelay)
+    }
+
+    /// [`Running::start`] for own relay `own`, with the sink `make_sink`
+    /// makes from the shell's handle (`Shell::with_sink`).
+    pub fn start_with(
+        own: &str,
+        tune: impl FnOnce(&mut Config, &mut ShellOptions),
+        make_sink: impl FnOnce(&ShellHandle) -> SinkTarget,
+    ) -> Running {
+        let mut config = Config::new(own);
         config.batch_window = Duration::from_millis(200);
         config.backoff_base = Duration::from_millis(200);
         let mut opts = ShellOptions {
@@ -26,14 +36,13 @@ impl Running {
             ..ShellOptions::default()
         };
         tune(&mut config, &mut opts);
-        let shell = Shell::new(config, opts, SinkTarget::OwnRelay).expect("shell starts");
-        let handle = shell.handle();
+        let shell = Shell::with_sink(config, opts, make_sink).expect("shell starts");
         let metrics = shell.metrics_addr().expect("metrics bound");
-        let thread = Some(std::thread::spawn(move || shell.run()));
+        let (handle, thread) = shell.spawn().expect("thread starts");
         Running {
             handle,
             metrics,
-            thread,
+            thread: Some(thread),
         }
     }
 
