@@ -5,38 +5,12 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-
 use grasp_sync::testing::farm::{FarmOptions, RelayFarm, RelayProfile};
 use grasp_sync::testing::limits::{TOO_MANY_TAG_VALUES, ValueCaps};
 use nostr::prelude::*;
 use serde_json::{Value, json};
-use support::client::{Client, WAIT, ids, kinds, note};
+use support::client::{connect, http_get, ids, kinds, letter, note};
 use support::{T0, keys};
-use tungstenite::stream::MaybeTlsStream;
-
-fn connect(url: &str) -> Client<MaybeTlsStream<TcpStream>> {
-    let (ws, _) = tungstenite::connect(url).expect("client connects");
-    if let MaybeTlsStream::Plain(s) = ws.get_ref() {
-        s.set_read_timeout(Some(WAIT)).expect("set read timeout");
-    }
-    Client { ws }
-}
-
-/// One raw HTTP/1.1 GET to a port; the whole response.
-fn http_get(port: u16, headers: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    write!(s, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n").unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
-fn letter(c: char) -> SingleLetterTag {
-    SingleLetterTag::from_char(c).unwrap()
-}
 
 #[test]
 fn a_profiled_relay_caps_refuses_and_publishes_nip11_and_the_others_do_not() {

@@ -5,13 +5,12 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 
 use grasp_sync::testing::farm::{FarmOptions, RelayFarm, RelayProfile, StrfryLimits};
 use nostr::prelude::*;
 use serde_json::{Value, json};
-use support::client::{Client, WAIT, ids, kinds, note, wait_until};
+use support::client::{Client, connect, http_get, ids, kinds, letter, note, wait_until};
 use support::{T0, keys, sign, tag};
 use tungstenite::Message;
 use tungstenite::stream::MaybeTlsStream;
@@ -34,28 +33,6 @@ fn strfry_farm(limits: StrfryLimits) -> RelayFarm {
 
 fn default_farm() -> RelayFarm {
     strfry_farm(StrfryLimits::default())
-}
-
-fn connect(farm: &RelayFarm) -> PlainClient {
-    let (ws, _) = tungstenite::connect(farm.url(0)).expect("client connects");
-    if let MaybeTlsStream::Plain(s) = ws.get_ref() {
-        s.set_read_timeout(Some(WAIT)).expect("set read timeout");
-    }
-    Client { ws }
-}
-
-/// One raw HTTP/1.1 GET to a port; the whole response.
-fn http_get(port: u16, headers: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    write!(s, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n").unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
-fn letter(c: char) -> SingleLetterTag {
-    SingleLetterTag::from_char(c).unwrap()
 }
 
 fn now() -> u64 {
@@ -97,7 +74,7 @@ fn a_limit_over_500_is_clamped_to_500_silently() {
     let k = keys(3);
     let events: Vec<Event> = (0..600).map(|i| note(&k, T0 + i, &i.to_string())).collect();
     farm.seed(0, events.clone());
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     // until_eose fails on anything but events and EOSE: no NOTICE, no CLOSED.
     let page = c.req("a", vec![kinds(1).limit(1000)]);
     assert_eq!(page.len(), 500);
@@ -119,7 +96,7 @@ fn filters_are_answered_in_turn_and_a_shared_event_counts_toward_both() {
         })
         .collect();
     farm.seed(0, events.clone());
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     let e = |i: usize| events[i].id;
 
     // The first filter's events first, though older: no merge by time.
@@ -138,7 +115,7 @@ fn since_and_until_are_inclusive() {
     let k = keys(3);
     let events: Vec<Event> = (0..3).map(|i| note(&k, T0 + i, &i.to_string())).collect();
     farm.seed(0, events.clone());
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     let at = |t: u64| Timestamp::from_secs(t);
     let one = c.req("a", vec![kinds(1).since(at(T0 + 1)).until(at(T0 + 1))]);
     assert_eq!(ids(&one), [events[1].id]);
@@ -151,7 +128,7 @@ fn since_and_until_are_inclusive() {
 #[test]
 fn more_than_200_filters_are_refused_with_arr_too_big() {
     let farm = default_farm();
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     let filter = json!({"kinds": [1]});
     assert_closed(
         &mut c,
@@ -164,7 +141,7 @@ fn more_than_200_filters_are_refused_with_arr_too_big() {
 #[test]
 fn more_than_3_tag_letters_in_a_filter_are_refused() {
     let farm = default_farm();
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     let four = json!({"#a": ["x"], "#b": ["x"], "#c": ["x"], "#d": ["x"]});
     assert_closed(
         &mut c,
@@ -180,7 +157,7 @@ fn a_tag_value_over_255_bytes_refuses_the_whole_req() {
     let farm = default_farm();
     let k = keys(3);
     farm.seed(0, vec![note(&k, T0, "x")]);
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     let long = "x".repeat(256);
     assert_closed(
         &mut c,
@@ -200,7 +177,7 @@ fn a_tag_value_over_255_bytes_refuses_the_whole_req() {
 #[test]
 fn e_and_p_values_must_be_64_hex_digits() {
     let farm = default_farm();
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     let e = |v: String| vec![json!({ "#e": [v] })];
     // 63 digits: strfry's hex decoder refuses an odd count before the size
     // is checked.
@@ -233,7 +210,7 @@ fn an_event_with_a_tag_value_over_255_bytes_is_stored_but_not_found_by_it() {
     let k = keys(3);
     let long = "x".repeat(300);
     let event = sign(&k, 1, now(), vec![tag(&["a", &long])], "long a");
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     assert_eq!(c.publish(&event), (true, String::new()));
     assert_eq!(ids(&c.req("k", vec![kinds(1)])), [event.id]);
     // Its first 255 bytes are another value; the value itself cannot be
@@ -251,7 +228,7 @@ fn an_event_with_a_tag_value_over_255_bytes_is_stored_but_not_found_by_it() {
 fn a_filter_on_a_tag_that_is_no_letter_matches_nothing() {
     let farm = default_farm();
     farm.seed(0, vec![note(&keys(3), T0, "x")]);
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     // nostr's Filter would drop the condition and match everything.
     assert!(assert_served(&mut c, vec![json!({"#1": ["x"]})]).is_empty());
     assert_eq!(assert_served(&mut c, vec![json!({"kinds": [1]})]).len(), 1);
@@ -267,7 +244,7 @@ fn live_reqs_over_the_limit_are_refused_after_their_eose() {
     });
     let k = keys(3);
     farm.seed(0, vec![note(&k, T0, "stored")]);
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     assert_eq!(c.req("l1", vec![kinds(1)]).len(), 1);
     assert_eq!(c.req("l2", vec![kinds(1)]).len(), 1);
     // The third is served up to its EOSE, then refused going live.
@@ -321,7 +298,7 @@ fn reqs_still_scanning_over_the_limit_are_refused() {
         .map(|i| note(&k, T0 + i, &format!("{i} {filler}")))
         .collect();
     farm.seed(0, big);
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     c.send_req("big", vec![kinds(1).limit(500)]);
     c.send_req("s2", vec![kinds(7)]);
     c.send_req("s3", vec![kinds(7)]);
@@ -361,7 +338,7 @@ fn nip77_sessions_over_the_limit_are_refused_and_counted_apart_from_reqs() {
         max_subscriptions: 2,
         ..StrfryLimits::default()
     });
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     // Two live REQs do not count against sessions.
     assert!(c.req("l1", vec![kinds(1)]).is_empty());
     assert!(c.req("l2", vec![kinds(1)]).is_empty());
@@ -401,7 +378,7 @@ fn negentropy_over_max_sync_events_is_blocked() {
     let mut events: Vec<Event> = (0..3).map(|i| note(&k, T0 + i, &i.to_string())).collect();
     events.push(sign(&k, 2, T0, vec![], "kind 2"));
     farm.seed(0, events);
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     c.send(json!(["NEG-OPEN", "all", {}, NEG_INITIAL]).to_string());
     assert_eq!(
         c.recv(),
@@ -417,7 +394,7 @@ fn negentropy_over_max_sync_events_is_blocked() {
 #[test]
 fn every_closed_and_notice_text_starts_with_error() {
     let farm = default_farm();
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     let notice = |c: &mut PlainClient, msg: &str, text: &str| {
         c.send(msg);
         assert_eq!(c.recv(), json!(["NOTICE", text]), "{msg}");
@@ -473,7 +450,7 @@ fn reads_before_auth_are_refused_in_strfrys_words() {
         ..FarmOptions::default()
     };
     let farm = RelayFarm::start(1, opts).expect("farm starts");
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     assert_eq!(c.recv()[0], "AUTH");
     c.send_req("s", vec![kinds(1)]);
     let reason = "auth-required: requested filter requires authentication";
@@ -488,7 +465,7 @@ fn reads_before_auth_are_refused_in_strfrys_words() {
 #[test]
 fn a_frame_over_131072_bytes_drops_the_connection() {
     let farm = default_farm();
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     // Exactly the limit, padded with JSON whitespace: served.
     let req = raw_req("fits", vec![json!({"kinds": [1]})]);
     let exact = format!("{req}{}", " ".repeat(131_072 - req.len()));
@@ -508,7 +485,7 @@ fn a_frame_over_131072_bytes_drops_the_connection() {
 fn events_too_large_too_early_or_too_late_get_ok_false() {
     let farm = default_farm();
     let k = keys(3);
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     let large = note(&k, now(), &"x".repeat(70_000));
     let size = large.as_json().len();
     assert_eq!(
@@ -571,6 +548,6 @@ fn nip11_is_strfrys_document_for_the_exact_accept_only() {
     }
     assert_eq!(farm.stats().info_served, 1);
     // Websockets still work on the same port.
-    let mut c = connect(&farm);
+    let mut c = connect(&farm.url(0));
     assert!(c.req("s", vec![kinds(1)]).is_empty());
 }

@@ -138,3 +138,28 @@ pub fn wait_until(what: &str, cond: impl Fn() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A client of the relay at `url` over plain TCP, its reads bounded by
+/// [`WAIT`].
+pub fn connect(url: &str) -> Client<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>> {
+    let (ws, _) = tungstenite::connect(url).expect("client connects");
+    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(WAIT)).expect("set read timeout");
+    }
+    Client { ws }
+}
+
+/// One raw HTTP/1.1 `GET /` to a port with extra `headers`; the whole
+/// response.
+pub fn http_get(port: u16, headers: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    write!(s, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+pub fn letter(c: char) -> SingleLetterTag {
+    SingleLetterTag::from_char(c).unwrap()
+}
