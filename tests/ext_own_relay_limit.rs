@@ -5,24 +5,15 @@
 mod support;
 
 use nostr::prelude::*;
-use support::real::{GraspSync, PyRelay};
+use support::real::{GraspSync, PyRelay, announced_issue, replies_to};
 use support::running::wait_for;
-use support::*;
 
 #[test]
 fn a_local_relay_at_its_default_rate_limit_gets_every_event() {
     let own = PyRelay::start_rate_limited();
     let remote = PyRelay::start();
-    let owner = keys(1);
-    let repo = coord(&owner, "repo");
-    let issue = root(&owner, 1621, &[&repo], T0, "issue");
-    own.publish(&[
-        announcement(&owner, "repo", &[&remote.url], T0),
-        issue.clone(),
-    ]);
-    let replies: Vec<Event> = (0..90)
-        .map(|i| reply(&keys(2), &issue, T0 + 1 + i, &format!("r{i}")))
-        .collect();
+    let issue = announced_issue(&own, &remote.url);
+    let replies = replies_to(&issue, 90);
     remote.publish(&replies);
     let ids: Vec<EventId> = replies.iter().map(|e| e.id).collect();
     let engine = GraspSync::start_logged(&own.url, &[], &[("RUST_LOG", "grasp_sync=warn")]);

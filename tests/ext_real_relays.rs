@@ -9,7 +9,9 @@ mod support;
 use std::time::Duration;
 
 use nostr::prelude::*;
-use support::real::{GraspSync, PyRelay, RsRelay, grasp_announcement, missing, publish};
+use support::real::{
+    GraspSync, PyRelay, RsRelay, announced_issue, grasp_announcement, missing, publish, replies_to,
+};
 use support::running::wait_for;
 use support::*;
 
@@ -62,13 +64,7 @@ fn discovery_history_and_live_from_nostr_rs_relay_into_local_relay() {
 fn quick_reconnect_after_a_nostr_rs_relay_restart_catches_up() {
     let own = PyRelay::start();
     let mut remote = RsRelay::start();
-    let owner = keys(1);
-    let repo = coord(&owner, "repo");
-    let issue = root(&owner, 1621, &[&repo], T0, "issue");
-    own.publish(&[
-        announcement(&owner, "repo", &[&remote.url], T0),
-        issue.clone(),
-    ]);
+    let issue = announced_issue(&own, &remote.url);
     let engine = GraspSync::start(&own.url, &[]);
     let first = reply(&keys(2), &issue, T0 + 1, "before");
     publish(&remote.url, std::slice::from_ref(&first));
@@ -93,16 +89,8 @@ fn quick_reconnect_after_a_nostr_rs_relay_restart_catches_up() {
 fn pagination_past_local_relays_500_cap() {
     let own = PyRelay::start();
     let remote = PyRelay::start();
-    let owner = keys(1);
-    let repo = coord(&owner, "repo");
-    let issue = root(&owner, 1621, &[&repo], T0, "issue");
-    own.publish(&[
-        announcement(&owner, "repo", &[&remote.url], T0),
-        issue.clone(),
-    ]);
-    let replies: Vec<Event> = (0..1_200)
-        .map(|i| reply(&keys(2), &issue, T0 + 1 + i, &format!("r{i}")))
-        .collect();
+    let issue = announced_issue(&own, &remote.url);
+    let replies = replies_to(&issue, 1_200);
     remote.publish(&replies);
     let engine = GraspSync::start(&own.url, &[]);
     assert!(

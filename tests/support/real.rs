@@ -20,6 +20,7 @@ use nostr::prelude::*;
 use tungstenite::Message;
 
 use super::running::wait_for;
+use super::{T0, announcement, coord, keys, reply, root};
 
 /// Starts a relay process on a port picked for it, again on another port
 /// if another process took that one before the relay bound it: a port the
@@ -805,4 +806,20 @@ impl Drop for GraspSync {
             let _ = std::fs::remove_file(path);
         }
     }
+}
+
+/// A repo of `keys(1)` announced on `own` as living on `remote`, with one
+/// issue on `own`; the issue, for replies to sync.
+pub fn announced_issue(own: &PyRelay, remote: &str) -> Event {
+    let owner = keys(1);
+    let issue = root(&owner, 1621, &[&coord(&owner, "repo")], T0, "issue");
+    own.publish(&[announcement(&owner, "repo", &[remote], T0), issue.clone()]);
+    issue
+}
+
+/// `n` replies by `keys(2)` to `issue`, a second apart.
+pub fn replies_to(issue: &Event, n: u64) -> Vec<Event> {
+    (0..n)
+        .map(|i| reply(&keys(2), issue, T0 + 1 + i, &format!("r{i}")))
+        .collect()
 }
