@@ -92,15 +92,9 @@ impl Farm {
             self.reply(key, &RelayMessage::notice("error: event exceeded max size"));
             return;
         }
-        let stored = self.relays[relay].store.insert(event.clone());
-        if stored == Stored::New {
-            self.counters.events_stored.fetch_add(1, Ordering::Relaxed);
-        }
         // Live deliveries first, as TestRelay queues them: a client
         // subscribed to its own event sees it before the OK.
-        if matches!(stored, Stored::New | Stored::Ephemeral) {
-            self.deliver(relay, &event);
-        }
+        let stored = self.store_and_deliver(relay, &event);
         let reply = match stored {
             Stored::New | Stored::Ephemeral => RelayMessage::ok(id, true, ""),
             Stored::Duplicate => RelayMessage::ok(id, true, "duplicate: already have it"),
@@ -263,6 +257,19 @@ impl Farm {
             self.counters.neg_errors.fetch_add(1, Ordering::Relaxed);
         }
         self.reply(key, reply);
+    }
+
+    /// Stores `event` on `relay`, counts it if new, and delivers it live
+    /// unless it was a duplicate.
+    pub(super) fn store_and_deliver(&mut self, relay: usize, event: &Event) -> Stored {
+        let stored = self.relays[relay].store.insert(event.clone());
+        if stored == Stored::New {
+            self.counters.events_stored.fetch_add(1, Ordering::Relaxed);
+        }
+        if matches!(stored, Stored::New | Stored::Ephemeral) {
+            self.deliver(relay, event);
+        }
+        stored
     }
 
     /// Sends `event` to every matching subscription of a relay's

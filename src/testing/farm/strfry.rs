@@ -231,13 +231,7 @@ impl Farm {
         let Some(relay) = self.conns.get(key).map(|c| c.relay) else {
             return;
         };
-        let stored = self.relays[relay].store.insert(event.clone());
-        if stored == Stored::New {
-            self.counters.events_stored.fetch_add(1, Ordering::Relaxed);
-        }
-        if matches!(stored, Stored::New | Stored::Ephemeral) {
-            self.deliver(relay, &event);
-        }
+        let stored = self.store_and_deliver(relay, &event);
         let (ok, message) = match stored {
             Stored::New | Stored::Ephemeral => (true, ""),
             Stored::Duplicate => (true, "duplicate: have this event"),
