@@ -1,11 +1,13 @@
-//! Issue 23's finding 4, as far as it was reproduced: a remote relay that
+//! Issue 23's finding 4's world over real sockets: a remote relay that
 //! does not speak NIP-77 and says nothing to `NEG-OPEN` (no `NEG-ERR`, no
 //! `NOTICE`), refuses filters over 10 tag values with `CLOSED`, beside a
 //! LocalRelay own relay capped at 100 per filter that holds ~700 events
-//! of the synced roots. The sessions time out, the roots are re-chunked
-//! after the refusal, and every reply must still arrive. (The finding's
-//! loss, a batch confirmed as its job timed out, did not recur here in
-//! any run; this keeps the world it was seen in over real sockets.)
+//! of the synced roots and lets a connection hold 4 subscriptions, so it
+//! refuses the listings past 4 (`rate-limited: too many REQs`), as the
+//! report's own relay refused about 70. A refused listing was never
+//! reported: every job waited out the listing timeout (a minute) before
+//! its REQ, twice in this world, the second time right as its batch was
+//! re-chunked. Now the listing waits its turn under the relay's count.
 
 mod support;
 
@@ -16,8 +18,8 @@ use support::running::wait_for;
 use support::*;
 
 #[test]
-fn a_relay_silent_to_neg_open_and_refusing_values_loses_nothing() {
-    let own = PyRelay::start_capped(100);
+fn a_relay_silent_to_neg_open_beside_an_own_relay_refusing_listings_loses_nothing() {
+    let own = PyRelay::start_capped_with_reqs(100, 4);
     let x = TestRelay::start(RelayOptions {
         value_caps: Some(ValueCaps::eventstore().closed()),
         silent_on_unknown: true,
@@ -50,6 +52,14 @@ fn a_relay_silent_to_neg_open_and_refusing_values_loses_nothing() {
     let log = engine.log();
     assert_eq!(engine.stop(), Some(0));
     assert!(synced, "{} of 40 missing\n{log}", own.missing(&wanted));
+    assert!(
+        log.contains("own relay refused a listing with"),
+        "the own relay refused listings past its count\n{log}"
+    );
+    assert!(
+        !log.contains("timed out waiting for the own relay's listings"),
+        "no job waited for a refused listing\n{log}"
+    );
     assert!(log.contains("timed out"), "the session timed out\n{log}");
     assert!(log.contains("no negentropy; REQ from now on"), "{log}");
     assert!(

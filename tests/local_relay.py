@@ -12,6 +12,10 @@ required.
 at N (its own `max_filter_limit` option; its default is 500), as khatru
 relays cap them at 100.
 
+`--max-reqs N` lets a connection hold N open subscriptions (its
+`RateLimit.max_reqs`; 500 by default, 5000 here otherwise); one more is
+refused with `CLOSED "rate-limited: too many REQs"`.
+
 Run with the interpreter tests/pyrelays.py installed nostr-sdk for (the
 tests do; `python3` works too where nostr-sdk==0.45.1 is installed)."""
 
@@ -39,10 +43,11 @@ async def main():
     parser.add_argument("--auth", choices=sorted(AUTH_MODES))
     parser.add_argument("--max-filter-limit", type=int)
     parser.add_argument("--default-rate-limit", action="store_true")
+    parser.add_argument("--max-reqs", type=int)
     args = parser.parse_args()
     builder = LocalRelayBuilder().addr("127.0.0.1").port(args.port)
     if not args.default_rate_limit:
-        builder = builder.rate_limit(RateLimit(max_reqs=5000, notes_per_minute=1_000_000))
+        builder = builder.rate_limit(RateLimit(max_reqs=args.max_reqs or 5000, notes_per_minute=1_000_000))
     if args.auth:
         builder = builder.nip42(LocalRelayBuilderNip42(mode=AUTH_MODES[args.auth]))
     if args.max_filter_limit is not None:

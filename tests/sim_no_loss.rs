@@ -1148,3 +1148,46 @@ fn a_second_split_by_kind_reads_each_kind_whole() {
     assert!(stats.seconds_unverified >= 1, "other kinds said unverified");
     sim.check();
 }
+
+/// Issue 23, finding 4's world: an own relay that refuses the listings'
+/// REQs (LocalRelay past its `max_reqs`), beside a relay that says nothing
+/// to `NEG-OPEN` and refuses over 10 tag values. A refused listing was
+/// never reported, so every job waited out the listing timeout (a minute)
+/// before its REQ; now its jobs go to REQ at once, so 40 roots' replies
+/// arrive long before that timeout could have passed.
+#[test]
+fn jobs_whose_listing_the_own_relay_refuses_go_to_req_at_once() {
+    let mut sim = Sim::new(config());
+    sim.listing = Listing::Refusing(1);
+    let a = sim.add_relay(A);
+    a.negentropy = NegMode::Silent;
+    a.value_caps = Some(ValueCaps::eventstore().closed());
+    let owner = keys(1);
+    let own = sim.own.clone();
+    let repo = announce(&mut sim, &owner, "repo", &[A], T0 - 10_000);
+    let mut wanted = Vec::new();
+    for i in 0..40u64 {
+        let issue = root(
+            &owner,
+            1621,
+            &[&repo],
+            T0 - 9_000 + i,
+            &format!("issue {i}"),
+        );
+        sim.seed(&own, &issue);
+        // The sink holds replies of each root: negentropy is worth asking.
+        let held = reply(&keys(3), &issue, T0 - 8_000 + i, "held");
+        sim.seed(&own, &held);
+        sim.seed(A, &held);
+        let new = reply(&keys(2), &issue, T0 - 7_000 + i, "new");
+        sim.seed(A, &new);
+        wanted.push(new);
+    }
+    // Well under one listing timeout (4 × the 15 s session timeout).
+    sim.advance(Duration::from_secs(30));
+    let stats = *sim.engine.stats();
+    assert!(sim.lists_asked > 0, "negentropy asked the sink");
+    assert_eq!(sim.missing(&wanted), vec![], "{stats:?}");
+    assert_eq!(sim.relay(A).neg_opens, 0, "no session without a listing");
+    sim.check();
+}

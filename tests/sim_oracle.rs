@@ -305,15 +305,19 @@ impl World {
         let own_cap = *[usize::MAX, usize::MAX, 500, 100, 50]
             .choose(&mut self.rng)
             .unwrap();
-        // An own relay that refuses a listing now and then (LocalRelay
-        // under load): the shell tells the engine nothing.
+        // An own relay that leaves a listing unanswered now and then (its
+        // connection lost with it), or refuses one (LocalRelay past its
+        // `max_reqs`, with nothing else of ours open).
         if self.rng.gen_bool(0.3) {
             let n = self.rng.gen_range(2..=6);
-            self.sim.listing = sim_listing_flaky(n);
-            let _ = writeln!(
-                self.desc,
-                "  own relay: leaves every {n}th listing unanswered"
-            );
+            let refuses = self.rng.gen_bool(0.5);
+            self.sim.listing = sim_listing(n, refuses);
+            let what = if refuses {
+                "refuses"
+            } else {
+                "leaves unanswered"
+            };
+            let _ = writeln!(self.desc, "  own relay: {what} every {n}th listing");
         }
         let own = self.own.clone();
         self.sim.relay(&own).filter_cap = own_cap;
@@ -1613,9 +1617,13 @@ impl World {
 
 /// `ev` signed again with another `created_at`.
 /// The sim's own-relay listing mode that leaves every `n`th request
-/// unanswered (the oracle's own `Listing` enum is about announcements).
-fn sim_listing_flaky(n: usize) -> grasp_sync::testing::sim::Listing {
-    grasp_sync::testing::sim::Listing::Flaky(n)
+/// unanswered, or refuses it (the oracle's own `Listing` enum is about
+/// announcements).
+fn sim_listing(n: usize, refuses: bool) -> grasp_sync::testing::sim::Listing {
+    match refuses {
+        true => grasp_sync::testing::sim::Listing::Refusing(n),
+        false => grasp_sync::testing::sim::Listing::Flaky(n),
+    }
 }
 
 fn resign_at(k: &Keys, ev: &Event, created_at: u64) -> Event {

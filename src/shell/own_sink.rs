@@ -320,6 +320,7 @@ impl Shell {
                     self.stats.sink_listed += held.len() as u64;
                     self.engine.handle_local_list(now, request, Some(held));
                 }
+                ClientOutput::Unlisted(request) => self.engine.handle_local_unlisted(now, request),
                 ClientOutput::RefusedForGood(id) => self.engine.handle_refused_for_good(id),
             }
         }

@@ -187,6 +187,17 @@ impl PyRelay {
         relay
     }
 
+    /// Like [`PyRelay::start_capped`], holding at most `max_reqs` open
+    /// subscriptions per connection (its `RateLimit::max_reqs`; 500 by
+    /// default): one more is refused with `CLOSED "rate-limited: too many
+    /// REQs"`.
+    pub fn start_capped_with_reqs(max: usize, max_reqs: usize) -> PyRelay {
+        let (max_s, reqs_s) = (max.to_string(), max_reqs.to_string());
+        let mut relay = PyRelay::spawn(&["--max-filter-limit", &max_s, "--max-reqs", &reqs_s]);
+        relay.cap = max;
+        relay
+    }
+
     fn spawn(flags: &[&str]) -> PyRelay {
         let what = format!(
             "LocalRelay (nostr-sdk 0.45.1, installed under {})",

@@ -159,6 +159,18 @@ impl ListingCache {
         (held, std::mem::take(&mut entry.waiting))
     }
 
+    /// The sink will not answer `request`: who waited for it. The entry
+    /// goes, so the next job asking its filter asks again.
+    pub(super) fn refused(&mut self, request: u64) -> Vec<Waiter> {
+        let Some(key) = self.open.remove(&request) else {
+            return Vec::new();
+        };
+        self.entries
+            .remove(&key)
+            .map(|e| e.waiting)
+            .unwrap_or_default()
+    }
+
     /// The sink cannot list: every waiter of every request, which will
     /// never be answered.
     pub(super) fn unanswerable(&mut self) -> Vec<Waiter> {
@@ -255,6 +267,19 @@ mod tests {
         c.release(|_| false);
         assert_eq!(c.len(), 0, "dropped once the last user is done");
         assert_eq!(c.join(key(), w(4, 1), T, STALE), Join::Ask(1));
+    }
+
+    #[test]
+    fn a_refused_listing_hands_back_its_waiters_and_is_asked_again_next_time() {
+        let mut c = ListingCache::default();
+        let key = || r#"{"kinds":[1621]}"#.to_owned();
+        assert_eq!(c.join(key(), w(1, 1), T, STALE), Join::Ask(0));
+        assert_eq!(c.join(key(), w(2, 7), T, STALE), Join::Wait);
+        assert_eq!(c.refused(0), [w(1, 1), w(2, 7)]);
+        assert!(c.refused(0).is_empty(), "answered once");
+        assert_eq!(c.join(key(), w(3, 2), T, STALE), Join::Ask(1), "not waited on");
+        let (_, waiters) = c.answered(0, vec![item(1)]);
+        assert!(waiters.is_empty(), "a late answer to the refused request is no one's");
     }
 
     #[test]

@@ -346,8 +346,9 @@ enum Timer {
 /// - `FetchInfo`: `handle_relay_info` when the fetch ends, `None` if it
 ///   failed; the relay need not be connected.
 /// - `ListLocal`: `handle_local_list` with the same `request`, `None` if
-///   the sink cannot list. Answers the engine no longer waits for (the
-///   relay disconnected meanwhile) are ignored.
+///   the sink cannot list at all; `handle_local_unlisted` if it will not
+///   list this one. Answers the engine no longer waits for (the relay
+///   disconnected meanwhile) are ignored.
 ///
 /// Besides these, `handle_local_event` feeds events the embedding relay
 /// accepted, at any time.
@@ -565,6 +566,13 @@ impl Engine {
         held: Option<Vec<(EventId, Timestamp)>>,
     ) {
         self.local_listed(now, request, held);
+    }
+
+    /// The sink will not list `request` (the own relay refused that REQ):
+    /// the jobs waiting for it go to REQ now, not after the listing
+    /// timeout, and the next job asking the same filter asks again.
+    pub fn handle_local_unlisted(&mut self, now: Time, request: u64) {
+        self.local_unlisted(now, request);
     }
 
     /// The sink refused `id` for a reason that asking again does not

@@ -340,6 +340,15 @@ impl Engine {
         self.after_jobs_ended(now);
     }
 
+    /// The sink will not list `request`: its waiting jobs end in REQ now
+    /// (a job waiting on it would only time out later and do the same).
+    pub(super) fn local_unlisted(&mut self, now: Time, request: u64) {
+        for (relay, id, _) in self.listings.cache.refused(request) {
+            self.requeue_job(relay, id, ToReq::Failed, now);
+        }
+        self.after_jobs_ended(now);
+    }
+
     /// Once every filter of the job is listed: to REQ if the sink holds
     /// nothing for any (negentropy would only add a round), else the first
     /// session. Schedules nothing itself: its callers flush.
@@ -791,7 +800,14 @@ impl Engine {
             return;
         }
         let silent = job.session.as_ref().is_some_and(|s| !s.answered());
-        info!("{}: negentropy job {id:x} timed out", self.relay_url(relay));
+        let waited = match job.session {
+            Some(_) => "",
+            None => " waiting for the own relay's listings",
+        };
+        info!(
+            "{}: negentropy job {id:x} timed out{waited}",
+            self.relay_url(relay)
+        );
         if job.session.is_some() {
             self.send_neg_close(relay, id);
         }

@@ -81,6 +81,9 @@ pub(crate) enum ClientOutput {
     /// The own relay refused this event for good (`blocked:`, `invalid:`,
     /// its size limit): the engine is not to fetch or offer it again.
     RefusedForGood(EventId),
+    /// The own relay refused to list engine request `request`: its jobs
+    /// need not wait for it.
+    Unlisted(u64),
     /// The own relay listed what it holds for engine request `request`.
     Listed {
         /// The engine's request id.
@@ -335,9 +338,19 @@ impl OwnRelayClient {
                     .push_back(ClientOutput::Listed { request, held });
             }
             ListStep::Refused(request) => {
-                info!("own relay refused listing {request}");
+                info!("own relay refused listing {request}; its negentropy jobs use REQ");
                 let next = self.listings.start_waiting();
                 self.control.extend(next);
+                self.outputs.push_back(ClientOutput::Unlisted(request));
+            }
+            ListStep::NeedsAuth(request) => {
+                info!("own relay wants AUTH for listing {request}; asked again after it");
+            }
+            ListStep::Lowered { open, limit } => {
+                info!(
+                    "own relay refused a listing with {open} of ours open (its subscription \
+                     limit); at most {limit} at once on this connection"
+                );
             }
         }
     }

@@ -20,6 +20,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
+use crate::sans_io::refusal::Refusal;
+
 /// Events asked per listing page; relays cap lower ones down anyway.
 const PAGE: usize = 5_000;
 
@@ -37,8 +39,22 @@ pub(crate) enum ListStep {
         /// CLOSE of the last page.
         close: String,
     },
-    /// The own relay refused the listing; the engine's timeout falls back.
+    /// The own relay refused the listing for good (or with nothing else
+    /// of ours open, so no lower count would help): the engine's jobs
+    /// waiting for it go to REQ now.
     Refused(u64),
+    /// The own relay wants NIP-42 first: asked again once our AUTH is
+    /// accepted (`Listings::retry_refused`).
+    NeedsAuth(u64),
+    /// The own relay refused the listing for its subscription limit while
+    /// `open` were open: it waits its turn again, and at most `limit`
+    /// listings run at once from now on (on this connection).
+    Lowered {
+        /// Listings of ours open when it was refused, itself included.
+        open: usize,
+        /// Listings let run at once from now on.
+        limit: usize,
+    },
 }
 
 struct Listing {
@@ -73,15 +89,31 @@ struct Listing {
 const MAX_IN_FLIGHT: usize = 8;
 
 /// Listings in flight on the sink connection, by subscription id.
-#[derive(Default)]
 pub(crate) struct Listings {
     pending: HashMap<String, Listing>,
+    /// Listings let run at once: [`MAX_IN_FLIGHT`], lowered when the own
+    /// relay refuses one for its subscription limit (LocalRelay's
+    /// `max_reqs`: `rate-limited: too many REQs`), back up on a new
+    /// connection (its limit may have changed with a restart).
+    max_in_flight: usize,
     /// Listings waiting for a free slot, oldest first.
     waiting: VecDeque<(u64, Filter)>,
     /// Listings the own relay refused (typically `auth-required:`), to ask
     /// again once it accepts our AUTH.
     refused: Vec<(u64, Filter)>,
     next: u64,
+}
+
+impl Default for Listings {
+    fn default() -> Self {
+        Listings {
+            pending: HashMap::new(),
+            max_in_flight: MAX_IN_FLIGHT,
+            waiting: VecDeque::new(),
+            refused: Vec::new(),
+            next: 0,
+        }
+    }
 }
 
 impl Listings {
@@ -96,7 +128,7 @@ impl Listings {
     /// Lists `filter` for engine request `request`: returns the REQ to send,
     /// or `None` when it waits for a slot (see [`Listings::start_waiting`]).
     pub(crate) fn start(&mut self, request: u64, filter: Filter) -> Option<String> {
-        if self.pending.len() >= MAX_IN_FLIGHT {
+        if self.pending.len() >= self.max_in_flight {
             self.waiting.push_back((request, filter));
             return None;
         }
@@ -107,7 +139,7 @@ impl Listings {
     /// Called after a listing ends.
     pub(crate) fn start_waiting(&mut self) -> Vec<String> {
         let mut reqs = Vec::new();
-        while self.pending.len() < MAX_IN_FLIGHT {
+        while self.pending.len() < self.max_in_flight {
             let Some((request, filter)) = self.waiting.pop_front() else {
                 break;
             };
@@ -157,13 +189,38 @@ impl Listings {
             }
             RelayMessage::EndOfStoredEvents(sub) => self.on_eose(sub.as_str()),
             RelayMessage::Closed {
-                subscription_id, ..
-            } => {
-                let l = self.pending.remove(subscription_id.as_str())?;
-                self.refused.push((l.request, l.filter));
-                Some(ListStep::Refused(l.request))
-            }
+                subscription_id,
+                message,
+            } => self.on_closed(subscription_id.as_str(), message),
             _ => None,
+        }
+    }
+
+    /// A `CLOSED` for listing `sub`. A refusal for the own relay's
+    /// subscription limit is its count, not the listing: the listing
+    /// starts over when a slot is free, under a lower count. Only with
+    /// nothing else of ours open does a lower count not help; then, like
+    /// any other refusal but AUTH's, the engine learns at once that this
+    /// listing will not come, instead of waiting out its timeout (issue
+    /// 23's finding 4: a LocalRelay own relay at its `max_reqs` refused
+    /// every listing past its count, and each job waited a minute).
+    fn on_closed(&mut self, sub: &str, reason: &str) -> Option<ListStep> {
+        let open = self.pending.len();
+        let l = self.pending.remove(sub)?;
+        match Refusal::of_closed(reason) {
+            Refusal::AuthRequired => {
+                self.refused.push((l.request, l.filter));
+                Some(ListStep::NeedsAuth(l.request))
+            }
+            Refusal::TooManySubscriptions | Refusal::RateLimited if open > 1 => {
+                self.max_in_flight = self.max_in_flight.min(open - 1);
+                self.waiting.push_front((l.request, l.filter));
+                Some(ListStep::Lowered {
+                    open,
+                    limit: self.max_in_flight,
+                })
+            }
+            _ => Some(ListStep::Refused(l.request)),
         }
     }
 
@@ -178,6 +235,7 @@ impl Listings {
     /// The sink connection is gone: its listings are lost (the engine's
     /// timeout falls back for them).
     pub(crate) fn clear(&mut self) {
+        self.max_in_flight = MAX_IN_FLIGHT;
         self.pending.clear();
         self.waiting.clear();
         self.refused.clear();
@@ -449,7 +507,7 @@ mod tests {
         let mut l = Listings::default();
         l.start(3, Filter::new());
         let closed = RelayMessage::closed(SubscriptionId::new("list0"), "auth-required: x");
-        assert_eq!(l.on_message(&closed), Some(ListStep::Refused(3)));
+        assert_eq!(l.on_message(&closed), Some(ListStep::NeedsAuth(3)));
         let other = RelayMessage::eose(SubscriptionId::new("x"));
         assert_eq!(l.on_message(&other), None);
         let again = l.retry_refused();
@@ -457,6 +515,70 @@ mod tests {
         assert!(again[0].starts_with(r#"["REQ","list1""#), "{}", again[0]);
         assert!(l.owns("list1"));
         assert!(l.retry_refused().is_empty());
+    }
+
+    fn closed(sub: &str, reason: &str) -> RelayMessage<'static> {
+        RelayMessage::closed(SubscriptionId::new(sub), reason.to_owned())
+    }
+
+    #[test]
+    fn a_refusal_for_the_relays_count_lowers_ours_and_the_listing_waits_its_turn() {
+        let mut l = Listings::default();
+        for r in 0..MAX_IN_FLIGHT as u64 {
+            assert!(
+                l.start(r, Filter::new().kind(Kind::from_u16(1621)))
+                    .is_some()
+            );
+        }
+        // LocalRelay at `max_reqs` 4 took list0..list3 and refused the rest.
+        let mut limits = Vec::new();
+        for sub in 4..MAX_IN_FLIGHT {
+            match l.on_message(&closed(
+                &format!("list{sub}"),
+                "rate-limited: too many REQs",
+            )) {
+                Some(ListStep::Lowered { limit, .. }) => limits.push(limit),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(limits, vec![7, 6, 5, 4], "down to the relay's count");
+        assert!(l.start_waiting().is_empty(), "4 are open");
+        let eose = RelayMessage::eose(SubscriptionId::new("list0"));
+        assert!(matches!(
+            l.on_message(&eose),
+            Some(ListStep::Done { request: 0, .. })
+        ));
+        let again = l.start_waiting();
+        assert_eq!(
+            again.len(),
+            1,
+            "one refused listing starts over in the freed slot"
+        );
+        l.clear();
+        assert_eq!(
+            l.max_in_flight, MAX_IN_FLIGHT,
+            "a new connection starts afresh"
+        );
+    }
+
+    #[test]
+    fn a_refusal_no_lower_count_helps_is_final() {
+        let mut l = Listings::default();
+        l.start(3, Filter::new());
+        let alone = closed("list0", "rate-limited: too many REQs");
+        assert_eq!(
+            l.on_message(&alone),
+            Some(ListStep::Refused(3)),
+            "nothing else was open"
+        );
+        l.start(4, Filter::new());
+        l.start(5, Filter::new());
+        let restricted = closed("list1", "restricted: members only");
+        assert_eq!(l.on_message(&restricted), Some(ListStep::Refused(4)));
+        assert!(
+            l.retry_refused().is_empty(),
+            "only AUTH's refusals are asked again"
+        );
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub enum Listing {
     /// answers (a LocalRelay own relay refusing a listing's REQ now and
     /// then: the shell tells the engine nothing).
     Flaky(usize),
+    /// With what it stores, except every `n`th request, which it refuses
+    /// (a LocalRelay own relay's `CLOSED` for a listing's REQ past a limit
+    /// no lower count helps with: the shell tells the engine at once).
+    Refusing(usize),
 }
 
 /// What becomes of the events the engine outputs for the sink.
@@ -298,7 +302,10 @@ impl Sim {
                     Listing::Unable => None,
                     Listing::Silent => return,
                     Listing::Flaky(n) if self.lists_asked.is_multiple_of(n.max(1)) => return,
-                    Listing::Flaky(_) => Some(self.held(&filter)),
+                    Listing::Refusing(n) if self.lists_asked.is_multiple_of(n.max(1)) => {
+                        return self.engine.handle_local_unlisted(self.now, request);
+                    }
+                    Listing::Flaky(_) | Listing::Refusing(_) => Some(self.held(&filter)),
                 };
                 self.engine.handle_local_list(self.now, request, held);
             }
