@@ -279,7 +279,11 @@ impl Shell {
                 Listing::Now(held) => self.sink_listed(request, held, now),
                 Listing::Later => {}
             },
-            SinkState::OwnRelay(own) => own.client.handle_list(request, filter),
+            SinkState::OwnRelay(own) => {
+                own.client.handle_list(request, filter);
+                // Not asked while the own relay is down: the engine hears so.
+                self.take_sink_outputs(now);
+            }
         }
     }
 
@@ -368,6 +372,8 @@ impl Shell {
             warn!("own relay sink: {reason}");
             own.slot = None;
             own.client.handle_disconnected(now);
+            // The listings it lost: their jobs go to REQ.
+            self.take_sink_outputs(now);
         }
     }
 

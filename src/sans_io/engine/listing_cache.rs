@@ -277,9 +277,16 @@ mod tests {
         assert_eq!(c.join(key(), w(2, 7), T, STALE), Join::Wait);
         assert_eq!(c.refused(0), [w(1, 1), w(2, 7)]);
         assert!(c.refused(0).is_empty(), "answered once");
-        assert_eq!(c.join(key(), w(3, 2), T, STALE), Join::Ask(1), "not waited on");
+        assert_eq!(
+            c.join(key(), w(3, 2), T, STALE),
+            Join::Ask(1),
+            "not waited on"
+        );
         let (_, waiters) = c.answered(0, vec![item(1)]);
-        assert!(waiters.is_empty(), "a late answer to the refused request is no one's");
+        assert!(
+            waiters.is_empty(),
+            "a late answer to the refused request is no one's"
+        );
     }
 
     #[test]

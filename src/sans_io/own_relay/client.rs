@@ -213,11 +213,12 @@ impl OwnRelayClient {
     }
 
     /// The engine asks what the own relay holds for `filter`. Asked on the
-    /// open connection only: while it is down the engine's timeout falls
-    /// back to REQ, which beats holding the engine up on a reconnect.
+    /// open connection only: while it is down the engine's jobs go to REQ
+    /// at once, which beats holding them up on a reconnect.
     pub(crate) fn handle_list(&mut self, request: u64, filter: Filter) {
         if !self.is_open() {
-            return debug!("own relay not connected; listing {request} not asked");
+            debug!("own relay not connected; listing {request} not asked");
+            return self.outputs.push_back(ClientOutput::Unlisted(request));
         }
         if let Some(req) = self.listings.start(request, filter) {
             self.control.push_back(req);
@@ -277,11 +278,13 @@ impl OwnRelayClient {
     }
 
     /// The connection failed or was lost: events in flight go back in
-    /// front of the queue, listings are lost (the engine's timeout falls
-    /// back for them), and the next connect waits one backoff step more.
+    /// front of the queue, listings are lost (their jobs go to REQ), and
+    /// the next connect waits one backoff step more.
     pub(crate) fn handle_disconnected(&mut self, now: Time) {
         self.outbox.handle_disconnect();
-        self.listings.clear();
+        let lost = self.listings.clear();
+        self.outputs
+            .extend(lost.into_iter().map(ClientOutput::Unlisted));
         self.control.clear();
         let retry_at = self.health.record_failure_exact(now, &RECONNECT);
         self.link = Link::Down { retry_at };
@@ -755,11 +758,16 @@ mod tests {
     }
 
     #[test]
-    fn listings_are_answered_on_an_open_connection_and_lost_with_it() {
+    fn listings_are_answered_on_an_open_connection_and_reported_lost_with_it() {
         let keys = Keys::generate();
         let mut c = OwnRelayClient::new(URL, None, 10, T0);
         let filter = Filter::new().kind(Kind::from_u16(1621));
         c.handle_list(1, filter.clone());
+        assert_eq!(
+            c.poll_output(),
+            Some(ClientOutput::Unlisted(1)),
+            "its jobs need not wait"
+        );
         assert!(c.poll_connect(T0));
         c.handle_connected();
         assert!(texts(&mut c, T0).is_empty(), "not asked while down");
@@ -782,9 +790,11 @@ mod tests {
         );
         assert_eq!(texts(&mut c, T0), [r#"["CLOSE","list0"]"#]);
         // A listing in flight when the connection drops is never answered
-        // and its texts do not go on the next connection.
+        // (the engine learns so at once) and its texts do not go on the
+        // next connection.
         c.handle_list(3, filter);
         c.handle_disconnected(T0);
+        assert_eq!(c.poll_output(), Some(ClientOutput::Unlisted(3)));
         assert!(c.poll_connect(c.poll_timeout().unwrap()));
         c.handle_connected();
         c.handle_message(T0, r#"["EOSE","list1"]"#);

@@ -232,13 +232,13 @@ impl Listings {
         self.start_waiting()
     }
 
-    /// The sink connection is gone: its listings are lost (the engine's
-    /// timeout falls back for them).
-    pub(crate) fn clear(&mut self) {
+    /// The sink connection is gone: its listings are lost. Returns their
+    /// requests, for the engine to send their jobs to REQ.
+    pub(crate) fn clear(&mut self) -> Vec<u64> {
         self.max_in_flight = MAX_IN_FLIGHT;
-        self.pending.clear();
-        self.waiting.clear();
-        self.refused.clear();
+        let pending = self.pending.drain().map(|(_, l)| l.request);
+        let waiting = self.waiting.drain(..).chain(self.refused.drain(..));
+        pending.chain(waiting.map(|(request, _)| request)).collect()
     }
 
     fn on_eose(&mut self, sub: &str) -> Option<ListStep> {
@@ -603,7 +603,11 @@ mod tests {
             "oldest waiting first: {}",
             next[0]
         );
-        l.clear();
+        let mut lost = l.clear();
+        lost.sort_unstable();
+        let mut want: Vec<u64> = (1..MAX_IN_FLIGHT as u64).collect();
+        want.extend([100, 101]);
+        assert_eq!(lost, want, "every listing open or waiting is reported lost");
         assert!(
             l.start_waiting().is_empty(),
             "a lost connection drops the queue"
