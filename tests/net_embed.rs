@@ -349,6 +349,65 @@ fn a_listing_answered_later_through_the_handle_drives_negentropy() {
     running.stop();
 }
 
+/// Fails its first listing (a query error), lists every later one.
+struct FailsFirstListing {
+    keep: Keep,
+    asked: Arc<Mutex<usize>>,
+}
+
+impl Sink for FailsFirstListing {
+    fn store(&mut self, from: &str, event: Event) -> StoreOutcome {
+        self.keep.store(from, event)
+    }
+
+    fn list(&mut self, _request: ListRequest, _filter: &Filter) -> Listing {
+        let mut asked = self.asked.lock().unwrap();
+        *asked += 1;
+        match *asked {
+            1 => Listing::Failed,
+            _ => Listing::Now(Some(Vec::new())),
+        }
+    }
+}
+
+#[test]
+fn a_failed_listing_reads_its_filters_with_req_and_negentropy_stays_on() {
+    let a = TestRelay::start(RelayOptions::default()).unwrap();
+    let owner = keys(1);
+    let (first, second) = (coord(&owner, "first"), coord(&owner, "second"));
+    let history = comments_on(&a, &first, 10);
+    let stored = Arc::new(Mutex::new(Vec::new()));
+    let asked = Arc::new(Mutex::new(0));
+    let sink = FailsFirstListing {
+        keep: Keep(stored.clone()),
+        asked: asked.clone(),
+    };
+    let (running, handle) = embedded_with(|_, _| {}, |_| SinkTarget::Custom(Box::new(sink)));
+    let has_all = |events: &[Event]| {
+        let stored = stored.lock().unwrap();
+        events.iter().all(|e| stored.iter().any(|s| s.id == e.id))
+    };
+    handle.feed(announcement(&owner, "first", &[&a.url(), OWN], T0));
+    // Well inside the listing deadline (a minute) the failed one waits for.
+    assert!(wait_for(20, || has_all(&history)), "read with REQ at once");
+    assert_eq!(
+        running.metric("grasp_sync_negentropy_total{event=\"fallback\"}"),
+        1
+    );
+    let later = comments_on(&a, &second, 10);
+    handle.feed(announcement(&owner, "second", &[&a.url(), OWN], T0 + 1));
+    assert!(wait_for(20, || has_all(&later)));
+    assert!(
+        *asked.lock().unwrap() >= 2,
+        "negentropy asked the store again"
+    );
+    assert!(
+        running.metric("grasp_sync_negentropy_total{event=\"skipped_nothing_held\"}") > 0,
+        "the next listing was answered"
+    );
+    running.stop();
+}
+
 #[test]
 fn stats_and_status_report_what_the_metrics_page_shows() {
     let a = TestRelay::start(RelayOptions::default()).unwrap();

@@ -23,6 +23,8 @@ pub(super) enum Command {
         request: ListRequest,
         held: Option<Vec<(EventId, Timestamp)>>,
     },
+    /// A custom sink's listing answered `Later` failed.
+    Unlisted(ListRequest),
     /// Send the counters.
     Stats(Sender<SyncStats>),
     /// Send the state now.
@@ -112,6 +114,13 @@ impl ShellHandle {
     /// that filter, `None` if it cannot tell.
     pub fn listed(&self, request: ListRequest, held: Option<Vec<(EventId, Timestamp)>>) {
         self.send(Command::Listed { request, held });
+    }
+
+    /// A listing answered [`Listing::Later`](crate::Listing::Later) failed
+    /// this time (a query error): as [`Listing::Failed`](crate::Listing::Failed),
+    /// its filters are read with REQ now and negentropy stays on.
+    pub fn unlisted(&self, request: ListRequest) {
+        self.send(Command::Unlisted(request));
     }
 
     /// The counters the metrics page shows, as values; `None` once the

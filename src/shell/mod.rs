@@ -537,6 +537,7 @@ impl Shell {
                 }
                 Command::SinkReady => self.sink_ready(),
                 Command::Listed { request, held } => self.sink_listed(request.0, held, now),
+                Command::Unlisted(request) => self.engine.handle_local_unlisted(now, request.0),
                 Command::Stats(reply) => {
                     let view = self.sink_view();
                     // A caller gone before the answer wants nothing.

@@ -278,6 +278,7 @@ impl Shell {
             SinkState::Custom(custom) => match custom.list(request, &filter) {
                 Listing::Now(held) => self.sink_listed(request, held, now),
                 Listing::Later => {}
+                Listing::Failed => self.engine.handle_local_unlisted(now, request),
             },
             SinkState::OwnRelay(own) => {
                 own.client.handle_list(request, filter);

@@ -46,6 +46,10 @@ pub enum Listing {
     /// database): the loop goes on meanwhile. One not answered within the
     /// engine's listing deadline falls back to REQ.
     Later,
+    /// This listing failed (a query error, a timeout): its filters are
+    /// read with REQ now, and the next listing is asked as usual, where
+    /// `Now(None)` turns negentropy off for good.
+    Failed,
 }
 
 /// Takes each verified event the engine synced.

@@ -89,7 +89,7 @@ impl JsonSink for QueueSink {
 
     fn list_json(&mut self, request: ListRequest, filter: &str) -> Listing {
         let Ok(filter) = Filter::from_json(filter) else {
-            return Listing::Now(None);
+            return Listing::Failed;
         };
         match self.lists.send((request, filter)) {
             Ok(()) => Listing::Later,
@@ -165,17 +165,20 @@ async fn list(
 ) {
     use grasp_sync::nostr::prelude as n45;
     while let Some((request, filter)) = lists.recv().await {
-        let held = db.negentropy_items(filter).await.ok().map(|items| {
-            items
-                .into_iter()
-                .map(|(id, at)| {
-                    (
-                        n45::EventId::from_byte_array(id.to_bytes()),
-                        n45::Timestamp::from_secs(at.as_secs()),
-                    )
-                })
-                .collect()
-        });
-        shell.listed(request, held);
+        // A failed query is this listing's alone: negentropy stays on.
+        let Ok(items) = db.negentropy_items(filter).await else {
+            shell.unlisted(request);
+            continue;
+        };
+        let held = items
+            .into_iter()
+            .map(|(id, at)| {
+                (
+                    n45::EventId::from_byte_array(id.to_bytes()),
+                    n45::Timestamp::from_secs(at.as_secs()),
+                )
+            })
+            .collect();
+        shell.listed(request, Some(held));
     }
 }
