@@ -20,12 +20,15 @@ mod support;
 
 use grasp_sync::testing::limits::ValueCaps;
 use grasp_sync::testing::relay::{RelayOptions, TestRelay};
+use nostr::prelude::EventId;
 use support::real::{GraspSync, PyRelay};
 use support::running::wait_for;
 use support::*;
 
-#[test]
-fn a_relay_silent_to_neg_open_beside_an_own_relay_refusing_listings_loses_nothing() {
+/// The world's relays: the own relay (LocalRelay, 100 per filter, 4
+/// subscriptions a connection) and the remote one, silent to `NEG-OPEN`
+/// and refusing filters over 10 tag values with `CLOSED`.
+fn relays() -> (PyRelay, TestRelay) {
     let own = PyRelay::start_capped_with_reqs(100, 4);
     let x = TestRelay::start(RelayOptions {
         value_caps: Some(ValueCaps::eventstore().closed()),
@@ -33,32 +36,19 @@ fn a_relay_silent_to_neg_open_beside_an_own_relay_refusing_listings_loses_nothin
         ..RelayOptions::default()
     })
     .unwrap();
-    let owner = keys(1);
-    let repo = coord(&owner, "repo");
-    let mut on_own = vec![announcement(&owner, "repo", &[&x.url()], T0)];
-    let mut wanted = Vec::new();
-    for i in 0..40u64 {
-        let issue = root(&owner, 1621, &[&repo], T0 + i, &format!("issue {i}"));
-        for j in 0..17u64 {
-            on_own.push(reply(
-                &keys(3),
-                &issue,
-                T0 + 100 + j,
-                &format!("old {i}.{j}"),
-            ));
-        }
-        let answer = reply(&keys(2), &issue, T0 + 1000 + i, &format!("new {i}"));
-        x.publish(answer.clone());
-        wanted.push(answer.id);
-        on_own.push(issue);
-    }
-    own.publish(&on_own);
+    (own, x)
+}
+
+/// Runs the engine until the own relay holds `wanted`, for `secs` at
+/// most; checks that the own relay refused listings and no job waited for
+/// one, and returns the log.
+fn sync(own: &PyRelay, wanted: &[EventId], secs: u64) -> String {
     let engine = GraspSync::start_logged(&own.url, &[], &[("RUST_LOG", "grasp_sync=info")]);
-    // The session times out after --neg-timeout (15 s by default) first.
-    let synced = wait_for(180, || own.missing(&wanted) == 0);
+    let synced = wait_for(secs, || own.missing(wanted) == 0);
     let log = engine.log();
     assert_eq!(engine.stop(), Some(0));
-    assert!(synced, "{} of 40 missing\n{log}", own.missing(&wanted));
+    let missing = own.missing(wanted);
+    assert!(synced, "{missing} of {} missing\n{log}", wanted.len());
     assert!(
         log.contains("own relay refused a listing with"),
         "the own relay refused listings past its count\n{log}"
@@ -67,6 +57,31 @@ fn a_relay_silent_to_neg_open_beside_an_own_relay_refusing_listings_loses_nothin
         !log.contains("timed out waiting for the own relay's listings"),
         "no job waited for a refused listing\n{log}"
     );
+    log
+}
+
+#[test]
+fn a_relay_silent_to_neg_open_beside_an_own_relay_refusing_listings_loses_nothing() {
+    let (own, x) = relays();
+    let owner = keys(1);
+    let repo = coord(&owner, "repo");
+    let mut on_own = vec![announcement(&owner, "repo", &[&x.url()], T0)];
+    let mut wanted = Vec::new();
+    for i in 0..40u64 {
+        let issue = root(&owner, 1621, &[&repo], T0 + i, &format!("issue {i}"));
+        // The own relay holds replies of each root: negentropy is tried.
+        for j in 0..17u64 {
+            let old = reply(&keys(3), &issue, T0 + 100 + j, &format!("old {i}.{j}"));
+            on_own.push(old);
+        }
+        let answer = reply(&keys(2), &issue, T0 + 1000 + i, &format!("new {i}"));
+        x.publish(answer.clone());
+        wanted.push(answer.id);
+        on_own.push(issue);
+    }
+    own.publish(&on_own);
+    // The sessions time out after --neg-timeout (15 s by default) first.
+    let log = sync(&own, &wanted, 180);
     assert!(log.contains("timed out"), "the session timed out\n{log}");
     assert!(log.contains("no negentropy; REQ from now on"), "{log}");
     assert!(
@@ -80,13 +95,7 @@ fn a_relay_silent_to_neg_open_beside_an_own_relay_refusing_listings_loses_nothin
 /// relay holds the announcement. The roots' listings are refused past 4.
 #[test]
 fn the_reported_world_syncs_80_of_80_in_seconds_while_listings_are_refused() {
-    let own = PyRelay::start_capped_with_reqs(100, 4);
-    let x = TestRelay::start(RelayOptions {
-        value_caps: Some(ValueCaps::eventstore().closed()),
-        silent_on_unknown: true,
-        ..RelayOptions::default()
-    })
-    .unwrap();
+    let (own, x) = relays();
     let owner = keys(1);
     let repo = coord(&owner, "repo");
     own.publish(&[announcement(&owner, "repo", &[&x.url()], T0)]);
@@ -98,18 +107,6 @@ fn the_reported_world_syncs_80_of_80_in_seconds_while_listings_are_refused() {
         x.publish(answer.clone());
         wanted.extend([issue.id, answer.id]);
     }
-    let engine = GraspSync::start_logged(&own.url, &[], &[("RUST_LOG", "grasp_sync=info")]);
     // Under a second here; two listing timeouts (two minutes) before.
-    let synced = wait_for(60, || own.missing(&wanted) == 0);
-    let log = engine.log();
-    assert_eq!(engine.stop(), Some(0));
-    assert!(synced, "{} of 80 missing\n{log}", own.missing(&wanted));
-    assert!(
-        log.contains("own relay refused a listing with"),
-        "the own relay refused listings past its count\n{log}"
-    );
-    assert!(
-        !log.contains("timed out waiting for the own relay's listings"),
-        "no job waited for a refused listing\n{log}"
-    );
+    sync(&own, &wanted, 60);
 }
