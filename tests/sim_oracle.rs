@@ -3,7 +3,8 @@
 //! negentropy or not), repos announced on the own relay or found only on
 //! remote ones, repos moving between relays or withdrawn, events seeded,
 //! published live, backdated behind live streams, and in bursts past a
-//! relay's cap, with relays going down and up all along. Once the world is
+//! relay's cap, relays moving to stores that cap lower than the pages they
+//! served before, with relays going down and up all along. Once the world is
 //! quiet and a daily cycle has passed, a model computed from what the
 //! relays hold and how the world made it (never from the engine) says which
 //! events the sink must hold. Checked: every one of them is there; nothing
@@ -218,6 +219,18 @@ struct World {
     desc: String,
     /// The engine may use NIP-77.
     negentropy: bool,
+    /// A cap to lower halfway through the run (see [`CapDrop`]).
+    cap_drop: Option<CapDrop>,
+}
+
+/// A relay that served the first sync a page of `floor` events for one
+/// filter (so the engine learnt it returns at least that many) and later
+/// moves to a store capping below it: a page under that old floor is no
+/// proof that history ended (issue 23's finding 1).
+#[derive(Debug, Clone, Copy)]
+struct CapDrop {
+    relay: usize,
+    floor: usize,
 }
 
 const OWN_SLOT: usize = usize::MAX;
@@ -283,6 +296,7 @@ impl World {
             counter: 0,
             desc,
             negentropy,
+            cap_drop: None,
         };
         w.setup_relays();
         w
@@ -631,6 +645,9 @@ impl World {
         if !self.roots.is_empty() && self.rng.gen_bool(0.3) {
             let root = self.rng.gen_range(0..self.roots.len());
             self.crowd(Target::Root(root), Place::Seed);
+        }
+        if self.rng.gen_bool(0.3) {
+            self.plan_cap_drop();
         }
         for root in 0..self.roots.len() {
             for _ in 0..self.rng.gen_range(0..=5) {
@@ -1116,6 +1133,71 @@ impl World {
         }
     }
 
+    /// Seeds a long history of the anchor repo on an anchor relay that
+    /// returns it in one short page (a cap of 250 or more, not stated in
+    /// NIP-11, which would settle pages by itself), for [`World::drop_cap`].
+    fn plan_cap_drop(&mut self) {
+        let candidates: Vec<usize> = self
+            .anchors
+            .iter()
+            .copied()
+            .filter(|&r| {
+                let relay = &self.sim.relays[REMOTES[r]];
+                relay.filter_cap >= 250 && relay.info.is_none_or(|i| i.max_limit.is_none())
+            })
+            .collect();
+        let Some(&r) = candidates.choose(&mut self.rng) else {
+            return;
+        };
+        let cap = self.sim.relays[REMOTES[r]].filter_cap;
+        let floor = self.rng.gen_range(150..cap.min(400));
+        self.seed_history(r, floor, "history before its cap drops");
+        self.cap_drop = Some(CapDrop { relay: r, floor });
+        let _ = writeln!(
+            self.desc,
+            "  {}: {floor} events of repo anchor, its cap to drop below them",
+            REMOTES[r]
+        );
+    }
+
+    /// The planned relay moves to a store capping at 50 or 100 and
+    /// restarts; meanwhile it got more old events of the anchor repo than
+    /// its new cap and fewer than the page the engine saw before. Only a
+    /// full re-read finds them (they are older than any catch-up), and
+    /// only one that checks its pages again.
+    fn drop_cap(&mut self) {
+        let Some(CapDrop { relay: r, floor }) = self.cap_drop.take() else {
+            return;
+        };
+        let cap = if floor > 130 && self.rng.gen_bool(0.5) {
+            100
+        } else {
+            50
+        };
+        let url = REMOTES[r];
+        self.note(format!(
+            "{url} moves to a store capping at {cap} (it served {floor})"
+        ));
+        self.sim.relay(url).filter_cap = cap;
+        if self.sim.relays[url].online {
+            self.sim.stop_relay(url);
+            self.restarts.push((self.now() + 5, r));
+        }
+        let n = self.rng.gen_range(cap + cap / 5..floor);
+        self.seed_history(r, n, "history after its cap dropped");
+    }
+
+    /// `n` old events of the anchor repo, stored on remote `r` only.
+    fn seed_history(&mut self, r: usize, n: usize, why: &str) {
+        for _ in 0..n {
+            let t = T0 - self.rng.gen_range(1_000..3_000_000);
+            let ev = self.event_for(Target::Repo(0), t);
+            self.origin
+                .insert(ev.id, format!("{why} on {}", REMOTES[r]));
+            self.put(r, &ev, Place::Seed);
+        }
+    }
+
     /// A relay moves to a store with another cap (strfry to khatru, a
     /// config change) and restarts: what it showed before is a hint only.
     fn change_cap(&mut self) {
@@ -1219,6 +1301,9 @@ impl World {
         self.setup_repos();
         let mut labels = Vec::new();
         for i in 0..steps {
+            if i == steps / 2 {
+                self.drop_cap();
+            }
             self.step();
             if let Err(e) = self.sim.engine.check_invariants() {
                 labels.push(format!("invariant: at step {i}: {e}"));
