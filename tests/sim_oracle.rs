@@ -319,8 +319,8 @@ impl World {
         let own_cap = *[usize::MAX, usize::MAX, 500, 100, 50]
             .choose(&mut self.rng)
             .unwrap();
-        // An own relay that leaves a listing unanswered now and then (its
-        // connection lost with it), or refuses one (LocalRelay past its
+        // An own relay that leaves a listing unanswered now and then (a
+        // sink that drops it without a word), or refuses one (LocalRelay past its
         // `max_reqs`, with nothing else of ours open).
         if self.rng.gen_bool(0.3) {
             let n = self.rng.gen_range(2..=6);

@@ -28,7 +28,7 @@ use std::borrow::Cow;
 use log::{debug, info};
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
-use super::listing_cache::{Held, Join, ListingCache, parts};
+use super::listing_cache::{Held, Join, ListingCache, Waiter, parts};
 use super::neg_turns::Turns;
 use super::{Action, Engine, Status, Timer};
 use crate::sans_io::filters::Encoded;
@@ -320,10 +320,8 @@ impl Engine {
         let Some(held) = held else {
             info!("the sink cannot list what it holds; negentropy off");
             self.listings.sink_lists = false;
-            for (relay, id, _) in self.listings.cache.unanswerable() {
-                self.requeue_job(relay, id, ToReq::Failed, now);
-            }
-            return self.after_jobs_ended(now);
+            let waiters = self.listings.cache.unanswerable();
+            return self.waiters_to_req(waiters, now);
         };
         let (listed, waiters) = self.listings.cache.answered(request, held);
         for (relay, id, i) in waiters {
@@ -343,7 +341,13 @@ impl Engine {
     /// The sink will not list `request`: its waiting jobs end in REQ now
     /// (a job waiting on it would only time out later and do the same).
     pub(super) fn local_unlisted(&mut self, now: Time, request: u64) {
-        for (relay, id, _) in self.listings.cache.refused(request) {
+        let waiters = self.listings.cache.refused(request);
+        self.waiters_to_req(waiters, now);
+    }
+
+    /// Jobs that waited for listings that will not come end in REQ.
+    fn waiters_to_req(&mut self, waiters: Vec<Waiter>, now: Time) {
+        for (relay, id, _) in waiters {
             self.requeue_job(relay, id, ToReq::Failed, now);
         }
         self.after_jobs_ended(now);

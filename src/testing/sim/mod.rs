@@ -53,8 +53,8 @@ pub enum Listing {
     /// Never.
     Silent,
     /// With what it stores, except every `n`th request, which it never
-    /// answers (a LocalRelay own relay refusing a listing's REQ now and
-    /// then: the shell tells the engine nothing).
+    /// answers (a listing the own relay drops without a word: only the
+    /// engine's listing timeout ends its jobs' wait).
     Flaky(usize),
     /// With what it stores, except every `n`th request, which it refuses
     /// (a LocalRelay own relay's `CLOSED` for a listing's REQ past a limit
