@@ -1,0 +1,280 @@
+//! Load run (not criterion): a first sync over a big history, end to end,
+//! beside the rate at which the same own relay takes the same events
+//! published straight to it (issue 33). Both are measured in one run, in
+//! alternating rounds, so the ratio holds on a shared, noisy machine.
+//!
+//! ```sh
+//! cargo build --release
+//! cargo bench --bench first_sync -- one-issue 20000 [rounds]
+//! cargo bench --bench first_sync -- relays 2000 50 [rounds]
+//! ```
+//!
+//! - `one-issue N`: one remote LocalRelay holding one issue with N replies.
+//! - `relays R E`: R remote relays (the in-process relay farm), each the
+//!   only remote of its own repository, holding an issue with E replies.
+//!
+//! The own relay is a LocalRelay (nostr-sdk 0.45.1, its limits raised as
+//! the tests run it), fresh for every measurement. The engine is the
+//! release binary (`target/release/grasp-sync`, or `GRASP_SYNC_BIN`) with
+//! its default settings; the clock runs from its start until the own relay
+//! confirmed every event new (its metrics), then the own relay is asked for
+//! every id. "Direct" publishes the same events to a fresh own relay over
+//! one websocket at a time, 500 in flight (as `publish_bulk` does).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use grasp_sync::testing::farm::{FarmOptions, RelayFarm};
+use nostr::prelude::*;
+use support::real::{PyRelay, free_port, publish, publish_bulk};
+use support::{T0, announcement, coord, keys, reply, root};
+
+/// One world: what the own relay is told first, what the remotes hold.
+struct World {
+    /// Announcements and issues, published to the own relay before start.
+    own_setup: Vec<Event>,
+    /// The events to sync, with the index of the remote holding each.
+    events: Vec<(usize, Event)>,
+}
+
+fn one_issue(n: u64, remote: &str) -> World {
+    let owner = keys(1);
+    let issue = root(&owner, 1621, &[&coord(&owner, "repo")], T0, "issue");
+    let announcement = announcement(&owner, "repo", &[remote], T0);
+    let replies = (0..n).map(|i| (0, reply(&keys(2), &issue, T0 + 1 + i, &format!("r{i}"))));
+    World {
+        own_setup: vec![announcement, issue.clone()],
+        events: replies.collect(),
+    }
+}
+
+fn many_relays(urls: &[String], per_relay: u64) -> World {
+    let owner = keys(1);
+    let mut own_setup = Vec::new();
+    let mut events = Vec::new();
+    for (r, url) in urls.iter().enumerate() {
+        let d = format!("repo{r}");
+        let issue = root(
+            &owner,
+            1621,
+            &[&coord(&owner, &d)],
+            T0,
+            &format!("issue {r}"),
+        );
+        own_setup.push(announcement(&owner, &d, &[url], T0));
+        own_setup.push(issue.clone());
+        for i in 0..per_relay {
+            events.push((r, reply(&keys(2), &issue, T0 + 1 + i, &format!("r{r}.{i}"))));
+        }
+    }
+    World { own_setup, events }
+}
+
+/// The release binary, started against `own` with its metrics on `port`.
+fn start_engine(own: &str, port: u16) -> Child {
+    let bin = std::env::var("GRASP_SYNC_BIN").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/target/release/grasp-sync").to_owned()
+    });
+    Command::new(&bin)
+        .args(["--own-relay", own, "--allow-private-addresses"])
+        .args(["--metrics", &format!("127.0.0.1:{port}")])
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{bin}: {e} (cargo build --release first)"))
+}
+
+/// The metrics page; empty while the engine does not answer yet.
+fn metrics_page(port: u16) -> String {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    let mut page = String::new();
+    let _ = s.read_to_string(&mut page);
+    page
+}
+
+/// A metric's value (summed over its labels matching `label`).
+fn metric(port: u16, name: &str, label: &str) -> Option<u64> {
+    let page = metrics_page(port);
+    let sum = page
+        .lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>();
+    Some(sum as u64)
+}
+
+/// How long a first sync may take before the run fails.
+const LIMIT: Duration = Duration::from_secs(120);
+
+struct Run {
+    seconds: f64,
+    /// User and system CPU the engine used.
+    cpu_seconds: f64,
+    duplicates: u64,
+}
+
+/// Engine start until the own relay confirmed `n` events new.
+fn engine_run(own: &PyRelay, n: usize, ids: &[EventId]) -> Run {
+    let port = free_port();
+    let started = Instant::now();
+    let mut engine = start_engine(&own.url, port);
+    let deadline = started + LIMIT;
+    let stored = |label| metric(port, "grasp_sync_sink_events_total", label).unwrap_or(0);
+    // Every event answered `OK` (new or already held); the own relay is
+    // asked for each of them below.
+    let trace = std::env::var_os("FIRST_SYNC_TRACE").is_some();
+    let mut traced = Instant::now();
+    while stored("outcome=\"stored\"") + stored("outcome=\"duplicate\"") < n as u64 {
+        if trace && traced.elapsed() >= Duration::from_millis(250) {
+            traced = Instant::now();
+            let page = metrics_page(port);
+            let value = |line: &str| {
+                page.lines()
+                    .find(|l| l.starts_with(line))
+                    .and_then(|l| l.rsplit(' ').next().map(str::to_owned))
+                    .unwrap_or_default()
+            };
+            eprintln!(
+                "{:6.2} s: received {} ingested {} outbox {} stored {}",
+                started.elapsed().as_secs_f64(),
+                value("grasp_sync_events_total{outcome=\"received\"}"),
+                value("grasp_sync_events_total{outcome=\"ingested\"}"),
+                value("grasp_sync_outbox_depth"),
+                value("grasp_sync_sink_events_total{outcome=\"stored\"}"),
+            );
+        }
+        if Instant::now() > deadline {
+            let page = metrics_page(port);
+            let _ = engine.kill();
+            panic!("no convergence in {LIMIT:?}; its metrics:\n{page}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu_seconds = cpu_seconds(engine.id());
+    let duplicates = stored("outcome=\"duplicate\"");
+    let missing = own.missing(ids);
+    let _ = Command::new("kill").arg(engine.id().to_string()).status();
+    let _ = engine.wait();
+    assert_eq!(missing, 0, "events missing from the own relay");
+    Run {
+        seconds,
+        cpu_seconds,
+        duplicates,
+    }
+}
+
+/// CPU seconds (user + system) process `pid` used so far, from
+/// `/proc/<pid>/stat` (ticks of 1/100 s on Linux).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn direct_run(events: &[Event], ids: &[EventId]) -> f64 {
+    let own = PyRelay::start();
+    let started = Instant::now();
+    publish_bulk(&own.url, events);
+    let seconds = started.elapsed().as_secs_f64();
+    assert_eq!(own.missing(ids), 0);
+    seconds
+}
+
+fn stats(xs: &mut [f64]) -> (f64, f64, f64) {
+    xs.sort_by(f64::total_cmp);
+    (xs[0], xs[xs.len() / 2], xs[xs.len() - 1])
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let num = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let mode = args.first().map_or("one-issue", String::as_str);
+    let (rounds, world, _farm, _remote);
+    match mode {
+        "one-issue" => {
+            let remote = PyRelay::start();
+            world = one_issue(num(1, 20_000), &remote.url);
+            let events: Vec<Event> = world.events.iter().map(|(_, e)| e.clone()).collect();
+            publish_bulk(&remote.url, &events);
+            rounds = num(2, 3);
+            (_farm, _remote) = (None, Some(remote));
+        }
+        "relays" => {
+            let count = num(1, 2_000) as usize;
+            let farm = RelayFarm::start(count, FarmOptions::default()).expect("farm starts");
+            let urls: Vec<String> = (0..count).map(|r| farm.url(r)).collect();
+            world = many_relays(&urls, num(2, 50));
+            let mut per_relay = vec![Vec::new(); count];
+            for (r, e) in &world.events {
+                per_relay[*r].push(e.clone());
+            }
+            for (r, events) in per_relay.into_iter().enumerate() {
+                farm.seed(r, events);
+            }
+            rounds = num(3, 3);
+            (_farm, _remote) = (Some(farm), None);
+        }
+        other => panic!("unknown mode {other}: one-issue N | relays R E"),
+    }
+    let events: Vec<Event> = world.events.iter().map(|(_, e)| e.clone()).collect();
+    let ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
+    let n = events.len();
+    let (mut direct, mut engine, mut dups) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let d = direct_run(&events, &ids);
+        let own = PyRelay::start();
+        publish(&own.url, &world.own_setup);
+        let e = engine_run(&own, n, &ids);
+        eprintln!(
+            "round {round}: direct {d:.2} s ({:.0}/s), engine {:.2} s ({:.0}/s, {:.2} s CPU), ratio {:.1} %, duplicates {}",
+            n as f64 / d,
+            e.seconds,
+            n as f64 / e.seconds,
+            e.cpu_seconds,
+            100.0 * d / e.seconds,
+            e.duplicates
+        );
+        direct.push(d);
+        engine.push(e.seconds);
+        dups.push(e.duplicates as f64);
+    }
+    let mut ratios: Vec<f64> = direct.iter().zip(&engine).map(|(d, e)| d / e).collect();
+    let (dmin, dmed, dmax) = stats(&mut direct);
+    let (emin, emed, emax) = stats(&mut engine);
+    let (rmin, rmed, rmax) = stats(&mut ratios);
+    println!(
+        "first_sync {mode} events={n} rounds={rounds} direct_s={dmin:.2}/{dmed:.2}/{dmax:.2} \
+         engine_s={emin:.2}/{emed:.2}/{emax:.2} ratio_pct={:.1}/{:.1}/{:.1} duplicates_max={}",
+        100.0 * rmin,
+        100.0 * rmed,
+        100.0 * rmax,
+        stats(&mut dups).2
+    );
+}
