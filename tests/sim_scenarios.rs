@@ -56,6 +56,39 @@ fn world(sim: &mut Sim) -> World {
     }
 }
 
+/// Issue 33: at start the batch window closes with the own relay's stored
+/// events (the self-subscription's EOSE): the burst it waits for is over.
+/// Waiting out its length (5 s by default) delayed every first sync.
+#[test]
+fn the_first_sync_starts_at_the_own_relays_eose_not_after_the_batch_window() {
+    let mut config = config();
+    config.batch_window = Duration::from_secs(5);
+    let mut sim = Sim::new(config);
+    sim.add_relay(A);
+    let owner = keys(1);
+    sim.seed(OWN, &announcement(&owner, "repo", &[A, OWN], T0 - 10_000));
+    let issue = root(
+        &keys(2),
+        1621,
+        &[&coord(&owner, "repo")],
+        T0 - 9_000,
+        "an issue",
+    );
+    sim.seed(OWN, &issue);
+    let replies: Vec<_> = (0..3)
+        .map(|i| reply(&owner, &issue, T0 - 8_000 + i, "a reply"))
+        .collect();
+    for r in &replies {
+        sim.seed(A, r);
+    }
+    sim.advance(Duration::from_secs(2));
+    assert_eq!(
+        sim.missing(&replies),
+        vec![],
+        "synced well within the window"
+    );
+}
+
 #[test]
 fn initial_connect_fetches_full_history_then_live() {
     let mut sim = Sim::new(config());

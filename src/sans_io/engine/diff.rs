@@ -16,6 +16,7 @@ use super::{Engine, Status, Timer};
 use crate::sans_io::index::{Item, RelayId, RepoId, TargetChange};
 use crate::sans_io::subscription::WorkRef;
 use crate::sans_io::time::Time;
+use crate::sans_io::timer::TimerId;
 
 /// The engine's batching state: the open window and the batch ids.
 #[derive(Debug, Default)]
@@ -25,8 +26,8 @@ pub(super) struct Batching {
     /// Verified announcements from other relays that drop the service,
     /// newer than the one indexed: they remove the repo's targets.
     withdrawals: Vec<Event>,
-    /// A window is open (its timer armed).
-    open: bool,
+    /// The open window's timer; `None` while no window is open.
+    window: Option<TimerId>,
     /// The id of the next pending batch.
     next_batch: u64,
     /// Scratch list of target changes, kept for its allocation.
@@ -50,15 +51,26 @@ impl Engine {
     }
 
     fn open_batch_window(&mut self, now: Time) {
-        if !self.batching.open {
-            self.batching.open = true;
-            self.arm(now + self.config.batch_window, Timer::BatchWindow);
+        if self.batching.window.is_none() {
+            let timer = self.arm(now + self.config.batch_window, Timer::BatchWindow);
+            self.batching.window = Some(timer);
+        }
+    }
+
+    /// The own relay's stored events are all in (the self-subscription's
+    /// EOSE): the burst the window waits for is over, so an open window
+    /// closes now. At start this is the whole own relay, and waiting out
+    /// the window only delayed the first sync by its length.
+    pub(super) fn close_batch_window_early(&mut self, now: Time) {
+        if let Some(timer) = self.batching.window {
+            self.timers.cancel(timer);
+            self.close_batch_window(now);
         }
     }
 
     /// The window closed: update the index and diff the touched relays.
     pub(super) fn close_batch_window(&mut self, now: Time) {
-        self.batching.open = false;
+        self.batching.window = None;
         let events = std::mem::take(&mut self.batching.events);
         let withdrawals = std::mem::take(&mut self.batching.withdrawals);
         let mut changes = std::mem::take(&mut self.batching.changes);

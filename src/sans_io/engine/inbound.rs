@@ -392,6 +392,9 @@ impl Engine {
                 for w in work {
                     self.complete_chunk(relay, w.batch);
                 }
+                if scope == Scope::Own {
+                    self.close_batch_window_early(now);
+                }
             }
         }
         // After the chunks completed: whether history is read decides.
