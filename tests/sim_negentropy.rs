@@ -395,3 +395,42 @@ fn same_repo_on(sim: &mut Sim, relays: &[&str]) -> Vec<Event> {
     sim.publish(&own, &announcement(&owner, "r", relays, T0));
     comments
 }
+
+/// Issue 33: the filters of one job overlap (a NIP-22 reply tags its root
+/// with `E` and `e`), so a reconciliation of each finds the same ids. They
+/// were counted once per filter, and an issue with more than half of
+/// `MAX_NEED` (20,000) replies went to REQ paging, one page after another,
+/// instead of a pipelined fetch by id.
+#[test]
+fn ids_two_filters_of_a_job_miss_count_once() {
+    const REPLIES: u64 = 10_050;
+    let mut sim = Sim::new(config());
+    sim.add_relay(A).negentropy = NegMode::Supported;
+    let owner = keys(1);
+    let own = sim.own.clone();
+    sim.publish(&own, &announcement(&owner, "r", &[A], T0 - 20_000));
+    let issue = root(
+        &keys(2),
+        1621,
+        &[&coord(&owner, "r")],
+        T0 - 19_000,
+        "an issue",
+    );
+    sim.publish(&own, &issue);
+    let replies: Vec<Event> = (0..REPLIES)
+        .map(|i| reply(&keys(3), &issue, T0 - 15_000 + i, &format!("r{i}")))
+        .collect();
+    for r in &replies {
+        sim.seed(A, r);
+    }
+    sim.advance(Duration::from_secs(60));
+    assert!(
+        sim.missing(&replies).is_empty(),
+        "{} missing",
+        sim.missing(&replies).len()
+    );
+    let stats = sim.engine.stats();
+    assert_eq!(stats.neg_ids_fetched, REPLIES);
+    assert_eq!(stats.neg_fallbacks, 0);
+    assert_eq!(tag_reqs(&sim), 0, "no history re-read by REQ");
+}

@@ -567,7 +567,12 @@ impl Engine {
         };
         job.current += 1;
         job.session = None;
+        // The filters of one job overlap (a NIP-22 reply tags its root with
+        // both `E` and `e`): an id two of them miss is one event to fetch,
+        // and counted twice it sent a 10,001-reply issue to REQ paging.
         job.need.extend(need);
+        job.need.sort_unstable();
+        job.need.dedup();
         if job.need.len() > MAX_NEED {
             info!(
                 "{}: negentropy job {id:x} found over {MAX_NEED} ids missing; REQ",
