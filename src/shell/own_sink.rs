@@ -207,6 +207,12 @@ impl Shell {
             self.on_sink_closed("nothing in flight answered in time", now);
             return true;
         }
+        if own.client.poll_rotate() {
+            if let Some(token) = own.slot.take() {
+                self.slots.remove(token);
+            }
+            own.client.handle_rotated(now);
+        }
         if own.client.poll_connect(now) {
             let url = own.client.url().to_owned();
             self.connect_sink(&url, now);

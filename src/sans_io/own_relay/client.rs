@@ -28,6 +28,7 @@ use nostr::prelude::{ClientMessage, Event, EventId, Filter, Keys, RelayMessage, 
 use crate::sans_io::health::{BackoffPolicy, HealthTracker};
 use crate::sans_io::index::is_index_kind;
 use crate::sans_io::nip42::auth_event;
+use crate::sans_io::own_relay::link_budget::LinkBudget;
 use crate::sans_io::own_relay::listing::{ListStep, Listings};
 use crate::sans_io::own_relay::outbox::{Outbox, OutboxStats};
 use crate::sans_io::relay_info::RelayInfo;
@@ -135,6 +136,10 @@ pub(crate) struct OwnRelayClient {
     /// What remote reads hold back while the outbox is full, as the shell
     /// last said (`handle_held_back`), for the warning's backlog.
     held_back: HeldBack,
+    /// Messages the open connection carried so far.
+    sent_on_link: usize,
+    /// How many a connection may carry before the relay cuts it.
+    budget: LinkBudget,
 }
 
 /// What waits behind a full outbox, outside it.
@@ -165,6 +170,8 @@ impl OwnRelayClient {
             outputs: VecDeque::new(),
             throttle_warned: None,
             held_back: HeldBack::default(),
+            sent_on_link: 0,
+            budget: LinkBudget::default(),
         }
     }
 
@@ -274,13 +281,18 @@ impl OwnRelayClient {
     pub(crate) fn handle_connected(&mut self) {
         info!("own relay sink connected");
         self.link = Link::Open { auth: Auth::None };
+        self.sent_on_link = 0;
         self.health.record_success();
     }
 
     /// The connection failed or was lost: events in flight go back in
     /// front of the queue, listings are lost (their jobs go to REQ), and
-    /// the next connect waits one backoff step more.
+    /// the next connect waits one backoff step more. A busy link's cut
+    /// teaches how many messages a link may carry.
     pub(crate) fn handle_disconnected(&mut self, now: Time) {
+        if self.is_open() {
+            self.budget.handle_cut(self.sent_on_link);
+        }
         self.outbox.handle_disconnect();
         let lost = self.listings.clear();
         self.outputs
@@ -288,6 +300,27 @@ impl OwnRelayClient {
         self.control.clear();
         let retry_at = self.health.record_failure_exact(now, &RECONNECT);
         self.link = Link::Down { retry_at };
+    }
+
+    /// True when the open connection has carried its budget and nothing
+    /// on it waits for an answer: the shell closes it and reports
+    /// [`OwnRelayClient::handle_rotated`], before the relay cuts it.
+    pub(crate) fn poll_rotate(&self) -> bool {
+        self.is_open()
+            && self.budget.spent(self.sent_on_link)
+            && self.outbox.nothing_in_flight()
+            && self.listings.is_idle()
+            && self.control.is_empty()
+    }
+
+    /// The shell closed a spent connection: a fresh one at once, no
+    /// backoff (nothing failed).
+    pub(crate) fn handle_rotated(&mut self, now: Time) {
+        debug!(
+            "own relay link carried {} messages; a fresh one",
+            self.sent_on_link
+        );
+        self.link = Link::Down { retry_at: now };
     }
 
     /// True while the websocket is open.
@@ -469,10 +502,15 @@ impl OwnRelayClient {
         if !self.is_open() {
             return None;
         }
-        if let Some(text) = self.control.pop_front() {
-            return Some(Transmit::Control(text));
-        }
-        self.outbox.next_message(now).map(Transmit::Publish)
+        let transmit = match self.control.pop_front() {
+            Some(text) => Transmit::Control(text),
+            // A spent link takes no new EVENT: it is ended once what it
+            // carries is answered (`poll_rotate`).
+            None if self.budget.spent(self.sent_on_link) => return None,
+            None => Transmit::Publish(self.outbox.next_message(now)?),
+        };
+        self.sent_on_link += 1;
+        Some(transmit)
     }
 
     /// The next thing the engine must learn.
@@ -820,6 +858,79 @@ mod tests {
             .iter()
             .map(|t| json(t)[1]["id"].as_str().unwrap().to_owned())
             .collect()
+    }
+
+    /// Issue 33: an own relay that cuts a connection after `CUT` messages
+    /// (LocalRelay resets one past about 6,000 a minute). The first cut
+    /// swallows the `OK`s of what was in flight, and only those events go
+    /// again; every later link is ended by us before the cut, with nothing
+    /// in flight, so no other event is sent twice and no backoff is paid.
+    #[test]
+    fn a_relay_that_cuts_busy_links_gets_each_event_once_after_the_first_cut() {
+        const CUT: usize = 1_500;
+        const EVENTS: u64 = 6_000;
+        let keys = Keys::generate();
+        let events: Vec<Event> = (0..EVENTS).map(|n| event(&keys, 1, n)).collect();
+        let mut c = OwnRelayClient::new(URL, None, EVENTS as usize, T0);
+        for e in &events {
+            c.push(e.clone());
+        }
+        let mut sends: std::collections::HashMap<String, usize> = Default::default();
+        let (mut now, mut links, mut cuts, mut rotations) = (T0, 0, 0, 0);
+        let mut in_flight_at_cut = 0;
+        while !c.is_drained() {
+            assert!(links < 100, "no end");
+            assert_eq!(c.poll_timeout(), Some(now), "a fresh link at once");
+            assert!(c.poll_connect(now));
+            c.handle_connected();
+            links += 1;
+            let mut carried = 0;
+            loop {
+                let out = sent_ids(&texts(&mut c, now));
+                if out.is_empty() && c.is_drained() {
+                    break;
+                }
+                if out.is_empty() {
+                    assert!(c.poll_rotate(), "a link stalls only when spent");
+                    c.handle_rotated(now);
+                    rotations += 1;
+                    break;
+                }
+                // The relay stores what it reads up to the cut, and
+                // answers all but what was in flight when it cut.
+                let room = CUT - carried;
+                carried += out.len().min(room);
+                for id in &out[..out.len().min(room)] {
+                    *sends.entry(id.clone()).or_default() += 1;
+                }
+                if carried == CUT {
+                    in_flight_at_cut += out.len().min(room);
+                    cuts += 1;
+                    c.handle_disconnected(now);
+                    now = c.poll_timeout().expect("reconnects");
+                    break;
+                }
+                for id in &out {
+                    c.handle_message(now, &ok(id, true, ""));
+                }
+            }
+        }
+        assert_eq!(
+            sends.len(),
+            EVENTS as usize,
+            "every event reached the relay"
+        );
+        let twice = sends.values().filter(|&&n| n > 1).count();
+        assert_eq!(cuts, 1, "only the first busy link is cut");
+        assert!(
+            rotations >= 3,
+            "later links end before the cut: {rotations}"
+        );
+        assert!(
+            twice <= in_flight_at_cut && twice <= WINDOW,
+            "{twice} events sent twice; {in_flight_at_cut} were in flight at the cut"
+        );
+        assert!(sends.values().all(|&n| n <= 2));
     }
 
     fn hexes(events: &[Event]) -> Vec<String> {

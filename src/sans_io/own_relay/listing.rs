@@ -117,6 +117,12 @@ impl Default for Listings {
 }
 
 impl Listings {
+    /// True while no listing is asked, waiting or refused: a connection
+    /// ended now loses none.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.pending.is_empty() && self.waiting.is_empty() && self.refused.is_empty()
+    }
+
     /// Gives back the room a burst of listings left (a restart asks tens
     /// of thousands at once, most of them waiting here).
     pub(crate) fn shrink_to_fit(&mut self) {

@@ -8,6 +8,7 @@
 #![cfg_attr(not(feature = "shell"), allow(dead_code, unused_imports))]
 
 pub(crate) mod client;
+pub(crate) mod link_budget;
 pub(crate) mod listing;
 pub(crate) mod outbox;
 pub(crate) mod pacer;

@@ -244,6 +244,11 @@ impl Outbox {
         self.pacer.rate()
     }
 
+    /// True while no event waits for its `OK`.
+    pub(crate) fn nothing_in_flight(&self) -> bool {
+        self.inflight.is_empty()
+    }
+
     /// When the first event in flight runs out of time.
     pub(crate) fn next_deadline(&self) -> Option<Time> {
         self.inflight.iter().map(|s| s.at + DEADLINE).min()
