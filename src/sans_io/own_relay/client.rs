@@ -51,8 +51,11 @@ pub(crate) const RECONNECT: BackoffPolicy = BackoffPolicy {
     rate_limit_cooldown: Duration::ZERO,
 };
 
-/// Events in flight (sent, no `OK` yet) at most.
-const WINDOW: usize = 100;
+/// Events in flight (sent, no `OK` yet) at most: enough to keep an own
+/// relay that takes thousands a second busy across a round trip (a
+/// pipelined publisher reaches LocalRelay's pace at 250-500), few enough
+/// that a cut connection costs little to resend.
+const WINDOW: usize = 256;
 
 /// A text for the own-relay connection.
 #[derive(Debug, PartialEq, Eq)]

@@ -72,8 +72,14 @@ pub(crate) struct Pacer {
     /// more a round trip), so a relay that limits us refuses a window of
     /// about that size once, not hundreds, before pacing starts. (Doubling
     /// each round trip had 31 in flight when a bucket of 15 ran dry.)
-    /// Zero until the first send.
+    /// Zero until the first send. Until the relay first refuses, the
+    /// window doubles each round trip instead (one more per event taken):
+    /// a relay that never limited us takes what we send, and growing by
+    /// one a round trip from 16 kept a first sync's outbox at a quarter
+    /// of its window for the first 5,000 events.
     cwnd: usize,
+    /// The relay refused an event for its rate at least once.
+    ever_refused: bool,
     /// Events accepted toward the window's next growth.
     acked: usize,
 }
@@ -113,7 +119,7 @@ impl Pacer {
         if self.gap.is_none() {
             self.cwnd = self.cwnd.max(INITIAL_WINDOW);
             self.acked += 1;
-            if self.acked >= self.cwnd {
+            if !self.ever_refused || self.acked >= self.cwnd {
                 self.acked = 0;
                 self.cwnd += 1;
             }
@@ -135,6 +141,7 @@ impl Pacer {
             return;
         }
         self.last_refusal = Some(now);
+        self.ever_refused = true;
         self.streak = 0;
         self.cwnd = INITIAL_WINDOW;
         self.acked = 0;
@@ -238,5 +245,32 @@ mod tests {
         }
         assert_eq!(p.window(100), 100, "growing to the whole window");
         assert!(p.rate().is_none());
+    }
+
+    /// Issue 33: a relay that never refused takes what we send; the window
+    /// doubles each round trip (a window's worth accepted) until it does.
+    /// After a refusal it grows by one a round trip, as before.
+    #[test]
+    fn the_window_doubles_each_round_trip_until_the_first_refusal() {
+        let mut p = Pacer::default();
+        let t = Time::from_secs(5);
+        assert_eq!(p.window(1_000), INITIAL_WINDOW);
+        let round_trip = |p: &mut Pacer| {
+            for _ in 0..p.window(1_000) {
+                p.accepted();
+            }
+        };
+        round_trip(&mut p);
+        assert_eq!(p.window(1_000), 2 * INITIAL_WINDOW);
+        round_trip(&mut p);
+        assert_eq!(p.window(1_000), 4 * INITIAL_WINDOW);
+        p.refused(t, t);
+        p.sent(t);
+        while p.rate().is_some() {
+            p.accepted();
+        }
+        let before = p.window(1_000);
+        round_trip(&mut p);
+        assert_eq!(p.window(1_000), before + 1, "one more a round trip");
     }
 }
