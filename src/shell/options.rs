@@ -10,8 +10,14 @@ use std::time::Duration;
 const DEFAULT_MAX_RELAYS: usize = 10_000;
 /// Default of [`ShellOptions::max_frame_bytes`] (1 MiB).
 const DEFAULT_MAX_FRAME_BYTES: usize = 1_048_576;
-/// Default of [`ShellOptions::max_frames_per_sec`].
-const DEFAULT_MAX_FRAMES_PER_SEC: u32 = 5_000;
+/// Default of [`ShellOptions::max_frames_per_sec`]: as much as the loop
+/// checks signatures for all relays together ([`GLOBAL_FRAMES_PER_SEC`]),
+/// so one relay holding a big history is read as fast as the own relay
+/// stores it (at 5,000 a first sync of one relay ran at half the own
+/// relay's pace); the own relay's back-pressure, not this, paces it.
+///
+/// [`GLOBAL_FRAMES_PER_SEC`]: crate::shell::read_budget::GLOBAL_FRAMES_PER_SEC
+const DEFAULT_MAX_FRAMES_PER_SEC: u32 = 20_000;
 /// Default of [`ShellOptions::max_unfinished_bytes`] (64 MiB).
 const DEFAULT_MAX_UNFINISHED_BYTES: u64 = 64 << 20;
 /// Default of [`ShellOptions::unfinished_timeout`].

@@ -335,7 +335,7 @@ static FLAGS: &[Flag] = &[
             o.shell.max_frames_per_sec = integer(v, 1)?;
             Ok(())
         }),
-        default: "5000",
+        default: "20000",
         help: "Frames read per second from one relay at most; a flooding relay waits, others do not.",
     },
     Flag {
