@@ -119,13 +119,13 @@ pub use sans_io::config::Config;
 pub use sans_io::engine::{
     Action, ConfigError, Engine, ItemCounts, ItemKey, ItemState, Offence, Output, Stats, Status,
 };
-pub use sans_io::health::Health;
 pub use sans_io::index::{INDEX_KINDS, Item, RelayId, RepoId, RootId};
 pub use sans_io::relay_info::RelayInfo;
 pub use sans_io::relay_url::{UrlError, normalize as normalize_relay_url};
 pub use sans_io::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState};
 pub use sans_io::shard::{Shard, shard_of};
-pub use sans_io::time::Time;
+pub use sans_io::timing::health::Health;
+pub use sans_io::timing::time::Time;
 #[cfg(feature = "shell")]
 pub use shell::key_file::{KeyFileError, read_key_file};
 #[cfg(feature = "shell")]
@@ -146,7 +146,7 @@ pub mod internal {
     pub use crate::sans_io::reconcile::{Reconciliation, Step, means_unsupported};
     pub use crate::sans_io::relay_url::{host_port, normalize, relay_of_clone_url};
     pub use crate::sans_io::seen::Seen;
-    pub use crate::sans_io::timer::TimerWheel;
+    pub use crate::sans_io::timing::timer::TimerWheel;
     #[cfg(feature = "shell")]
     pub use crate::sans_io::ws_reader::{Incoming, Violation, WsReader};
     #[cfg(feature = "shell")]

@@ -20,7 +20,7 @@ use nostr::prelude::{Event, EventId, Kind, Timestamp};
 use crate::sans_io::address::{host_and_port, ip_literal, is_public};
 use crate::sans_io::relay_url::{normalize, relay_of_clone_url};
 use crate::sans_io::service::Service;
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 mod deletion;
 mod relay_lists;

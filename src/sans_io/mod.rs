@@ -3,7 +3,7 @@
 //! Nothing in this folder touches a socket, a file, a thread or a clock;
 //! `.ci/run` fails if a file here so much as names the event loop's crate,
 //! TCP sockets, the file system, threads or the wall clock. Time comes in
-//! as a [`time::Time`] argument, bytes come in as parsed messages, and what
+//! as a [`timing::time::Time`] argument, bytes come in as parsed messages, and what
 //! should happen goes out as values, so every rule can be tested under a
 //! simulated clock and the same engine runs in any event loop.
 
@@ -11,7 +11,6 @@ pub(crate) mod address;
 pub(crate) mod config;
 pub(crate) mod engine;
 pub(crate) mod filters;
-pub(crate) mod health;
 pub mod hex;
 pub(crate) mod index;
 // NIP-11 over HTTP: the shell's alone.
@@ -31,8 +30,7 @@ pub(crate) mod seen;
 pub(crate) mod service;
 pub(crate) mod shard;
 pub(crate) mod subscription;
-pub(crate) mod time;
-pub(crate) mod timer;
+pub(crate) mod timing;
 #[cfg(feature = "shell")]
 pub(crate) mod ws_reader;
 #[cfg(feature = "shell")]

@@ -290,7 +290,7 @@ mod tests {
             relay: RelayId(relay),
             conn,
             opened: false,
-            rate: ReadRate::new(100, crate::sans_io::time::Time::from_millis(0)),
+            rate: ReadRate::new(100, crate::sans_io::timing::time::Time::from_millis(0)),
             throttled: false,
             held: 0,
         }

@@ -45,7 +45,7 @@ use tungstenite::protocol::frame::Frame;
 use tungstenite::protocol::frame::coding::{Data, OpCode};
 
 use crate::sans_io::info_fetch::{Progress, ResponseReader};
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 use crate::sans_io::ws_reader::{Incoming, WsReader};
 use crate::sans_io::ws_writer::WsWriter;
 use crate::shell::tcp_keepalive;

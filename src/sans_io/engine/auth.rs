@@ -17,7 +17,7 @@ use nostr::prelude::*;
 use super::{Action, Engine, Status};
 use crate::sans_io::index::RelayId;
 use crate::sans_io::relay_text::{dropped, relay_text};
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 /// Longest challenge kept. Challenges are short random strings (strfry
 /// and khatru send 32–64 characters); a relay must not make us hold a

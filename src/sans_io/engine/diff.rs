@@ -15,7 +15,7 @@ use super::relay::{Batch, ItemState, Slot};
 use super::{Engine, Status, Timer};
 use crate::sans_io::index::{Item, RelayId, RepoId, TargetChange};
 use crate::sans_io::subscription::WorkRef;
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 /// The engine's batching state: the open window and the batch ids.
 #[derive(Debug, Default)]

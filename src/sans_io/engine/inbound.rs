@@ -19,7 +19,7 @@ use crate::sans_io::index::{
 use crate::sans_io::refusal::Refusal;
 use crate::sans_io::relay_text::{dropped, relay_text};
 use crate::sans_io::subscription::{NextPage, Purpose, Scope, Subscription};
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 /// How long a suspect subscription may stay silent before it is taken as
 /// the refused one ([`Engine::suspect_silent`]). Relays send a stored

@@ -71,7 +71,6 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use crate::sans_io::config::Config;
-use crate::sans_io::health::{BackoffPolicy, Health};
 use crate::sans_io::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex};
 use crate::sans_io::refused::RefusedIds;
 use crate::sans_io::relay_info::RelayInfo;
@@ -80,8 +79,9 @@ use crate::sans_io::relay_url::{UrlError, normalize};
 use crate::sans_io::saved_state::SavedState;
 use crate::sans_io::seen::Seen;
 use crate::sans_io::service::Service;
-use crate::sans_io::time::Time;
-use crate::sans_io::timer::TimerWheel;
+use crate::sans_io::timing::health::{BackoffPolicy, Health};
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::timing::timer::TimerWheel;
 use diff::Batching;
 use negentropy::Listings;
 use relay::{Limits, RelayState, Role};
@@ -853,7 +853,7 @@ impl Engine {
         self.config.chunk_size.min(limits.tag_values).max(1)
     }
 
-    fn arm(&mut self, at: Time, timer: Timer) -> crate::sans_io::timer::TimerId {
+    fn arm(&mut self, at: Time, timer: Timer) -> crate::sans_io::timing::timer::TimerId {
         self.timers.insert(at.as_millis(), timer)
     }
 

@@ -39,7 +39,7 @@ use crate::sans_io::reconcile::{
 use crate::sans_io::refusal::Refusal;
 use crate::sans_io::relay_text::{dropped, relay_text};
 use crate::sans_io::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 /// How many `neg_timeout`s a job may wait for the sink's listings.
 const LISTING_TIMEOUT_FACTOR: u32 = 4;

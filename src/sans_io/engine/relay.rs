@@ -20,12 +20,12 @@ use super::conduct::Conduct;
 use super::negentropy::{NegJob, NegSupport};
 use super::requests::BuiltChunk;
 use super::sub_table::SubTable;
-use crate::sans_io::health::HealthTracker;
 use crate::sans_io::index::Item;
 use crate::sans_io::refusal::Refusal;
 use crate::sans_io::result_cap::ResultCap;
 use crate::sans_io::subscription::{NextPage, Purpose, Saturated, Scope, Subscription, WorkRef};
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::health::HealthTracker;
+use crate::sans_io::timing::time::Time;
 
 /// Where a targeted item stands on one relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,7 +25,7 @@ use crate::sans_io::filters::{
 };
 use crate::sans_io::index::{Item, RelayId};
 use crate::sans_io::subscription::{Purpose, Scope, Subscription, WorkRef};
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 impl Engine {
     /// Starts as much queued historic work on `relay` as its limits allow.

@@ -86,7 +86,7 @@ impl SubTable {
 mod tests {
     use super::*;
     use crate::sans_io::subscription::{Purpose, Scope};
-    use crate::sans_io::time::Time;
+    use crate::sans_io::timing::time::Time;
 
     fn sub(page: u32) -> Subscription {
         Subscription::new(

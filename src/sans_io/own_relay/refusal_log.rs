@@ -12,7 +12,7 @@ use log::warn;
 use nostr::prelude::EventId;
 
 use crate::sans_io::relay_text::relay_text;
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 /// How often one reason is logged at most.
 const EVERY: Duration = Duration::from_secs(60);
