@@ -119,11 +119,11 @@ pub use sans_io::config::Config;
 pub use sans_io::engine::{
     Action, ConfigError, Engine, ItemCounts, ItemKey, ItemState, Offence, Output, Stats, Status,
 };
+pub use sans_io::identity::relay_url::{UrlError, normalize as normalize_relay_url};
+pub use sans_io::identity::shard::{Shard, shard_of};
 pub use sans_io::index::{INDEX_KINDS, Item, RelayId, RepoId, RootId};
 pub use sans_io::relay_info::RelayInfo;
-pub use sans_io::relay_url::{UrlError, normalize as normalize_relay_url};
 pub use sans_io::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState};
-pub use sans_io::shard::{Shard, shard_of};
 pub use sans_io::timing::health::Health;
 pub use sans_io::timing::time::Time;
 #[cfg(feature = "shell")]
@@ -139,12 +139,12 @@ pub use shell::{DnsLookup, Shell, ShellError, ShellHandle, ShellOptions, SinkTar
 /// interface: anything here may change in any release.
 #[doc(hidden)]
 pub mod internal {
-    pub use crate::sans_io::address::{host_and_port, ip_literal, is_public};
     pub use crate::sans_io::filters::{chunk_filters, req_message};
     pub use crate::sans_io::hex;
+    pub use crate::sans_io::identity::address::{host_and_port, ip_literal, is_public};
+    pub use crate::sans_io::identity::relay_url::{host_port, normalize, relay_of_clone_url};
     pub use crate::sans_io::index::{RepoIndex, is_index_kind, is_repo_coord};
     pub use crate::sans_io::reconcile::{Reconciliation, Step, means_unsupported};
-    pub use crate::sans_io::relay_url::{host_port, normalize, relay_of_clone_url};
     pub use crate::sans_io::seen::Seen;
     pub use crate::sans_io::timing::timer::TimerWheel;
     #[cfg(feature = "shell")]
@@ -179,7 +179,7 @@ pub mod internal {
 /// assert_eq!(host_and_port("wss://relay.example"), Some(("relay.example".into(), 443)));
 /// ```
 pub mod driver {
-    pub use crate::sans_io::address::{host_and_port, ip_literal, is_public};
+    pub use crate::sans_io::identity::address::{host_and_port, ip_literal, is_public};
     #[cfg(feature = "shell")]
     pub use crate::sans_io::ws_reader::{Incoming, Violation, WsReader};
     #[cfg(feature = "shell")]

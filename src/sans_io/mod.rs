@@ -7,11 +7,11 @@
 //! should happen goes out as values, so every rule can be tested under a
 //! simulated clock and the same engine runs in any event loop.
 
-pub(crate) mod address;
 pub(crate) mod config;
 pub(crate) mod engine;
 pub(crate) mod filters;
 pub mod hex;
+pub(crate) mod identity;
 pub(crate) mod index;
 // NIP-11 over HTTP: the shell's alone.
 #[cfg(feature = "shell")]
@@ -23,12 +23,9 @@ pub(crate) mod refusal;
 pub(crate) mod refused;
 pub(crate) mod relay_info;
 pub(crate) mod relay_text;
-pub(crate) mod relay_url;
 pub(crate) mod result_cap;
 pub(crate) mod saved_state;
 pub(crate) mod seen;
-pub(crate) mod service;
-pub(crate) mod shard;
 pub(crate) mod subscription;
 pub(crate) mod timing;
 #[cfg(feature = "shell")]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use mio::{Interest, Token};
 use rustls::pki_types::ServerName;
 
-use crate::sans_io::address::{host_and_port, ip_literal, refusal_reason};
+use crate::sans_io::identity::address::{host_and_port, ip_literal, refusal_reason};
 use crate::sans_io::info_fetch;
 use crate::sans_io::timing::time::Time;
 use crate::shell::connect_error::ConnectError;

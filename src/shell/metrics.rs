@@ -453,7 +453,7 @@ fn counter_labeled(out: &mut String, name: &str, help: &str, label: &str, values
 mod tests {
     use super::*;
     use crate::sans_io::config::Config;
-    use crate::sans_io::shard::Shard;
+    use crate::sans_io::identity::shard::Shard;
 
     const T0: Time = Time::from_secs(1);
 

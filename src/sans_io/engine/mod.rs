@@ -71,14 +71,14 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use crate::sans_io::config::Config;
+use crate::sans_io::identity::relay_url::{UrlError, normalize};
+use crate::sans_io::identity::service::Service;
 use crate::sans_io::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex};
 use crate::sans_io::refused::RefusedIds;
 use crate::sans_io::relay_info::RelayInfo;
 use crate::sans_io::relay_text::LogBudget;
-use crate::sans_io::relay_url::{UrlError, normalize};
 use crate::sans_io::saved_state::SavedState;
 use crate::sans_io::seen::Seen;
-use crate::sans_io::service::Service;
 use crate::sans_io::timing::health::{BackoffPolicy, Health};
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::timing::timer::TimerWheel;
@@ -662,7 +662,7 @@ impl Engine {
     }
 
     /// The share of remote relays this engine connects to.
-    pub fn shard(&self) -> crate::sans_io::shard::Shard {
+    pub fn shard(&self) -> crate::sans_io::identity::shard::Shard {
         self.config.shard
     }
 

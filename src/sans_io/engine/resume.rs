@@ -25,8 +25,8 @@ use log::info;
 use super::negentropy::NegSupport;
 use super::relay::{ItemState, RelayState, StatedLimits};
 use super::{Action, Engine, Status, Timer, lifecycle};
+use crate::sans_io::identity::relay_url::normalize;
 use crate::sans_io::index::{Item, RelayId};
-use crate::sans_io::relay_url::normalize;
 use crate::sans_io::result_cap::{Hint, ResultCap};
 use crate::sans_io::saved_state::{
     MAX_CONFIRMED, MAX_RELAYS, SavedLimits, SavedRelay, SavedState, item_hash,
