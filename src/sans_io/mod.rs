@@ -10,25 +10,15 @@
 pub(crate) mod config;
 pub(crate) mod engine;
 pub(crate) mod filters;
-pub mod hex;
 pub(crate) mod identity;
 pub(crate) mod index;
-// NIP-11 over HTTP: the shell's alone.
-#[cfg(feature = "shell")]
-pub(crate) mod info_fetch;
-pub(crate) mod nip42;
 pub(crate) mod own_relay;
 pub(crate) mod reconcile;
 pub(crate) mod refusal;
 pub(crate) mod refused;
-pub(crate) mod relay_info;
-pub(crate) mod relay_text;
 pub(crate) mod result_cap;
 pub(crate) mod saved_state;
 pub(crate) mod seen;
 pub(crate) mod subscription;
 pub(crate) mod timing;
-#[cfg(feature = "shell")]
-pub(crate) mod ws_reader;
-#[cfg(feature = "shell")]
-pub(crate) mod ws_writer;
+pub(crate) mod wire;

@@ -21,7 +21,7 @@ use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
 use crate::sans_io::filters::Encoded;
-use crate::sans_io::hex::{decode, encode};
+use crate::sans_io::wire::hex::{decode, encode};
 
 /// The smallest frame the negentropy crate accepts, in bytes before hex.
 const MIN_FRAME: usize = 4096;

@@ -44,7 +44,7 @@
 //! - `own_sink`: where synced events go; the own-relay connection's
 //!   plumbing.
 //! - `nip11`: the shell's side of NIP-11 fetches; their HTTP is
-//!   `sans_io::info_fetch`.
+//!   `sans_io::wire::info_fetch`.
 //! - `dns`, `tls`, `tls_stream`, `ws`: name lookups off the loop, TLS
 //!   roots, a TLS client session that keeps no buffer while idle (rustls's
 //!   unbuffered API over the loop-wide read buffer), websocket and HTTP

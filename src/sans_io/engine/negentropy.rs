@@ -37,9 +37,9 @@ use crate::sans_io::reconcile::{
     IDS_PER_FILTER, MAX_NEED, Reconciliation, Step, fetch_filters, means_unsupported,
 };
 use crate::sans_io::refusal::Refusal;
-use crate::sans_io::relay_text::{dropped, relay_text};
 use crate::sans_io::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
 use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::relay_text::{dropped, relay_text};
 
 /// How many `neg_timeout`s a job may wait for the sink's listings.
 const LISTING_TIMEOUT_FACTOR: u32 = 4;
