@@ -121,8 +121,8 @@ pub use sans_io::engine::{
 };
 pub use sans_io::identity::relay_url::{UrlError, normalize as normalize_relay_url};
 pub use sans_io::identity::shard::{Shard, shard_of};
-pub use sans_io::index::{INDEX_KINDS, Item, RelayId, RepoId, RootId};
-pub use sans_io::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState};
+pub use sans_io::memory::index::{INDEX_KINDS, Item, RelayId, RepoId, RootId};
+pub use sans_io::memory::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState};
 pub use sans_io::timing::health::Health;
 pub use sans_io::timing::time::Time;
 pub use sans_io::wire::relay_info::RelayInfo;
@@ -142,9 +142,9 @@ pub mod internal {
     pub use crate::sans_io::filters::{chunk_filters, req_message};
     pub use crate::sans_io::identity::address::{host_and_port, ip_literal, is_public};
     pub use crate::sans_io::identity::relay_url::{host_port, normalize, relay_of_clone_url};
-    pub use crate::sans_io::index::{RepoIndex, is_index_kind, is_repo_coord};
+    pub use crate::sans_io::memory::index::{RepoIndex, is_index_kind, is_repo_coord};
+    pub use crate::sans_io::memory::seen::Seen;
     pub use crate::sans_io::reconcile::{Reconciliation, Step, means_unsupported};
-    pub use crate::sans_io::seen::Seen;
     pub use crate::sans_io::timing::timer::TimerWheel;
     pub use crate::sans_io::wire::hex;
     #[cfg(feature = "shell")]

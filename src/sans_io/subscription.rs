@@ -10,7 +10,7 @@ use std::collections::HashSet;
 
 use nostr::prelude::{Event, EventId, Filter, MatchEventOptions, Timestamp};
 
-use crate::sans_io::index::Item;
+use crate::sans_io::memory::index::Item;
 use crate::sans_io::result_cap::ResultCap;
 use crate::sans_io::timing::time::Time;
 

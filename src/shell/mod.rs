@@ -103,7 +103,7 @@ pub use crate::shell::sink::SinkTarget;
 
 use crate::sans_io::config::Config;
 use crate::sans_io::engine::{Action, Engine, Offence, Output};
-use crate::sans_io::index::RelayId;
+use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::timing::timer::TimerWheel;
 use crate::shell::clock::Clock;

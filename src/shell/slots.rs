@@ -16,7 +16,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use slab::Slab;
 
-use crate::sans_io::index::RelayId;
+use crate::sans_io::memory::index::RelayId;
 use crate::shell::connect_error::ConnectError;
 use crate::shell::dns::Pending;
 use crate::shell::metrics_server::MetricsConn;

@@ -15,7 +15,7 @@ use log::{debug, info, warn};
 use nostr::prelude::*;
 
 use super::{Action, Engine, Status};
-use crate::sans_io::index::RelayId;
+use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use log::warn;
 
 use super::{Action, Engine, Status};
-use crate::sans_io::index::RelayId;
+use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
 
 /// What a relay did wrong.

@@ -13,7 +13,7 @@ use nostr::prelude::Event;
 
 use super::relay::{Batch, ItemState, Slot};
 use super::{Engine, Status, Timer};
-use crate::sans_io::index::{Item, RelayId, RepoId, TargetChange};
+use crate::sans_io::memory::index::{Item, RelayId, RepoId, TargetChange};
 use crate::sans_io::subscription::WorkRef;
 use crate::sans_io::timing::time::Time;
 

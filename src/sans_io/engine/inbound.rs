@@ -13,7 +13,7 @@ use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
 use super::relay::{LiveMode, MIN_MESSAGE_BYTES};
 use super::{Engine, Offence, Output, Status, Timer};
-use crate::sans_io::index::{
+use crate::sans_io::memory::index::{
     Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, is_index_kind,
 };
 use crate::sans_io::refusal::Refusal;

@@ -32,7 +32,7 @@ use super::listing_cache::{Held, Join, ListingCache, Waiter, parts};
 use super::neg_turns::Turns;
 use super::{Action, Engine, Status, Timer};
 use crate::sans_io::filters::Encoded;
-use crate::sans_io::index::RelayId;
+use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::reconcile::{
     IDS_PER_FILTER, MAX_NEED, Reconciliation, Step, fetch_filters, means_unsupported,
 };

@@ -20,7 +20,7 @@ use super::conduct::Conduct;
 use super::negentropy::{NegJob, NegSupport};
 use super::requests::BuiltChunk;
 use super::sub_table::SubTable;
-use crate::sans_io::index::Item;
+use crate::sans_io::memory::index::Item;
 use crate::sans_io::refusal::Refusal;
 use crate::sans_io::result_cap::ResultCap;
 use crate::sans_io::subscription::{NextPage, Purpose, Saturated, Scope, Subscription, WorkRef};

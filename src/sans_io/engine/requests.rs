@@ -23,7 +23,7 @@ use crate::sans_io::filters::{
     Encoded, REPO_FILTERS_PER_CHUNK, ROOT_FILTERS_PER_CHUNK, announcement_filter,
     chunk_filters_encoded, close_message, req_message_encoded, self_filter, wide_filter,
 };
-use crate::sans_io::index::{Item, RelayId};
+use crate::sans_io::memory::index::{Item, RelayId};
 use crate::sans_io::subscription::{Purpose, Scope, Subscription, WorkRef};
 use crate::sans_io::timing::time::Time;
 

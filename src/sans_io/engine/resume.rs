@@ -26,11 +26,11 @@ use super::negentropy::NegSupport;
 use super::relay::{ItemState, RelayState, StatedLimits};
 use super::{Action, Engine, Status, Timer, lifecycle};
 use crate::sans_io::identity::relay_url::normalize;
-use crate::sans_io::index::{Item, RelayId};
-use crate::sans_io::result_cap::{Hint, ResultCap};
-use crate::sans_io::saved_state::{
+use crate::sans_io::memory::index::{Item, RelayId};
+use crate::sans_io::memory::saved_state::{
     MAX_CONFIRMED, MAX_RELAYS, SavedLimits, SavedRelay, SavedState, item_hash,
 };
+use crate::sans_io::result_cap::{Hint, ResultCap};
 use crate::sans_io::timing::health::{HealthTracker, SavedHealth};
 use crate::sans_io::timing::time::Time;
 

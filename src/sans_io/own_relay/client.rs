@@ -25,7 +25,7 @@ use std::time::Duration;
 use log::{debug, info, warn};
 use nostr::prelude::{ClientMessage, Event, EventId, Filter, Keys, RelayMessage, Timestamp};
 
-use crate::sans_io::index::is_index_kind;
+use crate::sans_io::memory::index::is_index_kind;
 use crate::sans_io::own_relay::listing::{ListStep, Listings};
 use crate::sans_io::own_relay::outbox::{Outbox, OutboxStats};
 use crate::sans_io::timing::health::{BackoffPolicy, HealthTracker};
