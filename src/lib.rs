@@ -139,12 +139,12 @@ pub use shell::{DnsLookup, Shell, ShellError, ShellHandle, ShellOptions, SinkTar
 /// interface: anything here may change in any release.
 #[doc(hidden)]
 pub mod internal {
-    pub use crate::sans_io::filters::{chunk_filters, req_message};
     pub use crate::sans_io::identity::address::{host_and_port, ip_literal, is_public};
     pub use crate::sans_io::identity::relay_url::{host_port, normalize, relay_of_clone_url};
     pub use crate::sans_io::memory::index::{RepoIndex, is_index_kind, is_repo_coord};
     pub use crate::sans_io::memory::seen::Seen;
-    pub use crate::sans_io::reconcile::{Reconciliation, Step, means_unsupported};
+    pub use crate::sans_io::query::filters::{chunk_filters, req_message};
+    pub use crate::sans_io::query::reconcile::{Reconciliation, Step, means_unsupported};
     pub use crate::sans_io::timing::timer::TimerWheel;
     pub use crate::sans_io::wire::hex;
     #[cfg(feature = "shell")]

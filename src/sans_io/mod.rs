@@ -9,13 +9,9 @@
 
 pub(crate) mod config;
 pub(crate) mod engine;
-pub(crate) mod filters;
 pub(crate) mod identity;
 pub(crate) mod memory;
 pub(crate) mod own_relay;
-pub(crate) mod reconcile;
-pub(crate) mod refusal;
-pub(crate) mod result_cap;
-pub(crate) mod subscription;
+pub(crate) mod query;
 pub(crate) mod timing;
 pub(crate) mod wire;

@@ -22,7 +22,7 @@ use log::{debug, warn};
 use super::Engine;
 use super::relay::{ItemState, MIN_VALUE_BYTES};
 use crate::sans_io::memory::index::{Item, RelayId};
-use crate::sans_io::subscription::{Subscription, WorkRef};
+use crate::sans_io::query::subscription::{Subscription, WorkRef};
 use crate::sans_io::wire::relay_text::relay_text;
 
 impl Engine {

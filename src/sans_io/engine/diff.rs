@@ -14,7 +14,7 @@ use nostr::prelude::Event;
 use super::relay::{Batch, ItemState, Slot};
 use super::{Engine, Status, Timer};
 use crate::sans_io::memory::index::{Item, RelayId, RepoId, TargetChange};
-use crate::sans_io::subscription::WorkRef;
+use crate::sans_io::query::subscription::WorkRef;
 use crate::sans_io::timing::time::Time;
 
 /// The engine's batching state: the open window and the batch ids.

@@ -16,8 +16,8 @@ use super::{Engine, Offence, Output, Status, Timer};
 use crate::sans_io::memory::index::{
     Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, is_index_kind,
 };
-use crate::sans_io::refusal::Refusal;
-use crate::sans_io::subscription::{NextPage, Purpose, Scope, Subscription};
+use crate::sans_io::query::refusal::Refusal;
+use crate::sans_io::query::subscription::{NextPage, Purpose, Scope, Subscription};
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
 

@@ -21,9 +21,11 @@ use super::negentropy::{NegJob, NegSupport};
 use super::requests::BuiltChunk;
 use super::sub_table::SubTable;
 use crate::sans_io::memory::index::Item;
-use crate::sans_io::refusal::Refusal;
-use crate::sans_io::result_cap::ResultCap;
-use crate::sans_io::subscription::{NextPage, Purpose, Saturated, Scope, Subscription, WorkRef};
+use crate::sans_io::query::refusal::Refusal;
+use crate::sans_io::query::result_cap::ResultCap;
+use crate::sans_io::query::subscription::{
+    NextPage, Purpose, Saturated, Scope, Subscription, WorkRef,
+};
 use crate::sans_io::timing::health::HealthTracker;
 use crate::sans_io::timing::time::Time;
 
@@ -419,7 +421,7 @@ impl RelayState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sans_io::subscription::{Purpose, Scope, Subscription};
+    use crate::sans_io::query::subscription::{Purpose, Scope, Subscription};
 
     #[test]
     fn a_burst_gives_its_room_back() {

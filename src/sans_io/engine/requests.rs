@@ -19,12 +19,12 @@ use std::collections::HashSet;
 
 use super::relay::{ItemState, Limits, LiveMode};
 use super::{Action, Engine, Status, Timer};
-use crate::sans_io::filters::{
+use crate::sans_io::memory::index::{Item, RelayId};
+use crate::sans_io::query::filters::{
     Encoded, REPO_FILTERS_PER_CHUNK, ROOT_FILTERS_PER_CHUNK, announcement_filter,
     chunk_filters_encoded, close_message, req_message_encoded, self_filter, wide_filter,
 };
-use crate::sans_io::memory::index::{Item, RelayId};
-use crate::sans_io::subscription::{Purpose, Scope, Subscription, WorkRef};
+use crate::sans_io::query::subscription::{Purpose, Scope, Subscription, WorkRef};
 use crate::sans_io::timing::time::Time;
 
 impl Engine {
@@ -739,7 +739,12 @@ impl Engine {
             self.relay_url(relay)
         );
         if let Some(sub) = self.close_subscription(relay, id) {
-            self.refused(relay, sub, crate::sans_io::refusal::Refusal::Error, now);
+            self.refused(
+                relay,
+                sub,
+                crate::sans_io::query::refusal::Refusal::Error,
+                now,
+            );
         }
     }
 

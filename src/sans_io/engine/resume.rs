@@ -30,7 +30,7 @@ use crate::sans_io::memory::index::{Item, RelayId};
 use crate::sans_io::memory::saved_state::{
     MAX_CONFIRMED, MAX_RELAYS, SavedLimits, SavedRelay, SavedState, item_hash,
 };
-use crate::sans_io::result_cap::{Hint, ResultCap};
+use crate::sans_io::query::result_cap::{Hint, ResultCap};
 use crate::sans_io::timing::health::{HealthTracker, SavedHealth};
 use crate::sans_io::timing::time::Time;
 

@@ -27,7 +27,7 @@ use nostr::prelude::{Filter, Kind};
 use super::Engine;
 use super::relay::MAX_UNSURE;
 use crate::sans_io::memory::index::RelayId;
-use crate::sans_io::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
+use crate::sans_io::query::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
 
