@@ -19,6 +19,8 @@
 //! - `lifecycle`: connect, reconnect, disconnect, keepalive, daily sync.
 //! - `diff`: the batch window and the three-way diff (`Batching`).
 //! - `requests`: REQs within a relay's limits, live sets, consolidation.
+//!   The filters it built for a REQ they did not fit are a `BuiltChunk`
+//!   (`built_chunk`), held by the relay table.
 //! - `negentropy`: NIP-77 jobs and the sink's listings
 //!   (`Listings`, `NegJob`, `NegSupport`).
 //! - `auth`: NIP-42 (`Auth`).
@@ -28,9 +30,9 @@
 //!
 //! Imports go one way, so there is no cycle: `auth`, `conduct` and
 //! `negentropy` use only this file (`super::`) and the leaf modules of
-//! `sans_io`; `relay` uses those three for their state types; `inbound`,
-//! `lifecycle`, `diff` and `requests` work on the relay table and use
-//! `relay`. This file names only the children's types: their state
+//! `sans_io`; `relay` uses those three and `built_chunk` for their state
+//! types; `inbound`, `lifecycle`, `diff` and `requests` work on the relay
+//! table and use `relay`. This file names only the children's types: their state
 //! (`RelayState`, `Limits`, `Role`, `Batching`, `Listings`) and the public
 //! `ItemState` and `Offence` it re-exports. The aspects still call each
 //! other's functions through `self`: they are parts of one state machine,
@@ -46,6 +48,7 @@
 
 mod auth;
 mod bad_values;
+mod built_chunk;
 mod conduct;
 mod diff;
 mod inbound;

@@ -16,9 +16,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::Status;
 use super::auth::Auth;
+use super::built_chunk::BuiltChunk;
 use super::conduct::Conduct;
 use super::negentropy::{NegJob, NegSupport};
-use super::requests::BuiltChunk;
 use super::sub_table::SubTable;
 use crate::sans_io::memory::index::Item;
 use crate::sans_io::query::refusal::Refusal;

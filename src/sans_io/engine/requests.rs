@@ -17,6 +17,7 @@ use nostr::prelude::Timestamp;
 
 use std::collections::HashSet;
 
+use super::built_chunk::BuiltChunk;
 use super::relay::{ItemState, Limits, LiveMode};
 use super::{Action, Engine, Status, Timer};
 use crate::sans_io::memory::index::{Item, RelayId};
@@ -855,15 +856,6 @@ impl Packer {
         group.bytes += size;
         group
     }
-}
-
-/// A queued chunk's filters, built for a REQ they did not fit, kept for
-/// the next one (if the chunk and the page limit are still the same).
-#[derive(Debug)]
-pub(super) struct BuiltChunk {
-    work: WorkRef,
-    limit: usize,
-    filters: Vec<Encoded>,
 }
 
 #[cfg(test)]
