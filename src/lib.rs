@@ -5,9 +5,12 @@
 //!
 //! The source tree is the architecture:
 //!
-//! - `src/sans_io/`: the [`Engine`] and everything it is made of (repo
-//!   index, filters, pagination, refusals, health, timers, negentropy
-//!   sessions, the own-relay client). Pure: no sockets, files, threads or
+//! - `src/sans_io/`: the [`Engine`] (`engine/`) and everything it is made
+//!   of: the own-relay client (`own_relay/`), how relays are asked
+//!   (`query/`: filters, pagination, refusals, negentropy sessions), what
+//!   it remembers (`memory/`: the repo index, seen ids, saved state),
+//!   relay identity (`identity/`), wire formats (`wire/`) and time
+//!   (`timing/`: timers, health). Pure: no sockets, files, threads or
 //!   clocks, which `.ci/run` checks. Feed it what happened (`handle_*` with
 //!   the current [`Time`]), drain what it wants done
 //!   ([`Engine::poll_action`]), what it synced ([`Engine::poll_output`])

@@ -6,6 +6,10 @@
 //! as a [`timing::time::Time`] argument, bytes come in as parsed messages, and what
 //! should happen goes out as values, so every rule can be tested under a
 //! simulated clock and the same engine runs in any event loop.
+//!
+//! Each folder owns one part and says in its `mod.rs` what it may use;
+//! imports go one way, from the bottom up: `timing` and `identity`, then
+//! `wire` and `memory`, then `query`, then `engine` and `own_relay`.
 
 pub(crate) mod config;
 pub(crate) mod engine;
