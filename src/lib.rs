@@ -5,9 +5,12 @@
 //!
 //! The source tree is the architecture:
 //!
-//! - `src/sans_io/`: the [`Engine`] and everything it is made of (repo
-//!   index, filters, pagination, refusals, health, timers, negentropy
-//!   sessions, the own-relay client). Pure: no sockets, files, threads or
+//! - `src/sans_io/`: the [`Engine`] (`engine/`) and everything it is made
+//!   of: the own-relay client (`own_relay/`), how relays are asked
+//!   (`query/`: filters, pagination, refusals, negentropy sessions), what
+//!   it remembers (`memory/`: the repo index, seen ids, saved state),
+//!   relay identity (`identity/`), wire formats (`wire/`) and time
+//!   (`timing/`: timers, health). Pure: no sockets, files, threads or
 //!   clocks, which `.ci/run` checks. Feed it what happened (`handle_*` with
 //!   the current [`Time`]), drain what it wants done
 //!   ([`Engine::poll_action`]), what it synced ([`Engine::poll_output`])
@@ -119,13 +122,13 @@ pub use sans_io::config::Config;
 pub use sans_io::engine::{
     Action, ConfigError, Engine, ItemCounts, ItemKey, ItemState, Offence, Output, Stats, Status,
 };
-pub use sans_io::health::Health;
-pub use sans_io::index::{INDEX_KINDS, Item, RelayId, RepoId, RootId};
-pub use sans_io::relay_info::RelayInfo;
-pub use sans_io::relay_url::{UrlError, normalize as normalize_relay_url};
-pub use sans_io::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState};
-pub use sans_io::shard::{Shard, shard_of};
-pub use sans_io::time::Time;
+pub use sans_io::identity::relay_url::{UrlError, normalize as normalize_relay_url};
+pub use sans_io::identity::shard::{Shard, shard_of};
+pub use sans_io::memory::index::{INDEX_KINDS, Item, RelayId, RepoId, RootId};
+pub use sans_io::memory::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState};
+pub use sans_io::timing::health::Health;
+pub use sans_io::timing::time::Time;
+pub use sans_io::wire::relay_info::RelayInfo;
 #[cfg(feature = "shell")]
 pub use shell::key_file::{KeyFileError, read_key_file};
 #[cfg(feature = "shell")]
@@ -139,16 +142,16 @@ pub use shell::{DnsLookup, Shell, ShellError, ShellHandle, ShellOptions, SinkTar
 /// interface: anything here may change in any release.
 #[doc(hidden)]
 pub mod internal {
-    pub use crate::sans_io::address::{host_and_port, ip_literal, is_public};
-    pub use crate::sans_io::filters::{chunk_filters, req_message};
-    pub use crate::sans_io::hex;
-    pub use crate::sans_io::index::{RepoIndex, is_index_kind, is_repo_coord};
-    pub use crate::sans_io::reconcile::{Reconciliation, Step, means_unsupported};
-    pub use crate::sans_io::relay_url::{host_port, normalize, relay_of_clone_url};
-    pub use crate::sans_io::seen::Seen;
-    pub use crate::sans_io::timer::TimerWheel;
+    pub use crate::sans_io::identity::address::{host_and_port, ip_literal, is_public};
+    pub use crate::sans_io::identity::relay_url::{host_port, normalize, relay_of_clone_url};
+    pub use crate::sans_io::memory::index::{RepoIndex, is_index_kind, is_repo_coord};
+    pub use crate::sans_io::memory::seen::Seen;
+    pub use crate::sans_io::query::filters::{chunk_filters, req_message};
+    pub use crate::sans_io::query::reconcile::{Reconciliation, Step, means_unsupported};
+    pub use crate::sans_io::timing::timer::TimerWheel;
+    pub use crate::sans_io::wire::hex;
     #[cfg(feature = "shell")]
-    pub use crate::sans_io::ws_reader::{Incoming, Violation, WsReader};
+    pub use crate::sans_io::wire::ws_reader::{Incoming, Violation, WsReader};
     #[cfg(feature = "shell")]
     pub use crate::shell::rlimit::raise_fd_limit;
     #[cfg(feature = "shell")]
@@ -179,9 +182,9 @@ pub mod internal {
 /// assert_eq!(host_and_port("wss://relay.example"), Some(("relay.example".into(), 443)));
 /// ```
 pub mod driver {
-    pub use crate::sans_io::address::{host_and_port, ip_literal, is_public};
+    pub use crate::sans_io::identity::address::{host_and_port, ip_literal, is_public};
     #[cfg(feature = "shell")]
-    pub use crate::sans_io::ws_reader::{Incoming, Violation, WsReader};
+    pub use crate::sans_io::wire::ws_reader::{Incoming, Violation, WsReader};
     #[cfg(feature = "shell")]
-    pub use crate::sans_io::ws_writer::WsWriter;
+    pub use crate::sans_io::wire::ws_writer::WsWriter;
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nostr::prelude::Keys;
 
-use crate::sans_io::shard::Shard;
+use crate::sans_io::identity::shard::Shard;
 
 /// Engine configuration. `Config::new(own_relay)` gives the defaults.
 #[derive(Debug, Clone)]

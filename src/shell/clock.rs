@@ -3,7 +3,7 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 /// Monotonic time anchored to the Unix epoch once, so timers ignore wall-clock jumps.
 pub(super) struct Clock {

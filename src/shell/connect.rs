@@ -12,9 +12,9 @@ use std::time::Duration;
 use mio::{Interest, Token};
 use rustls::pki_types::ServerName;
 
-use crate::sans_io::address::{host_and_port, ip_literal, refusal_reason};
-use crate::sans_io::info_fetch;
-use crate::sans_io::time::Time;
+use crate::sans_io::identity::address::{host_and_port, ip_literal, refusal_reason};
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::info_fetch;
 use crate::shell::connect_error::ConnectError;
 use crate::shell::dns::{Pending, Resolved};
 use crate::shell::slots::{Conn, SlotKind};

@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use nostr::prelude::{Event, EventId, Filter};
 
-use crate::sans_io::index::{RelayId, is_index_kind};
+use crate::sans_io::memory::index::{RelayId, is_index_kind};
 use crate::sans_io::own_relay::outbox::OutboxStats;
 use crate::sans_io::own_relay::refusal_log::RefusalLog;
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 use crate::shell::sink::{ListRequest, Listing, Sink, StoreOutcome};
 
 /// Longest a held event waits for the embedder's signal before it is

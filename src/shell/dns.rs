@@ -49,7 +49,7 @@
 //! gone is recognised as stale (tag ids with a generation) and dropped.
 //!
 //! Resolved addresses are not yet checked: pass each through
-//! [`crate::sans_io::address::is_public`] before connecting.
+//! [`crate::sans_io::identity::address::is_public`] before connecting.
 
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
@@ -79,7 +79,7 @@ pub(crate) struct Resolved {
     /// The id given to [`Resolver::resolve`].
     pub id: u64,
     /// The addresses found (possibly several, of both families, not yet
-    /// checked by [`crate::sans_io::address::is_public`]), or why none were.
+    /// checked by [`crate::sans_io::identity::address::is_public`]), or why none were.
     pub result: io::Result<Vec<SocketAddr>>,
 }
 

@@ -8,7 +8,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use mio::Waker;
 use nostr::prelude::{Event, EventId, Timestamp};
 
-use crate::sans_io::index::is_index_kind;
+use crate::sans_io::memory::index::is_index_kind;
 use crate::shell::report::{SyncStats, SyncStatus};
 use crate::shell::sink::ListRequest;
 

@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 use crate::sans_io::engine::Engine;
 use crate::sans_io::engine::Offence;
 use crate::sans_io::engine::Status;
-use crate::sans_io::health::Health;
 use crate::sans_io::own_relay::outbox::{OutboxStats, OwnRefusal};
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::health::Health;
+use crate::sans_io::timing::time::Time;
 use crate::shell::process_metrics::ProcessStats;
 
 /// Counters only the shell knows.
@@ -453,7 +453,7 @@ fn counter_labeled(out: &mut String, name: &str, help: &str, label: &str, values
 mod tests {
     use super::*;
     use crate::sans_io::config::Config;
-    use crate::sans_io::shard::Shard;
+    use crate::sans_io::identity::shard::Shard;
 
     const T0: Time = Time::from_secs(1);
 

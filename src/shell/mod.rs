@@ -44,7 +44,7 @@
 //! - `own_sink`: where synced events go; the own-relay connection's
 //!   plumbing.
 //! - `nip11`: the shell's side of NIP-11 fetches; their HTTP is
-//!   `sans_io::info_fetch`.
+//!   `sans_io::wire::info_fetch`.
 //! - `dns`, `tls`, `tls_stream`, `ws`: name lookups off the loop, TLS
 //!   roots, a TLS client session that keeps no buffer while idle (rustls's
 //!   unbuffered API over the loop-wide read buffer), websocket and HTTP
@@ -103,9 +103,9 @@ pub use crate::shell::sink::SinkTarget;
 
 use crate::sans_io::config::Config;
 use crate::sans_io::engine::{Action, Engine, Offence, Output};
-use crate::sans_io::index::RelayId;
-use crate::sans_io::time::Time;
-use crate::sans_io::timer::TimerWheel;
+use crate::sans_io::memory::index::RelayId;
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::timing::timer::TimerWheel;
 use crate::shell::clock::Clock;
 use crate::shell::connect::Transport;
 use crate::shell::dns::Resolver;

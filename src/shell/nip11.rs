@@ -15,10 +15,10 @@ use mio::Token;
 /// a round trip or two; 64 at once get through thousands in seconds.
 const AT_ONCE: usize = 64;
 
-use crate::sans_io::index::RelayId;
-use crate::sans_io::info_fetch;
-use crate::sans_io::relay_info::RelayInfo;
-use crate::sans_io::time::Time;
+use crate::sans_io::memory::index::RelayId;
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::info_fetch;
+use crate::sans_io::wire::relay_info::RelayInfo;
 use crate::shell::Shell;
 use crate::shell::connect::Transport;
 use crate::shell::slots::{InfoFor, SlotKind};

@@ -17,10 +17,10 @@ use log::{info, warn};
 use mio::Token;
 use nostr::prelude::{Event, EventId, Filter, Keys, Timestamp};
 
-use crate::sans_io::index::RelayId;
+use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::own_relay::{ClientOutput, HeldBack, OwnRelayClient, Transmit};
-use crate::sans_io::relay_info::RelayInfo;
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::relay_info::RelayInfo;
 use crate::shell::Shell;
 use crate::shell::connect::Transport;
 use crate::shell::custom_sink::{CustomSink, Offered};

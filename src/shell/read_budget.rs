@@ -31,7 +31,7 @@
 
 use std::time::Duration;
 
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 use crate::shell::ws::{WsConnection, WsEvent};
 
 /// Length of one counting window.

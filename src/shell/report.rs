@@ -5,8 +5,8 @@
 //! page.
 
 use crate::sans_io::engine::{Engine, Stats, Status};
-use crate::sans_io::health::Health;
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::health::Health;
+use crate::sans_io::timing::time::Time;
 use crate::shell::metrics::{ShellStats, SinkView};
 
 /// Counters since the shell started.

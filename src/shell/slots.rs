@@ -16,7 +16,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use slab::Slab;
 
-use crate::sans_io::index::RelayId;
+use crate::sans_io::memory::index::RelayId;
 use crate::shell::connect_error::ConnectError;
 use crate::shell::dns::Pending;
 use crate::shell::metrics_server::MetricsConn;
@@ -290,7 +290,7 @@ mod tests {
             relay: RelayId(relay),
             conn,
             opened: false,
-            rate: ReadRate::new(100, crate::sans_io::time::Time::from_millis(0)),
+            rate: ReadRate::new(100, crate::sans_io::timing::time::Time::from_millis(0)),
             throttled: false,
             held: 0,
         }

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use log::{info, warn};
 
-use crate::sans_io::saved_state::SavedState;
+use crate::sans_io::memory::saved_state::SavedState;
 
 /// How often the state is written while running.
 pub(super) const SAVE_EVERY: Duration = Duration::from_secs(180);
@@ -222,7 +222,7 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sans_io::saved_state::SavedRelay;
+    use crate::sans_io::memory::saved_state::SavedRelay;
 
     fn dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("grasp-state-{name}-{}", std::process::id()));

@@ -44,10 +44,10 @@ use tungstenite::protocol::WebSocketConfig;
 use tungstenite::protocol::frame::Frame;
 use tungstenite::protocol::frame::coding::{Data, OpCode};
 
-use crate::sans_io::info_fetch::{Progress, ResponseReader};
-use crate::sans_io::time::Time;
-use crate::sans_io::ws_reader::{Incoming, WsReader};
-use crate::sans_io::ws_writer::WsWriter;
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::info_fetch::{Progress, ResponseReader};
+use crate::sans_io::wire::ws_reader::{Incoming, WsReader};
+use crate::sans_io::wire::ws_writer::WsWriter;
 use crate::shell::tcp_keepalive;
 use crate::shell::tls::MaybeTls;
 use crate::shell::tls_stream::TlsStream;
@@ -976,7 +976,7 @@ mod tests {
         let (listener, tls, config) = TlsPeer::listen();
         let addr = listener.local_addr().unwrap();
         let url = format!("wss://localhost:{}/", addr.port());
-        let request = crate::sans_io::info_fetch::request(&url).unwrap();
+        let request = crate::sans_io::wire::info_fetch::request(&url).unwrap();
         let mut get = HttpGet::connect(addr, request, Some(tls)).unwrap();
         let mut peer = TlsPeer::accept(&listener, config);
         drive(

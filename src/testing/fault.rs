@@ -38,7 +38,8 @@ use tungstenite::http::{HeaderValue, StatusCode, header};
 use tungstenite::protocol::frame::Frame;
 use tungstenite::protocol::frame::coding::{Data as OpData, OpCode};
 
-use super::relay::{lock, to_json};
+use super::lock::lock;
+use super::relay_message::to_json;
 
 /// Kinds the engine learns repositories and roots from; made-up events
 /// never use them (see the module documentation).

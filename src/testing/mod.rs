@@ -11,6 +11,8 @@ pub mod cert;
 pub mod farm;
 pub mod fault;
 pub mod limits;
+mod lock;
 pub mod relay;
+mod relay_message;
 pub mod sim;
 pub mod store;

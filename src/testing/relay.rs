@@ -40,7 +40,7 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,8 @@ use super::limits::{
     BucketLevel, EventBucket, HttpHead, Limitation, MAX_HEAD, RATE_LIMITED, ValueCapRefusal,
     ValueCaps, classify_http, nip11_document, nip11_response,
 };
+use super::lock::lock;
+use super::relay_message::to_json;
 use super::store::{Store, Stored};
 
 /// How long a connection thread waits for client data before it flushes its
@@ -534,12 +536,6 @@ impl Shared {
     }
 }
 
-/// Locks a mutex, recovering from poisoning: every critical section leaves
-/// the state consistent, and a test relay should keep serving.
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 struct State {
     store: Store,
     conns: HashMap<u64, Conn>,
@@ -618,19 +614,6 @@ impl State {
                     }
                 }
             }
-        }
-    }
-}
-
-/// Serializes a relay message. `None` (logged) only if serde_json fails on
-/// it, which for these plain messages would be a bug in nostr; `as_json`
-/// would panic instead.
-pub(super) fn to_json(msg: &RelayMessage<'_>) -> Option<String> {
-    match msg.try_as_json() {
-        Ok(text) => Some(text),
-        Err(e) => {
-            log::error!("test relay: cannot serialize a relay message: {e}");
-            None
         }
     }
 }

@@ -15,9 +15,9 @@ use log::{debug, info, warn};
 use nostr::prelude::*;
 
 use super::{Action, Engine, Status};
-use crate::sans_io::index::RelayId;
-use crate::sans_io::relay_text::{dropped, relay_text};
-use crate::sans_io::time::Time;
+use crate::sans_io::memory::index::RelayId;
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::relay_text::{dropped, relay_text};
 
 /// Longest challenge kept. Challenges are short random strings (strfry
 /// and khatru send 32–64 characters); a relay must not make us hold a
@@ -162,7 +162,7 @@ impl Engine {
             return;
         };
         let url = self.index.relay_url(relay);
-        let event = match crate::sans_io::nip42::auth_event(keys, url, challenge, now) {
+        let event = match crate::sans_io::wire::nip42::auth_event(keys, url, challenge, now) {
             Ok(event) => event,
             Err(e) => {
                 warn!("{url}: could not sign AUTH: {e}");

@@ -21,9 +21,9 @@ use log::{debug, warn};
 
 use super::Engine;
 use super::relay::{ItemState, MIN_VALUE_BYTES};
-use crate::sans_io::index::{Item, RelayId};
-use crate::sans_io::relay_text::relay_text;
-use crate::sans_io::subscription::{Subscription, WorkRef};
+use crate::sans_io::memory::index::{Item, RelayId};
+use crate::sans_io::query::subscription::{Subscription, WorkRef};
+use crate::sans_io::wire::relay_text::relay_text;
 
 impl Engine {
     /// `sub` was refused for one of its values: its items (its chunks', or

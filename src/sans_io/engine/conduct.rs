@@ -17,8 +17,8 @@ use std::time::Duration;
 use log::warn;
 
 use super::{Action, Engine, Status};
-use crate::sans_io::index::RelayId;
-use crate::sans_io::time::Time;
+use crate::sans_io::memory::index::RelayId;
+use crate::sans_io::timing::time::Time;
 
 /// What a relay did wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

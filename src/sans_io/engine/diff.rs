@@ -13,10 +13,10 @@ use nostr::prelude::Event;
 
 use super::relay::{Batch, ItemState, Slot};
 use super::{Engine, Status, Timer};
-use crate::sans_io::index::{Item, RelayId, RepoId, TargetChange};
-use crate::sans_io::subscription::WorkRef;
-use crate::sans_io::time::Time;
-use crate::sans_io::timer::TimerId;
+use crate::sans_io::memory::index::{Item, RelayId, RepoId, TargetChange};
+use crate::sans_io::query::subscription::WorkRef;
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::timing::timer::TimerId;
 
 /// The engine's batching state: the open window and the batch ids.
 #[derive(Debug, Default)]

@@ -13,13 +13,13 @@ use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
 use super::relay::{LiveMode, MIN_MESSAGE_BYTES};
 use super::{Engine, Offence, Output, Status, Timer};
-use crate::sans_io::index::{
+use crate::sans_io::memory::index::{
     Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, is_index_kind,
 };
-use crate::sans_io::refusal::Refusal;
-use crate::sans_io::relay_text::{dropped, relay_text};
-use crate::sans_io::subscription::{NextPage, Purpose, Scope, Subscription};
-use crate::sans_io::time::Time;
+use crate::sans_io::query::refusal::Refusal;
+use crate::sans_io::query::subscription::{NextPage, Purpose, Scope, Subscription};
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::relay_text::{dropped, relay_text};
 
 /// How long a suspect subscription may stay silent before it is taken as
 /// the refused one ([`Engine::suspect_silent`]). Relays send a stored

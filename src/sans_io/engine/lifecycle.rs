@@ -15,10 +15,10 @@ use rand::rngs::SmallRng;
 
 use super::relay::{ItemState, RelayState, Role, StatedLimits};
 use super::{Action, Engine, Status, Timer, whole_second};
-use crate::sans_io::health::{BackoffPolicy, HealthTracker};
-use crate::sans_io::index::RelayId;
-use crate::sans_io::relay_info::RelayInfo;
-use crate::sans_io::time::Time;
+use crate::sans_io::memory::index::RelayId;
+use crate::sans_io::timing::health::{BackoffPolicy, HealthTracker};
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::relay_info::RelayInfo;
 
 impl Engine {
     /// One entry point for every successful connect: fresh or quick, then

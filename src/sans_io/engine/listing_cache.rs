@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use nostr::prelude::{EventId, Filter, Timestamp};
 
-use crate::sans_io::index::RelayId;
-use crate::sans_io::time::Time;
+use crate::sans_io::memory::index::RelayId;
+use crate::sans_io::timing::time::Time;
 
 /// Ended jobs between two sweeps of the listings. Jobs are bounded (512
 /// at once by default) and so are the listings they hold, so a sweep

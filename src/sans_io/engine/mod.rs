@@ -19,6 +19,8 @@
 //! - `lifecycle`: connect, reconnect, disconnect, keepalive, daily sync.
 //! - `diff`: the batch window and the three-way diff (`Batching`).
 //! - `requests`: REQs within a relay's limits, live sets, consolidation.
+//!   The filters it built for a REQ they did not fit are a `BuiltChunk`
+//!   (`built_chunk`), held by the relay table.
 //! - `negentropy`: NIP-77 jobs and the sink's listings
 //!   (`Listings`, `NegJob`, `NegSupport`).
 //! - `auth`: NIP-42 (`Auth`).
@@ -28,9 +30,9 @@
 //!
 //! Imports go one way, so there is no cycle: `auth`, `conduct` and
 //! `negentropy` use only this file (`super::`) and the leaf modules of
-//! `sans_io`; `relay` uses those three for their state types; `inbound`,
-//! `lifecycle`, `diff` and `requests` work on the relay table and use
-//! `relay`. This file names only the children's types: their state
+//! `sans_io`; `relay` uses those three and `built_chunk` for their state
+//! types; `inbound`, `lifecycle`, `diff` and `requests` work on the relay
+//! table and use `relay`. This file names only the children's types: their state
 //! (`RelayState`, `Limits`, `Role`, `Batching`, `Listings`) and the public
 //! `ItemState` and `Offence` it re-exports. The aspects still call each
 //! other's functions through `self`: they are parts of one state machine,
@@ -46,6 +48,7 @@
 
 mod auth;
 mod bad_values;
+mod built_chunk;
 mod conduct;
 mod diff;
 mod inbound;
@@ -71,17 +74,17 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use crate::sans_io::config::Config;
-use crate::sans_io::health::{BackoffPolicy, Health};
-use crate::sans_io::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex};
-use crate::sans_io::refused::RefusedIds;
-use crate::sans_io::relay_info::RelayInfo;
-use crate::sans_io::relay_text::LogBudget;
-use crate::sans_io::relay_url::{UrlError, normalize};
-use crate::sans_io::saved_state::SavedState;
-use crate::sans_io::seen::Seen;
-use crate::sans_io::service::Service;
-use crate::sans_io::time::Time;
-use crate::sans_io::timer::TimerWheel;
+use crate::sans_io::identity::relay_url::{UrlError, normalize};
+use crate::sans_io::identity::service::Service;
+use crate::sans_io::memory::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex};
+use crate::sans_io::memory::refused::RefusedIds;
+use crate::sans_io::memory::saved_state::SavedState;
+use crate::sans_io::memory::seen::Seen;
+use crate::sans_io::timing::health::{BackoffPolicy, Health};
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::timing::timer::TimerWheel;
+use crate::sans_io::wire::relay_info::RelayInfo;
+use crate::sans_io::wire::relay_text::LogBudget;
 use diff::Batching;
 use negentropy::Listings;
 use relay::{Limits, RelayState, Role};
@@ -662,7 +665,7 @@ impl Engine {
     }
 
     /// The share of remote relays this engine connects to.
-    pub fn shard(&self) -> crate::sans_io::shard::Shard {
+    pub fn shard(&self) -> crate::sans_io::identity::shard::Shard {
         self.config.shard
     }
 
@@ -853,7 +856,7 @@ impl Engine {
         self.config.chunk_size.min(limits.tag_values).max(1)
     }
 
-    fn arm(&mut self, at: Time, timer: Timer) -> crate::sans_io::timer::TimerId {
+    fn arm(&mut self, at: Time, timer: Timer) -> crate::sans_io::timing::timer::TimerId {
         self.timers.insert(at.as_millis(), timer)
     }
 

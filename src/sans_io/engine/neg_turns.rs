@@ -14,7 +14,7 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use crate::sans_io::index::RelayId;
+use crate::sans_io::memory::index::RelayId;
 
 /// The jobs in flight and the relays waiting for room.
 #[derive(Debug)]

@@ -31,15 +31,15 @@ use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionI
 use super::listing_cache::{Held, Join, ListingCache, Waiter, parts};
 use super::neg_turns::Turns;
 use super::{Action, Engine, Status, Timer};
-use crate::sans_io::filters::Encoded;
-use crate::sans_io::index::RelayId;
-use crate::sans_io::reconcile::{
+use crate::sans_io::memory::index::RelayId;
+use crate::sans_io::query::filters::Encoded;
+use crate::sans_io::query::reconcile::{
     IDS_PER_FILTER, MAX_NEED, Reconciliation, Step, fetch_filters, means_unsupported,
 };
-use crate::sans_io::refusal::Refusal;
-use crate::sans_io::relay_text::{dropped, relay_text};
-use crate::sans_io::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
-use crate::sans_io::time::Time;
+use crate::sans_io::query::refusal::Refusal;
+use crate::sans_io::query::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::relay_text::{dropped, relay_text};
 
 /// How many `neg_timeout`s a job may wait for the sink's listings.
 const LISTING_TIMEOUT_FACTOR: u32 = 4;

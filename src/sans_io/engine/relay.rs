@@ -16,16 +16,18 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::Status;
 use super::auth::Auth;
+use super::built_chunk::BuiltChunk;
 use super::conduct::Conduct;
 use super::negentropy::{NegJob, NegSupport};
-use super::requests::BuiltChunk;
 use super::sub_table::SubTable;
-use crate::sans_io::health::HealthTracker;
-use crate::sans_io::index::Item;
-use crate::sans_io::refusal::Refusal;
-use crate::sans_io::result_cap::ResultCap;
-use crate::sans_io::subscription::{NextPage, Purpose, Saturated, Scope, Subscription, WorkRef};
-use crate::sans_io::time::Time;
+use crate::sans_io::memory::index::Item;
+use crate::sans_io::query::refusal::Refusal;
+use crate::sans_io::query::result_cap::ResultCap;
+use crate::sans_io::query::subscription::{
+    NextPage, Purpose, Saturated, Scope, Subscription, WorkRef,
+};
+use crate::sans_io::timing::health::HealthTracker;
+use crate::sans_io::timing::time::Time;
 
 /// Where a targeted item stands on one relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -419,7 +421,7 @@ impl RelayState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sans_io::subscription::{Purpose, Scope, Subscription};
+    use crate::sans_io::query::subscription::{Purpose, Scope, Subscription};
 
     #[test]
     fn a_burst_gives_its_room_back() {

@@ -17,15 +17,16 @@ use nostr::prelude::Timestamp;
 
 use std::collections::HashSet;
 
+use super::built_chunk::BuiltChunk;
 use super::relay::{ItemState, Limits, LiveMode};
 use super::{Action, Engine, Status, Timer};
-use crate::sans_io::filters::{
+use crate::sans_io::memory::index::{Item, RelayId};
+use crate::sans_io::query::filters::{
     Encoded, REPO_FILTERS_PER_CHUNK, ROOT_FILTERS_PER_CHUNK, announcement_filter,
     chunk_filters_encoded, close_message, req_message_encoded, self_filter, wide_filter,
 };
-use crate::sans_io::index::{Item, RelayId};
-use crate::sans_io::subscription::{Purpose, Scope, Subscription, WorkRef};
-use crate::sans_io::time::Time;
+use crate::sans_io::query::subscription::{Purpose, Scope, Subscription, WorkRef};
+use crate::sans_io::timing::time::Time;
 
 impl Engine {
     /// Starts as much queued historic work on `relay` as its limits allow.
@@ -739,7 +740,12 @@ impl Engine {
             self.relay_url(relay)
         );
         if let Some(sub) = self.close_subscription(relay, id) {
-            self.refused(relay, sub, crate::sans_io::refusal::Refusal::Error, now);
+            self.refused(
+                relay,
+                sub,
+                crate::sans_io::query::refusal::Refusal::Error,
+                now,
+            );
         }
     }
 
@@ -850,15 +856,6 @@ impl Packer {
         group.bytes += size;
         group
     }
-}
-
-/// A queued chunk's filters, built for a REQ they did not fit, kept for
-/// the next one (if the chunk and the page limit are still the same).
-#[derive(Debug)]
-pub(super) struct BuiltChunk {
-    work: WorkRef,
-    limit: usize,
-    filters: Vec<Encoded>,
 }
 
 #[cfg(test)]

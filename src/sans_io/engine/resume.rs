@@ -25,14 +25,14 @@ use log::info;
 use super::negentropy::NegSupport;
 use super::relay::{ItemState, RelayState, StatedLimits};
 use super::{Action, Engine, Status, Timer, lifecycle};
-use crate::sans_io::health::{HealthTracker, SavedHealth};
-use crate::sans_io::index::{Item, RelayId};
-use crate::sans_io::relay_url::normalize;
-use crate::sans_io::result_cap::{Hint, ResultCap};
-use crate::sans_io::saved_state::{
+use crate::sans_io::identity::relay_url::normalize;
+use crate::sans_io::memory::index::{Item, RelayId};
+use crate::sans_io::memory::saved_state::{
     MAX_CONFIRMED, MAX_RELAYS, SavedLimits, SavedRelay, SavedState, item_hash,
 };
-use crate::sans_io::time::Time;
+use crate::sans_io::query::result_cap::{Hint, ResultCap};
+use crate::sans_io::timing::health::{HealthTracker, SavedHealth};
+use crate::sans_io::timing::time::Time;
 
 /// Penalties a saved relay may claim at most (each quadruples its backoff,
 /// which is capped long before this).

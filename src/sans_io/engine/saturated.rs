@@ -26,10 +26,10 @@ use nostr::prelude::{Filter, Kind};
 
 use super::Engine;
 use super::relay::MAX_UNSURE;
-use crate::sans_io::index::RelayId;
-use crate::sans_io::relay_text::{dropped, relay_text};
-use crate::sans_io::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
-use crate::sans_io::time::Time;
+use crate::sans_io::memory::index::RelayId;
+use crate::sans_io::query::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::relay_text::{dropped, relay_text};
 
 /// The smallest page size taken for a relay's cap without proof.
 const SMALLEST_CAP_GUESS: usize = 20;

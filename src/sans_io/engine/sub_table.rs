@@ -7,7 +7,7 @@
 //! and an idle relay's table is as long as what it holds. At 5,000 relays
 //! the map's buckets were about 730 bytes of every idle relay's memory.
 
-use crate::sans_io::subscription::Subscription;
+use crate::sans_io::query::subscription::Subscription;
 
 /// Open subscriptions of one relay, each under the id its REQ carries.
 #[derive(Debug, Default)]
@@ -85,8 +85,8 @@ impl SubTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sans_io::subscription::{Purpose, Scope};
-    use crate::sans_io::time::Time;
+    use crate::sans_io::query::subscription::{Purpose, Scope};
+    use crate::sans_io::timing::time::Time;
 
     fn sub(page: u32) -> Subscription {
         Subscription::new(

@@ -25,15 +25,15 @@ use std::time::Duration;
 use log::{debug, info, warn};
 use nostr::prelude::{ClientMessage, Event, EventId, Filter, Keys, RelayMessage, Timestamp};
 
-use crate::sans_io::health::{BackoffPolicy, HealthTracker};
-use crate::sans_io::index::is_index_kind;
-use crate::sans_io::nip42::auth_event;
+use crate::sans_io::memory::index::is_index_kind;
 use crate::sans_io::own_relay::link_budget::LinkBudget;
 use crate::sans_io::own_relay::listing::{ListStep, Listings};
 use crate::sans_io::own_relay::outbox::{Outbox, OutboxStats};
-use crate::sans_io::relay_info::RelayInfo;
-use crate::sans_io::relay_text::relay_text;
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::health::{BackoffPolicy, HealthTracker};
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::nip42::auth_event;
+use crate::sans_io::wire::relay_info::RelayInfo;
+use crate::sans_io::wire::relay_text::relay_text;
 
 /// When to connect to the own relay again after a connection failed: 500
 /// ms after the first failure in a row, doubling to a 30 s cap, back to the

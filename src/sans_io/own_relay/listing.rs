@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
-use crate::sans_io::refusal::Refusal;
+use crate::sans_io::query::refusal::Refusal;
 
 /// Events asked per listing page; relays cap lower ones down anyway.
 const PAGE: usize = 5_000;

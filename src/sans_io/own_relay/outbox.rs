@@ -33,7 +33,7 @@ use nostr::prelude::{ClientMessage, Event, EventId};
 
 use crate::sans_io::own_relay::pacer::Pacer;
 use crate::sans_io::own_relay::refusal_log::RefusalLog;
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 /// Counters of the own-relay sink.
 #[derive(Debug, Clone, Copy, Default)]

@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 /// The first gap after a refusal: a bucket that refused has no token, and
 /// one token a second is a slow relay's pace (rust-nostr's 60 a minute).

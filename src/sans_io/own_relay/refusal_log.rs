@@ -11,8 +11,8 @@ use std::time::Duration;
 use log::warn;
 use nostr::prelude::EventId;
 
-use crate::sans_io::relay_text::relay_text;
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::relay_text::relay_text;
 
 /// How often one reason is logged at most.
 const EVERY: Duration = Duration::from_secs(60);

@@ -22,7 +22,7 @@ pub(super) const MAX_SKEW_SECS: u64 = 600;
 pub(super) fn challenge(rng: &mut SmallRng) -> String {
     let mut bytes = [0u8; 16];
     rng.fill_bytes(&mut bytes);
-    crate::sans_io::hex::encode(&bytes)
+    crate::sans_io::wire::hex::encode(&bytes)
 }
 
 /// Why an AUTH event was refused (the `OK false` message), or `Ok` when it

@@ -20,7 +20,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use crate::sans_io::hex::{decode, encode};
+use crate::sans_io::wire::hex::{decode, encode};
 use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use nostr::prelude::{EventId, RelayMessage, SubscriptionId, Timestamp};
 

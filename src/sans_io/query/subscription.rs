@@ -10,9 +10,9 @@ use std::collections::HashSet;
 
 use nostr::prelude::{Event, EventId, Filter, MatchEventOptions, Timestamp};
 
-use crate::sans_io::index::Item;
-use crate::sans_io::result_cap::ResultCap;
-use crate::sans_io::time::Time;
+use crate::sans_io::memory::index::Item;
+use crate::sans_io::query::result_cap::ResultCap;
+use crate::sans_io::timing::time::Time;
 
 /// How far a filter's `limit` may grow to page through events that share one second.
 pub(crate) const MAX_LIMIT_FACTOR: usize = 16;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 /// Health as reported in status and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

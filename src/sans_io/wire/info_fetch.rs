@@ -22,7 +22,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use crate::sans_io::relay_info::{MAX_DOCUMENT_BYTES, RelayInfo};
+use crate::sans_io::wire::relay_info::{MAX_DOCUMENT_BYTES, RelayInfo};
 
 /// Longest response head (status line and headers, interim heads included).
 pub(crate) const MAX_HEAD_BYTES: usize = 8 * 1024;

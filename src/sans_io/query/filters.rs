@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use nostr::prelude::{Filter, Kind, SingleLetterTag, Timestamp};
 
-use crate::sans_io::index::{
+use crate::sans_io::memory::index::{
     Item, KIND_ANNOUNCEMENT, KIND_DELETION, KIND_STATE, ROOT_KINDS, RepoIndex,
 };
 

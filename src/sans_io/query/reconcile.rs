@@ -20,8 +20,8 @@ use std::borrow::Cow;
 use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
-use crate::sans_io::filters::Encoded;
-use crate::sans_io::hex::{decode, encode};
+use crate::sans_io::query::filters::Encoded;
+use crate::sans_io::wire::hex::{decode, encode};
 
 /// The smallest frame the negentropy crate accepts, in bytes before hex.
 const MIN_FRAME: usize = 4096;
@@ -280,7 +280,7 @@ pub fn means_unsupported(notice: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sans_io::filters::req_message_encoded;
+    use crate::sans_io::query::filters::req_message_encoded;
     use nostr::prelude::Kind;
     use rand::rngs::SmallRng;
     use rand::{RngCore, SeedableRng};

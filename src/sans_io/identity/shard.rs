@@ -135,7 +135,7 @@ mod tests {
     /// Python.)
     #[test]
     fn golden_table_of_spellings_their_canonical_form_and_shard() {
-        use crate::sans_io::relay_url::normalize;
+        use crate::sans_io::identity::relay_url::normalize;
         let golden: [(&str, &str, u32); 6] = [
             ("wss://relay.example.", "wss://relay.example", 3),
             ("wss://Relay.Example", "wss://relay.example", 3),

@@ -17,10 +17,10 @@ use std::time::Duration;
 use log::{debug, info, warn};
 use nostr::prelude::{Event, EventId, Kind, Timestamp};
 
-use crate::sans_io::address::{host_and_port, ip_literal, is_public};
-use crate::sans_io::relay_url::{normalize, relay_of_clone_url};
-use crate::sans_io::service::Service;
-use crate::sans_io::time::Time;
+use crate::sans_io::identity::address::{host_and_port, ip_literal, is_public};
+use crate::sans_io::identity::relay_url::{normalize, relay_of_clone_url};
+use crate::sans_io::identity::service::Service;
+use crate::sans_io::timing::time::Time;
 
 mod deletion;
 mod relay_lists;

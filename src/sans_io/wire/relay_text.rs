@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 /// Characters of relay text a log line shows at most.
 pub(crate) const RELAY_TEXT_MAX: usize = 200;

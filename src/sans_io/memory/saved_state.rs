@@ -413,7 +413,7 @@ fn decode_ids(text: &str) -> Result<Vec<EventId>, DecodeError> {
         return Err(DecodeError::Field("refused"));
     }
     let n = text.len() / 64;
-    let skip = n.saturating_sub(crate::sans_io::refused::MAX_REFUSED);
+    let skip = n.saturating_sub(crate::sans_io::memory::refused::MAX_REFUSED);
     (skip..n)
         .map(|i| {
             EventId::from_hex(&text[i * 64..(i + 1) * 64])

@@ -3,7 +3,7 @@
 
 use nostr::prelude::*;
 
-use crate::sans_io::time::Time;
+use crate::sans_io::timing::time::Time;
 
 /// The NIP-42 answer to `challenge` from `relay_url`, signed at `now`.
 pub(crate) fn auth_event(

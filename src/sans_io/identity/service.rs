@@ -17,7 +17,7 @@
 
 use nostr::prelude::Event;
 
-use crate::sans_io::relay_url::{host_port, normalize, relay_of_clone_url};
+use crate::sans_io::identity::relay_url::{host_port, normalize, relay_of_clone_url};
 
 /// The own relay's names.
 #[derive(Debug, Clone)]
