@@ -283,7 +283,7 @@ impl Shell {
             relay_info,
             now,
         );
-        sink.restore_outbox(left_in_outbox);
+        sink.restore_outbox(left_in_outbox, now);
         // Only the caps are used: the frames are ours (`ws`), with no
         // per-connection buffers to size.
         let ws_config = WebSocketConfig::default()
@@ -413,11 +413,16 @@ impl Shell {
                 }
             }
             while self.sink_has_room() {
-                let Some(Output::Ingest { relay, event }) = self.engine.poll_output() else {
+                let Some(Output::Ingest {
+                    relay,
+                    event,
+                    received,
+                }) = self.engine.poll_output()
+                else {
                     break;
                 };
                 moved = true;
-                self.deliver(relay, *event, now);
+                self.deliver(relay, *event, received, now);
             }
             moved |= self.pump_sink(now);
             if !moved {
@@ -836,8 +841,12 @@ impl Shell {
         if self.state_file.is_none() {
             return;
         }
-        let mut state = self.engine.save_state(now, self.clock.unix_secs());
-        state.outbox = self.sink_leftovers(now);
+        let outbox = self.sink_leftovers(now);
+        let unsettled = self.sink_unsettled();
+        let mut state = self
+            .engine
+            .save_state(now, self.clock.unix_secs(), unsettled);
+        state.outbox = outbox;
         let Some(file) = &mut self.state_file else {
             return;
         };
