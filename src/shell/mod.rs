@@ -293,7 +293,7 @@ impl Shell {
         let mut timers = TimerWheel::new(now.as_millis());
         timers.insert((now + TRIM_EVERY).as_millis(), ShellTimer::Trim);
         if state_file.is_some() {
-            let at = now + state_file::SAVE_EVERY;
+            let at = now + opts.state_save_every;
             timers.insert(at.as_millis(), ShellTimer::SaveState);
         }
         debug!("shell for {own_url} ready");
@@ -791,7 +791,7 @@ impl Shell {
                 ShellTimer::Unfinished(token) => self.unfinished_deadline(token, now),
                 ShellTimer::SaveState => {
                     self.save_state(now);
-                    let at = now + state_file::SAVE_EVERY;
+                    let at = now + self.opts.state_save_every;
                     self.timers.insert(at.as_millis(), ShellTimer::SaveState);
                 }
             }

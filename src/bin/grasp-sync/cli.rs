@@ -312,6 +312,15 @@ static FLAGS: &[Flag] = &[
         help: "Cap on relays connected in total.",
     },
     Flag {
+        name: "outbox-capacity",
+        kind: Kind::Single("<n>", |o, v| {
+            o.shell.outbox_capacity = integer(v, 1)?;
+            Ok(())
+        }),
+        default: "10000",
+        help: "Events the own-relay outbox holds before remote reads pause.",
+    },
+    Flag {
         name: "max-frame-bytes",
         kind: Kind::Single("<bytes>", |o, v| {
             o.shell.max_frame_bytes = integer(v, MIN_FRAME_BYTES)?;
@@ -364,6 +373,15 @@ static FLAGS: &[Flag] = &[
         }),
         default: "none (every start is fresh)",
         help: "Keep what the engine learned of each relay here across restarts (written every few minutes and at shutdown; a bad file is set aside as PATH.bad-<time>).",
+    },
+    Flag {
+        name: "state-save-secs",
+        kind: Kind::Single("<secs>", |o, v| {
+            o.shell.state_save_every = secs(v, 1)?;
+            Ok(())
+        }),
+        default: "180",
+        help: "How often --state-file is written while running.",
     },
     Flag {
         name: "auth-key-file",
@@ -733,6 +751,7 @@ pub fn settings_text(o: &Options) -> String {
                 .as_ref()
                 .map_or("none".to_owned(), |p| p.display().to_string()),
         ),
+        ("state-save-secs", secs(sh.state_save_every)),
         ("auth-key", npub(c.auth_keys.as_ref())),
         ("own-relay-auth-key", own_key),
         (
@@ -742,6 +761,7 @@ pub fn settings_text(o: &Options) -> String {
         ("self-subscribe", c.self_subscribe.to_string()),
         ("negentropy", c.negentropy.to_string()),
         ("max-relays", sh.max_relays.to_string()),
+        ("outbox-capacity", sh.outbox_capacity.to_string()),
         ("max-frame-bytes", sh.max_frame_bytes.to_string()),
         ("max-frames-per-sec", sh.max_frames_per_sec.to_string()),
         ("page-limit", c.page_limit.to_string()),
@@ -1477,7 +1497,7 @@ mod tests {
                 flag.name
             );
         }
-        assert_eq!(numeric, 19);
+        assert_eq!(numeric, 21);
     }
 
     #[test]
