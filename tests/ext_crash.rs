@@ -43,9 +43,12 @@ struct World {
 }
 
 impl World {
-    /// Three repos on two remotes (one on both, one on each), two issues
-    /// each with 24 replies: 150 events, each on one or both of its
-    /// repo's relays as the seed says, and more as the test publishes.
+    /// Three repos on two remotes (one on both, one on each), each with
+    /// 40 comments on the repo and two issues with 12 replies each: 198
+    /// events, each on one or both of its repo's relays as the seed says,
+    /// and more as the test publishes. Most are the repos' own (fetched
+    /// with the repo, early), so many wait behind the full outbox while
+    /// the repo counts as synced.
     fn new(name: &str, seed: u64) -> World {
         let own = TestRelay::start(RelayOptions {
             event_bucket: Some(EventBucket {
@@ -89,11 +92,15 @@ impl World {
             let listed: Vec<&str> = homes.iter().map(|&i| urls[i].as_str()).collect();
             self.own.publish(announcement(&owner, &d, &listed, T0));
             let repo = coord(&owner, &d);
+            for i in 0..40 {
+                let text = format!("{d} comment {i} seed {seed}");
+                self.place(&repo_comment(&keys(21), &repo, T0 + 50 + i, &text), &homes);
+            }
             for i in 0..2u64 {
                 let text = format!("{d} issue {i} seed {seed}");
                 let issue = root(&keys(20), 1621, &[&repo], T0 + 10 * i, &text);
                 self.place(&issue, &homes);
-                for j in 0..24 {
+                for j in 0..12 {
                     let text = format!("{d} issue {i} reply {j} seed {seed}");
                     self.place(&reply(&keys(30), &issue, T0 + 100 + j, &text), &homes);
                 }
@@ -208,12 +215,33 @@ fn torn_saves(dir: &Path) -> usize {
 /// How a kill picks its moment.
 #[derive(Debug, Clone, Copy)]
 enum Moment {
-    /// Early in the run: connecting, listing, first pages.
+    /// Early in the run: connecting, listing, first pages, maybe before
+    /// any save.
     Early,
-    /// Around a periodic save (one a second from the start).
+    /// Right after one of the run's first periodic saves (one a second),
+    /// when what it claims is newest.
     AtSave,
-    /// Once the own relay refused for its rate: the outbox is full.
+    /// Once the own relay refused for its rate (the outbox is full) and
+    /// a save followed.
     Throttled,
+}
+
+/// When the state file was last written, if it exists.
+fn written_at(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// Waits (a generous deadline) until the state file was written `n`
+/// times after `since`, as far as polling sees.
+fn wait_for_saves(path: &Path, since: Option<SystemTime>, n: usize) {
+    let mut last = since;
+    for _ in 0..n {
+        wait_for(30, || {
+            let now = written_at(path);
+            now.is_some() && now != last
+        });
+        last = written_at(path);
+    }
 }
 
 #[test]
@@ -230,18 +258,21 @@ fn sigkill_at_random_moments_loses_no_event() {
                 _ => Moment::Throttled,
             };
             let throttled_before = world.own.rate_limited();
+            let path = world.state_file();
+            let saved_before = written_at(&path);
             let engine = world.start();
             let wait = match moment {
                 Moment::Early => Duration::from_millis(world.rng.gen_range(50..800)),
                 Moment::AtSave => {
-                    let saves = world.rng.gen_range(1..4u64);
-                    Duration::from_millis(1_000 * saves + world.rng.gen_range(0..30))
+                    wait_for_saves(&path, saved_before, world.rng.gen_range(1..3));
+                    Duration::from_millis(world.rng.gen_range(0..20))
                 }
                 Moment::Throttled => {
                     wait_for(20, || {
                         world.own.rate_limited() > throttled_before || world.synced()
                     });
-                    Duration::from_millis(world.rng.gen_range(0..400))
+                    wait_for_saves(&path, saved_before, 1);
+                    Duration::from_millis(world.rng.gen_range(0..300))
                 }
             };
             std::thread::sleep(wait);
