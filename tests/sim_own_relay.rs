@@ -87,7 +87,7 @@ fn an_event_refused_for_good_is_not_offered_again_after_a_restart() {
     // What the shell does with the own-relay client's `RefusedForGood`.
     sim.engine.handle_refused_for_good(refused.id);
 
-    let saved = sim.engine.save_state(sim.now, sim.now.as_secs());
+    let saved = sim.engine.save_state(sim.now, sim.now.as_secs(), None);
     assert_eq!(saved.refused, vec![refused.id]);
     let saved = SavedState::decode(&saved.encode()).expect("own encoding decodes");
     for relay in sim.relays.values_mut() {

@@ -72,7 +72,7 @@ fn restart_edited(
     resume: bool,
     edit: impl FnOnce(&mut SavedState),
 ) {
-    let saved = sim.engine.save_state(sim.now, sim.now.as_secs());
+    let saved = sim.engine.save_state(sim.now, sim.now.as_secs(), None);
     let mut saved = SavedState::decode(&saved.encode()).expect("own encoding decodes");
     edit(&mut saved);
     for relay in sim.relays.values_mut() {
@@ -329,7 +329,7 @@ fn a_saved_state_stays_bounded() {
     let mut sim = Sim::new(restart_config());
     sim.engine.restore_state(sim.now, T0, saved);
     sim.settle();
-    let again = sim.engine.save_state(sim.now, T0);
+    let again = sim.engine.save_state(sim.now, T0, None);
     assert_eq!(again.relays.len(), 2_000);
     let hashes: usize = again.relays.iter().map(|r| r.confirmed.len()).sum();
     assert_eq!(hashes, 100_000);

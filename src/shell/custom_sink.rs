@@ -28,8 +28,9 @@ pub(super) const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// An embedder's sink and the one event it had no room for.
 pub(super) struct CustomSink {
     sink: Box<dyn Sink + Send>,
-    /// The event the sink handed back, with the relay it came from.
-    held: Option<(RelayId, Box<Event>)>,
+    /// The event the sink handed back, with the relay it came from and
+    /// when the engine received it.
+    held: Option<(RelayId, Box<Event>, Time)>,
     /// When the held event is offered again without a signal.
     retry_at: Option<Time>,
     /// The embedder signalled room since the event was handed back.
@@ -76,8 +77,22 @@ impl CustomSink {
         self.ready = self.held.is_some();
     }
 
-    /// Hands `event` (from `relay`, at `url`) to the sink.
-    pub(super) fn offer(&mut self, now: Time, relay: RelayId, url: &str, event: Event) -> Offered {
+    /// When the held event was received: a state save claims nothing
+    /// past it (`Stored` is the embedder's confirmation).
+    pub(super) fn unsettled(&self) -> Option<Time> {
+        self.held.as_ref().map(|(_, _, received)| *received)
+    }
+
+    /// Hands `event` (from `relay`, at `url`, received at `received`) to
+    /// the sink.
+    pub(super) fn offer(
+        &mut self,
+        now: Time,
+        relay: RelayId,
+        url: &str,
+        event: Event,
+        received: Time,
+    ) -> Offered {
         debug_assert!(self.held.is_none(), "offered while holding one");
         let index = is_index_kind(event.kind).then(|| event.clone());
         let id = event.id;
@@ -85,7 +100,7 @@ impl CustomSink {
             StoreOutcome::Stored => Offered::Stored(index),
             StoreOutcome::Full(event) => {
                 self.stats.retried += 1;
-                self.held = Some((relay, event));
+                self.held = Some((relay, event, received));
                 self.retry_at = Some(now + RETRY_EVERY);
                 self.ready = false;
                 Offered::Full
@@ -100,13 +115,15 @@ impl CustomSink {
     }
 
     /// The held event, once the embedder signalled room or its retry is due.
-    pub(super) fn take_due(&mut self, now: Time) -> Option<(RelayId, Event)> {
+    pub(super) fn take_due(&mut self, now: Time) -> Option<(RelayId, Event, Time)> {
         if !self.ready && self.retry_at.is_none_or(|at| now < at) {
             return None;
         }
         self.ready = false;
         self.retry_at = None;
-        self.held.take().map(|(relay, event)| (relay, *event))
+        self.held
+            .take()
+            .map(|(relay, event, received)| (relay, *event, received))
     }
 
     /// Asks the sink what it holds for `filter`.

@@ -283,7 +283,7 @@ impl Shell {
             relay_info,
             now,
         );
-        sink.restore_outbox(left_in_outbox);
+        sink.restore_outbox(left_in_outbox, now);
         // Only the caps are used: the frames are ours (`ws`), with no
         // per-connection buffers to size.
         let ws_config = WebSocketConfig::default()
@@ -293,7 +293,7 @@ impl Shell {
         let mut timers = TimerWheel::new(now.as_millis());
         timers.insert((now + TRIM_EVERY).as_millis(), ShellTimer::Trim);
         if state_file.is_some() {
-            let at = now + state_file::SAVE_EVERY;
+            let at = now + opts.state_save_every;
             timers.insert(at.as_millis(), ShellTimer::SaveState);
         }
         debug!("shell for {own_url} ready");
@@ -413,11 +413,16 @@ impl Shell {
                 }
             }
             while self.sink_has_room() {
-                let Some(Output::Ingest { relay, event }) = self.engine.poll_output() else {
+                let Some(Output::Ingest {
+                    relay,
+                    event,
+                    received,
+                }) = self.engine.poll_output()
+                else {
                     break;
                 };
                 moved = true;
-                self.deliver(relay, *event, now);
+                self.deliver(relay, *event, received, now);
             }
             moved |= self.pump_sink(now);
             if !moved {
@@ -786,7 +791,7 @@ impl Shell {
                 ShellTimer::Unfinished(token) => self.unfinished_deadline(token, now),
                 ShellTimer::SaveState => {
                     self.save_state(now);
-                    let at = now + state_file::SAVE_EVERY;
+                    let at = now + self.opts.state_save_every;
                     self.timers.insert(at.as_millis(), ShellTimer::SaveState);
                 }
             }
@@ -836,8 +841,12 @@ impl Shell {
         if self.state_file.is_none() {
             return;
         }
-        let mut state = self.engine.save_state(now, self.clock.unix_secs());
-        state.outbox = self.sink_leftovers(now);
+        let outbox = self.sink_leftovers(now);
+        let unsettled = self.sink_unsettled();
+        let mut state = self
+            .engine
+            .save_state(now, self.clock.unix_secs(), unsettled);
+        state.outbox = outbox;
         let Some(file) = &mut self.state_file else {
             return;
         };

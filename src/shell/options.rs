@@ -24,6 +24,9 @@ const DEFAULT_MAX_UNFINISHED_BYTES: u64 = 64 << 20;
 const DEFAULT_UNFINISHED_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of [`ShellOptions::shutdown_timeout`].
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of [`ShellOptions::state_save_every`]: the state is bounded and
+/// cheap to write, and three minutes of progress is cheap to redo.
+const DEFAULT_STATE_SAVE_EVERY: Duration = Duration::from_secs(180);
 
 /// A name lookup: host and port to addresses, blocking (it runs on a
 /// resolver worker, never on the loop).
@@ -69,6 +72,9 @@ pub struct ShellOptions {
     /// Where the engine's state is kept across restarts (`state_file`);
     /// `None` starts every run fresh.
     pub state_file: Option<PathBuf>,
+    /// How often the state file is written while running (also at
+    /// shutdown).
+    pub state_save_every: Duration,
     /// Resolves relay names instead of the system's `getaddrinfo` (an
     /// embedder's own resolver; tests make names slow with it, the tarpit
     /// DNS fault `testing::fault::tarpit_dns`). The address guard still
@@ -92,6 +98,7 @@ impl Default for ShellOptions {
             unfinished_timeout: DEFAULT_UNFINISHED_TIMEOUT,
             max_unfinished_bytes: DEFAULT_MAX_UNFINISHED_BYTES,
             state_file: None,
+            state_save_every: DEFAULT_STATE_SAVE_EVERY,
             dns_lookup: None,
         }
     }

@@ -67,16 +67,16 @@ impl SinkState {
     }
 
     /// Offers first what the last run's outbox still held (the state
-    /// file's). The file is input: an event that does not verify is
-    /// dropped, and counted in the log line.
-    pub(super) fn restore_outbox(&mut self, events: Vec<Event>) {
+    /// file's), as received at `now`. The file is input: an event that
+    /// does not verify is dropped, and counted in the log line.
+    pub(super) fn restore_outbox(&mut self, events: Vec<Event>, now: Time) {
         let SinkState::OwnRelay(own) = self else {
             return;
         };
         let total = events.len();
         let mut taken = 0;
         for event in events.into_iter().filter(|e| e.verify().is_ok()) {
-            own.client.push(event);
+            own.client.push(event, now);
             taken += 1;
         }
         if total > 0 {
@@ -135,12 +135,15 @@ impl Shell {
         }
     }
 
-    pub(super) fn deliver(&mut self, relay: RelayId, event: Event, now: Time) {
+    /// Hands the sink `event` from `relay`, which the engine received at
+    /// `received`.
+    pub(super) fn deliver(&mut self, relay: RelayId, event: Event, received: Time, now: Time) {
         let custom = match &mut self.sink {
             SinkState::Custom(custom) => custom,
-            SinkState::OwnRelay(own) => return own.client.push(event),
+            SinkState::OwnRelay(own) => return own.client.push(event, received),
         };
-        match custom.offer(now, relay, self.engine.relay_url(relay), event) {
+        let url = self.engine.relay_url(relay);
+        match custom.offer(now, relay, url, event, received) {
             Offered::Stored(index) => {
                 self.stats.sink_stored += 1;
                 // As the own relay's `OK true`: the index follows the store.
@@ -169,8 +172,8 @@ impl Shell {
         let SinkState::Custom(custom) = &mut self.sink else {
             return false;
         };
-        if let Some((relay, event)) = custom.take_due(now) {
-            self.deliver(relay, event, now);
+        if let Some((relay, event, received)) = custom.take_due(now) {
+            self.deliver(relay, event, received, now);
             return true;
         }
         if custom.has_room() && !self.deferred.is_empty() {
@@ -334,6 +337,15 @@ impl Shell {
                 ClientOutput::Unlisted(request) => self.engine.handle_local_unlisted(now, request),
                 ClientOutput::RefusedForGood(id) => self.engine.handle_refused_for_good(id),
             }
+        }
+    }
+
+    /// When the oldest event the sink has not confirmed was received, for
+    /// the state file: it claims nothing past it.
+    pub(super) fn sink_unsettled(&self) -> Option<Time> {
+        match &self.sink {
+            SinkState::OwnRelay(own) => own.client.unsettled(),
+            SinkState::Custom(custom) => custom.unsettled(),
         }
     }
 

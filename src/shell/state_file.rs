@@ -1,5 +1,6 @@
 //! The state file (`--state-file`): the engine's [`SavedState`] read once
-//! at start, written every [`SAVE_EVERY`] and at shutdown.
+//! at start, written every `ShellOptions::state_save_every` (3 minutes
+//! unless `--state-save-secs` says otherwise) and at shutdown.
 //!
 //! Opening it is checked at start, where a mistake is cheap to fix: a
 //! path that is a directory (a slip with systemd's `StateDirectory=`), a
@@ -29,14 +30,10 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use log::{info, warn};
 
 use crate::sans_io::memory::saved_state::SavedState;
-
-/// How often the state is written while running.
-pub(super) const SAVE_EVERY: Duration = Duration::from_secs(180);
 
 /// Largest state file read: over what the engine writes at most (about
 /// 5 MiB, `saved_state`), so a file this size is not ours. Checked before

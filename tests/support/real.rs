@@ -785,6 +785,14 @@ impl GraspSync {
             .unwrap_or_default()
     }
 
+    /// SIGKILL, as a crash or a power loss: no save, no flush.
+    pub fn kill(mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// SIGTERM, then the exit code.
     pub fn stop(mut self) -> Option<i32> {
         let child = self.child.take()?;

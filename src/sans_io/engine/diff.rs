@@ -114,14 +114,10 @@ impl Engine {
             let restored = change.added && self.restored_confirmed(change.relay, change.item);
             let state = &mut self.relays[change.relay.index()];
             if change.added {
-                let slot = state.items.entry(change.item).or_insert(Slot {
-                    refs: 0,
-                    state: if restored {
-                        ItemState::Confirmed
-                    } else {
-                        ItemState::Queued
-                    },
-                });
+                let slot = state
+                    .items
+                    .entry(change.item)
+                    .or_insert(Slot::new(restored));
                 slot.refs += 1;
                 if slot.refs == 1 && state.status == Status::Connected {
                     state.queued.push(change.item);
@@ -242,8 +238,8 @@ impl Engine {
         );
     }
 
-    /// One chunk of `batch` reached its last EOSE.
-    pub(super) fn complete_chunk(&mut self, relay: RelayId, batch: u64) {
+    /// One chunk of `batch` reached its last EOSE at `now`.
+    pub(super) fn complete_chunk(&mut self, relay: RelayId, batch: u64, now: Time) {
         let state = &mut self.relays[relay.index()];
         let Some(b) = state.batches.get_mut(&batch) else {
             return;
@@ -259,7 +255,7 @@ impl Engine {
             if let Some(slot) = state.items.get_mut(item)
                 && slot.state == ItemState::Pending(batch)
             {
-                slot.state = ItemState::Confirmed;
+                slot.confirm(now);
             }
         }
         state.health.record_progress();

@@ -196,6 +196,7 @@ impl Engine {
         self.outputs.push_back(Output::Ingest {
             relay,
             event: Box::new(event),
+            received: now,
         });
     }
 
@@ -390,7 +391,7 @@ impl Engine {
                 }
                 self.clear_suspects(relay, &work);
                 for w in work {
-                    self.complete_chunk(relay, w.batch);
+                    self.complete_chunk(relay, w.batch, now);
                 }
                 if scope == Scope::Own {
                     self.close_batch_window_early(now);

@@ -149,6 +149,10 @@ pub enum Output {
         relay: RelayId,
         /// The event.
         event: Box<Event>,
+        /// When the engine received it. What a state save may claim is
+        /// bounded by the oldest such time among the events the sink has
+        /// not confirmed yet: pass it to [`Engine::save_state`].
+        received: Time,
     },
 }
 
@@ -764,8 +768,16 @@ impl Engine {
     /// What is worth keeping across a restart, for
     /// [`restore_state`](Engine::restore_state); `unix_now` is the wall
     /// clock at `now`, in Unix seconds. Bounded (`saved_state`).
-    pub fn save_state(&self, now: Time, unix_now: u64) -> SavedState {
-        self.saved_state(now, unix_now)
+    ///
+    /// `unsettled` is when the oldest event handed over by
+    /// [`poll_output`](Engine::poll_output) that the sink has not
+    /// confirmed yet was received (its `Output::Ingest::received`; `None`
+    /// when the sink confirmed every one; events not polled yet the
+    /// engine counts itself). The state claims nothing past it: a
+    /// process killed after the save would lose those events, so their
+    /// history and live traffic are read again after a restart.
+    pub fn save_state(&self, now: Time, unix_now: u64, unsettled: Option<Time>) -> SavedState {
+        self.saved_state(now, unix_now, unsettled)
     }
 
     /// Counters for metrics.

@@ -623,7 +623,7 @@ impl Engine {
         let groups = fetch_filters(&job.need, max_ids, state.limits.message_bytes);
         if groups.is_empty() {
             for w in &job.work {
-                self.complete_chunk(relay, w.batch);
+                self.complete_chunk(relay, w.batch, now);
             }
             self.dirty.push(relay);
             return;
@@ -682,7 +682,7 @@ impl Engine {
             // by kind take over from this job's chain, which ends.
             self.split_by_kind(relay, sat, scope, &job.work, job.started, now);
             for w in &job.work {
-                self.complete_chunk(relay, w.batch);
+                self.complete_chunk(relay, w.batch, now);
             }
             self.dirty.push(relay);
             return;

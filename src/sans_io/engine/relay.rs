@@ -65,6 +65,42 @@ pub(super) enum LiveMode {
 pub(super) struct Slot {
     pub refs: u32,
     pub state: ItemState,
+    /// When the item was last confirmed, in Unix seconds rounded up (0
+    /// for one confirmed before a restart): a save claims it only if the
+    /// sink confirmed every event received before then (`resume`). Kept
+    /// in what was the struct's padding.
+    pub confirmed_at: u32,
+}
+
+impl Slot {
+    /// A new target: confirmed already if `restored` (a saved claim
+    /// from before the restart), else queued.
+    pub(super) fn new(restored: bool) -> Slot {
+        Slot {
+            refs: 0,
+            state: if restored {
+                ItemState::Confirmed
+            } else {
+                ItemState::Queued
+            },
+            confirmed_at: 0,
+        }
+    }
+
+    /// The item's history was fetched to its end at `now`.
+    pub(super) fn confirm(&mut self, now: Time) {
+        self.state = ItemState::Confirmed;
+        let secs = now.as_millis().div_ceil(1000);
+        self.confirmed_at = u32::try_from(secs).unwrap_or(u32::MAX);
+    }
+
+    /// True when every event received before the item was confirmed had
+    /// been taken by the sink, if the oldest it has not taken was
+    /// received at `unsettled` (`None`: it took everything).
+    pub(super) fn settled(&self, unsettled: Option<Time>) -> bool {
+        let confirmed = Time::from_secs(u64::from(self.confirmed_at));
+        self.state == ItemState::Confirmed && unsettled.is_none_or(|t| confirmed < t)
+    }
 }
 
 /// Items of one pending batch and how many of its chunks are still fetching.
@@ -422,6 +458,13 @@ impl RelayState {
 mod tests {
     use super::*;
     use crate::sans_io::query::subscription::{Purpose, Scope, Subscription};
+
+    /// An item's confirmation time costs no memory: it sits in what was
+    /// the slot's padding (relays times items can be millions of slots).
+    #[test]
+    fn a_slot_stays_24_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 24);
+    }
 
     #[test]
     fn a_burst_gives_its_room_back() {

@@ -11,6 +11,13 @@
 //! (until the relay's first connection). Health, the retry time, the daily
 //! schedule and learned limits carry over too.
 //!
+//! A save claims nothing the sink has not confirmed (issue 34): the
+//! process may be killed right after it, and what its outbox held, or
+//! held back behind the outbox, dies with it. So the live coverage saved
+//! ends no later than the oldest unconfirmed event was received, and an
+//! item is saved as confirmed only if it was confirmed before that; the
+//! rest is read again after a restart (re-reading is safe, losing is not).
+//!
 //! The saved state is input like a relay's: relays it names are only hints
 //! (applied when an announcement makes the relay known), the own relay is
 //! never taken (its self-subscription rebuilds the index from scratch),
@@ -23,8 +30,8 @@ use std::time::Duration;
 use log::info;
 
 use super::negentropy::NegSupport;
-use super::relay::{ItemState, RelayState, StatedLimits};
-use super::{Action, Engine, Status, Timer, lifecycle};
+use super::relay::{RelayState, StatedLimits};
+use super::{Action, Engine, Output, Status, Timer, lifecycle};
 use crate::sans_io::identity::relay_url::normalize;
 use crate::sans_io::memory::index::{Item, RelayId};
 use crate::sans_io::memory::saved_state::{
@@ -95,22 +102,39 @@ impl Engine {
     /// not known yet; confirmed items hashed for as many as
     /// [`MAX_CONFIRMED`] allows, in that order (the cost of a save is
     /// bounded by what is kept, not by what is known).
-    pub(super) fn saved_state(&self, now: Time, unix_now: u64) -> SavedState {
+    ///
+    /// Nothing is claimed past what the sink confirmed: `unsettled` is
+    /// when the oldest event the sink holds unconfirmed was received, and
+    /// the engine's own outputs not taken yet count too. Live coverage
+    /// is saved no later than that, and an item only if it was confirmed
+    /// before it, so a process killed with events in its outbox, or held
+    /// back behind it, reads them again after the restart.
+    pub(super) fn saved_state(
+        &self,
+        now: Time,
+        unix_now: u64,
+        unsettled: Option<Time>,
+    ) -> SavedState {
         let anchor = Anchor {
             now,
             unix: unix_now,
         };
+        let waiting = self
+            .outputs
+            .front()
+            .map(|Output::Ingest { received, .. }| *received);
+        let unsettled = unsettled.into_iter().chain(waiting).min();
         let mut known: Vec<(Time, RelayId, SavedRelay)> = (0..self.relays.len())
             .map(|i| RelayId(i as u32))
             .filter(|&r| r != self.own && self.index.relay_known(r))
-            .filter_map(|r| self.saved_relay(r, anchor))
+            .filter_map(|r| self.saved_relay(r, anchor, unsettled))
             .collect();
         known.sort_by_key(|r| std::cmp::Reverse(r.0));
         known.truncate(MAX_RELAYS);
         let mut budget = MAX_CONFIRMED;
         let mut relays = Vec::with_capacity(known.len());
         for (_, id, mut relay) in known {
-            relay.confirmed = self.confirmed_hashes(&self.relays[id.index()], budget);
+            relay.confirmed = self.confirmed_hashes(&self.relays[id.index()], budget, unsettled);
             budget -= relay.confirmed.len();
             relays.push(relay);
         }
@@ -133,7 +157,13 @@ impl Engine {
 
     /// One relay's record (confirmed items left out) with the time it was
     /// last useful (for the order), or `None` when it taught us nothing.
-    fn saved_relay(&self, relay: RelayId, anchor: Anchor) -> Option<(Time, RelayId, SavedRelay)> {
+    /// Its live coverage ends no later than `unsettled`.
+    fn saved_relay(
+        &self,
+        relay: RelayId,
+        anchor: Anchor,
+        unsettled: Option<Time>,
+    ) -> Option<(Time, RelayId, SavedRelay)> {
         let state = &self.relays[relay.index()];
         let now = anchor.now;
         let (mut disconnected, mut covered, mut layer1) = (
@@ -145,6 +175,7 @@ impl Engine {
             let (gap, cut) = lifecycle::coverage_end(state, now);
             (disconnected, covered, layer1) = (Some(now), Some(gap), layer1 || cut);
         }
+        let covered = covered.map(|t| unsettled.map_or(t, |u| t.min(u)));
         let health = state.health.saved();
         let useful = disconnected.or(state.last_connected);
         if useful.is_none() && health == SavedHealth::default() && state.retry_at.is_none() {
@@ -193,12 +224,18 @@ impl Engine {
         }
     }
 
-    /// Hashes of at most `budget` of the items `state` confirmed.
-    fn confirmed_hashes(&self, state: &RelayState, budget: usize) -> Vec<u64> {
+    /// Hashes of at most `budget` of the items `state` confirmed before
+    /// `unsettled`.
+    fn confirmed_hashes(
+        &self,
+        state: &RelayState,
+        budget: usize,
+        unsettled: Option<Time>,
+    ) -> Vec<u64> {
         let mut hashes: Vec<u64> = state
             .items
             .iter()
-            .filter(|(_, s)| s.state == ItemState::Confirmed)
+            .filter(|(_, s)| s.settled(unsettled))
             .take(budget)
             .map(|(item, _)| self.item_hash(*item))
             .collect();

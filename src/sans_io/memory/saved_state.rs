@@ -70,7 +70,8 @@ pub struct SavedRelay {
     pub last_connected: Option<u64>,
     /// When its last connection ended (the save, for one still open).
     pub disconnected: Option<u64>,
-    /// Live coverage was unbroken up to here.
+    /// Live coverage was unbroken up to here, and the sink had confirmed
+    /// every event received before it.
     pub covered_until: Option<u64>,
     /// Announcements (layer 1) were not read to the end.
     pub layer1_unread: bool,
@@ -93,7 +94,8 @@ pub struct SavedRelay {
     /// NIP-77: `Some(true)` it reconciled, `Some(false)` it does not.
     pub negentropy: Option<bool>,
     /// Hashes of the items it had confirmed (FNV-1a of a repo's
-    /// coordinate or a root's hex id).
+    /// coordinate or a root's hex id), each with every event of its
+    /// history confirmed by the sink.
     pub confirmed: Vec<u64>,
 }
 

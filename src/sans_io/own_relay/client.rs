@@ -185,9 +185,16 @@ impl OwnRelayClient {
 
     // ----- events and listings in -----
 
-    /// Queues a synced event for the own relay.
-    pub(crate) fn push(&mut self, event: Event) {
-        self.outbox.push(event);
+    /// Queues a synced event for the own relay; the engine received it at
+    /// `received`.
+    pub(crate) fn push(&mut self, event: Event, received: Time) {
+        self.outbox.push(event, received);
+    }
+
+    /// When the oldest event the own relay has not answered yet was
+    /// received (`Engine::save_state`'s `unsettled`).
+    pub(crate) fn unsettled(&self) -> Option<Time> {
+        self.outbox.oldest_received()
     }
 
     /// False while the outbox is at capacity: the shell stops taking events
@@ -622,7 +629,7 @@ mod tests {
             .map(|n| event(&keys, 1, n))
             .collect();
         for e in &events {
-            c.push(e.clone());
+            c.push(e.clone(), Time::default());
         }
         let sent = texts(&mut c, T0);
         assert_eq!(sent.len(), events.len(), "one window");
@@ -682,7 +689,7 @@ mod tests {
     fn accepted_auth_resends_what_wanted_it_at_once() {
         let keys = Keys::generate();
         let mut c = open_client(Some(keys.clone()));
-        c.push(event(&keys, 1, 1));
+        c.push(event(&keys, 1, 1), Time::default());
         c.handle_list(7, Filter::new().kind(Kind::from_u16(1621)));
         let sent = texts(&mut c, T0);
         assert_eq!(sent.len(), 2, "{sent:?}");
@@ -716,7 +723,7 @@ mod tests {
         let note = event(&keys, 1, 3);
         let refused = event(&keys, 1617, 4);
         for e in [&announcement, &root, &note, &refused] {
-            c.push(e.clone());
+            c.push(e.clone(), Time::default());
         }
         let sent = drain(&mut c, T0);
         assert!(sent.iter().all(|t| matches!(t, Transmit::Publish(_))));
@@ -775,7 +782,7 @@ mod tests {
         let mut c = open_client(None);
         let events: Vec<_> = (0..3).map(|n| event(&keys, 1, n)).collect();
         for e in &events {
-            c.push(e.clone());
+            c.push(e.clone(), Time::default());
         }
         assert_eq!(drain(&mut c, T0).len(), 3);
         c.handle_message(T0, &ok(&events[0].id.to_hex(), true, ""));
@@ -850,7 +857,7 @@ mod tests {
         c.handle_shutdown();
         assert!(!c.poll_connect(T0));
         assert_eq!(c.poll_timeout(), None, "nothing to wake up for");
-        c.push(event(&keys, 1, 1));
+        c.push(event(&keys, 1, 1), Time::default());
         assert_eq!(c.poll_timeout(), Some(T0));
         assert!(c.poll_connect(T0));
     }
@@ -958,7 +965,7 @@ mod tests {
             .collect();
         let small: Vec<_> = (0..5).map(|n| event(&keys, 1, 1_000 + n)).collect();
         for e in large.iter().chain(&small) {
-            c.push(e.clone());
+            c.push(e.clone(), Time::default());
         }
         assert_eq!(drain(&mut c, T0).len(), WINDOW, "a window of large events");
         for _ in 0..WINDOW {
@@ -975,7 +982,7 @@ mod tests {
     fn an_event_in_flight_has_a_deadline() {
         let keys = Keys::generate();
         let mut c = open_client(None);
-        c.push(event(&keys, 1, 1));
+        c.push(event(&keys, 1, 1), Time::default());
         assert_eq!(drain(&mut c, T0).len(), 1);
         let deadline = T0 + Duration::from_secs(30);
         assert_eq!(c.poll_timeout(), Some(deadline));
@@ -989,7 +996,7 @@ mod tests {
         let mut c = OwnRelayClient::new(URL, None, 2, T0);
         let events: Vec<_> = (0..2).map(|n| event(&keys, 1, n)).collect();
         for e in &events {
-            c.push(e.clone());
+            c.push(e.clone(), Time::default());
         }
         assert!(!c.has_room());
         assert!(c.poll_connect(T0));
@@ -1010,7 +1017,7 @@ mod tests {
         let mut c = open_client(None);
         let events: Vec<_> = (0..100).map(|n| event(&keys, 1, 1_000 + n)).collect();
         for e in &events {
-            c.push(e.clone());
+            c.push(e.clone(), Time::default());
         }
         let first = sent_ids(&texts(&mut c, T0));
         assert_eq!(c.accepted_per_minute(), None, "not throttled yet");

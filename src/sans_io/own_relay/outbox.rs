@@ -126,13 +126,15 @@ pub(crate) const STRIKES: u8 = 3;
 /// nostr-rs-relay), so smaller ones struck out for some other reason.
 pub(crate) const LARGE: usize = 64 * 1024;
 
-/// An event waiting to be sent, with its strikes so far and its place in
-/// the order events were pushed.
+/// An event waiting to be sent, with its strikes so far, its place in
+/// the order events were pushed, and when the engine received it (what
+/// a state save may claim stops there while the event is unconfirmed).
 #[derive(Debug)]
 struct Waiting {
     event: Event,
     strikes: u8,
     seq: u64,
+    received: Time,
 }
 
 /// An event in flight: sent at `at` as a message of `bytes` bytes.
@@ -141,6 +143,7 @@ struct Sent {
     event: Event,
     strikes: u8,
     seq: u64,
+    received: Time,
     bytes: usize,
     at: Time,
 }
@@ -196,17 +199,28 @@ impl Outbox {
         }
     }
 
-    /// Takes an event. Capacity is a watermark, not a wall: the caller
-    /// checks [`Outbox::is_full`] and stops reading relays while it holds,
-    /// so an event already received is never dropped.
-    pub(crate) fn push(&mut self, event: Event) {
+    /// Takes an event the engine received at `received`. Capacity is a
+    /// watermark, not a wall: the caller checks [`Outbox::is_full`] and
+    /// stops reading relays while it holds, so an event already received
+    /// is never dropped.
+    pub(crate) fn push(&mut self, event: Event, received: Time) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.queue.push_back(Waiting {
             event,
             strikes: 0,
             seq,
+            received,
         });
+    }
+
+    /// When the oldest event not answered yet (waiting or in flight) was
+    /// received: a state save claims nothing past it.
+    pub(crate) fn oldest_received(&self) -> Option<Time> {
+        let waiting = self.queue.iter().map(|w| w.received);
+        waiting
+            .chain(self.inflight.iter().map(|s| s.received))
+            .min()
     }
 
     /// True when the caller should stop taking events.
@@ -267,6 +281,7 @@ impl Outbox {
                 event,
                 strikes,
                 seq,
+                received,
             } = self.queue.pop_front()?;
             let message = ClientMessage::event(event.clone()).as_json();
             if self.max_bytes.is_some_and(|max| message.len() > max) {
@@ -278,6 +293,7 @@ impl Outbox {
                 event,
                 strikes,
                 seq,
+                received,
                 bytes: message.len(),
                 at: now,
             });
@@ -317,6 +333,7 @@ impl Outbox {
             event,
             strikes,
             seq,
+            received,
             at,
             ..
         } = self.inflight.remove(pos);
@@ -341,6 +358,7 @@ impl Outbox {
                     event,
                     strikes,
                     seq,
+                    received,
                 });
             }
             "error" | "auth-required" | "" => {
@@ -357,6 +375,7 @@ impl Outbox {
                     event,
                     strikes,
                     seq,
+                    received,
                 });
             }
             _ => {
@@ -448,6 +467,7 @@ impl Outbox {
             event,
             strikes,
             seq,
+            received,
             bytes,
             ..
         } in sent
@@ -465,6 +485,7 @@ impl Outbox {
                     event,
                     strikes,
                     seq,
+                    received,
                 });
             }
         }
@@ -568,7 +589,7 @@ mod tests {
     fn ok_hands_back_what_the_own_relay_now_holds() {
         let mut o = Outbox::new(10, 10);
         for n in 1..=5 {
-            o.push(event(n));
+            o.push(event(n), Time::default());
         }
         let t = Time::from_secs(1);
         let sent: Vec<EventId> = std::iter::from_fn(|| o.next_message(t))
@@ -603,11 +624,38 @@ mod tests {
         assert_eq!(o.depth(), 1, "only the rate-limited event is left");
     }
 
+    /// Issue 34: a state save claims nothing past the oldest event the
+    /// own relay has not answered; in flight, refused for a retry or
+    /// waiting, it is held until its `OK`.
+    #[test]
+    fn the_oldest_unanswered_event_is_known_until_its_ok() {
+        let mut o = Outbox::new(10, 10);
+        assert_eq!(o.oldest_received(), None);
+        let at = |s| Time::from_secs(s);
+        o.push(event(1), at(5));
+        o.push(event(2), at(7));
+        let t = at(10);
+        let first = sent_id(&o.next_message(t).unwrap());
+        assert_eq!(o.oldest_received(), Some(at(5)), "in flight");
+        o.handle_ok(t, &first, false, "rate-limited: slow down");
+        assert_eq!(o.oldest_received(), Some(at(5)), "put back");
+        let later = at(100);
+        while let Some(m) = o.next_message(later) {
+            let id = sent_id(&m);
+            if id == first {
+                o.handle_ok(later, &id, true, "");
+            }
+        }
+        assert_eq!(o.oldest_received(), Some(at(7)), "the next one now");
+        o.handle_disconnect();
+        assert_eq!(o.oldest_received(), Some(at(7)), "struck, still held");
+    }
+
     #[test]
     fn window_bounds_inflight_and_ok_frees_it() {
         let mut o = Outbox::new(10, 2);
         for n in 1..=3 {
-            o.push(event(n));
+            o.push(event(n), Time::default());
         }
         let t = Time::from_secs(1);
         let a = o.next_message(t).unwrap();
@@ -621,8 +669,8 @@ mod tests {
     #[test]
     fn duplicate_counts_as_stored_and_invalid_is_dropped() {
         let mut o = Outbox::new(10, 10);
-        o.push(event(1));
-        o.push(event(2));
+        o.push(event(1), Time::default());
+        o.push(event(2), Time::default());
         let t = Time::from_secs(1);
         let a = o.next_message(t).unwrap();
         let b = o.next_message(t).unwrap();
@@ -662,7 +710,7 @@ mod tests {
     #[test]
     fn rate_limited_pauses_and_retries_the_same_event() {
         let mut o = Outbox::new(10, 10);
-        o.push(event(1));
+        o.push(event(1), Time::default());
         let t = Time::from_secs(100);
         let a = o.next_message(t).unwrap();
         o.handle_ok(t, &sent_id(&a), false, "rate-limited: slow down");
@@ -677,7 +725,7 @@ mod tests {
     fn a_window_refused_at_once_is_one_failure_not_a_streak() {
         let mut o = Outbox::new(100, 100);
         for n in 1..=12 {
-            o.push(event(n));
+            o.push(event(n), Time::default());
         }
         let t = Time::from_secs(100);
         let sent: Vec<String> = std::iter::from_fn(|| o.next_message(t)).collect();
@@ -712,15 +760,15 @@ mod tests {
     #[test]
     fn a_size_notice_sets_the_largest_aside_and_larger_ones_are_not_offered() {
         let mut o = Outbox::new(10, 10);
-        o.push(event(1));
-        o.push(sized(2, 5_000));
-        o.push(sized(3, 3_000));
+        o.push(event(1), Time::default());
+        o.push(sized(2, 5_000), Time::default());
+        o.push(sized(3, 3_000), Time::default());
         let t = Time::from_secs(1);
         assert_eq!(send_all(&mut o, t).len(), 3);
         o.handle_too_large();
         assert_eq!(o.stats.set_aside, 1);
-        o.push(sized(4, 6_000));
-        o.push(sized(5, 1_000));
+        o.push(sized(4, 6_000), Time::default());
+        o.push(sized(5, 1_000), Time::default());
         assert_eq!(send_all(&mut o, t), [id(5)], "6 kB is over the limit now");
         assert_eq!(o.stats.set_aside, 2);
         assert_eq!(o.depth(), 3, "1, 3 and 5 in flight");
@@ -731,8 +779,8 @@ mod tests {
         let mut o = Outbox::new(10, 10);
         o.handle_stated_limit(4_000);
         o.handle_stated_limit(8_000);
-        o.push(sized(1, 5_000));
-        o.push(sized(2, 1_000));
+        o.push(sized(1, 5_000), Time::default());
+        o.push(sized(2, 1_000), Time::default());
         let t = Time::from_secs(1);
         assert_eq!(send_all(&mut o, t), [id(2)], "the lower limit stands");
         assert_eq!(o.stats.set_aside, 1);
@@ -742,7 +790,7 @@ mod tests {
     fn an_event_refused_silently_is_struck_alone_then_set_aside() {
         let mut o = Outbox::new(10, 10);
         for n in 1..=3 {
-            o.push(event(n));
+            o.push(event(n), Time::default());
         }
         let t0 = Time::from_secs(100);
         assert_eq!(send_all(&mut o, t0).len(), 3);
@@ -755,7 +803,7 @@ mod tests {
             !o.expire(t1),
             "later events were answered: refused, not stuck"
         );
-        o.push(event(4));
+        o.push(event(4), Time::default());
         assert_eq!(send_all(&mut o, t1), [id(1)], "a struck event goes alone");
         let t2 = t1 + DEADLINE;
         assert!(o.expire(t2), "nothing answered since it went out: stuck");
@@ -770,7 +818,7 @@ mod tests {
     fn a_poison_pill_is_set_aside_and_the_events_behind_it_arrive() {
         let mut o = Outbox::new(10, 10);
         for n in 1..=4 {
-            o.push(event(n));
+            o.push(event(n), Time::default());
         }
         let t = Time::from_secs(1);
         assert_eq!(send_all(&mut o, t).len(), 4);
@@ -800,15 +848,15 @@ mod tests {
             }
         };
         let mut o = Outbox::new(10, 10);
-        o.push(sized(1, 1_000));
+        o.push(sized(1, 1_000), Time::default());
         strike_out(&mut o);
-        o.push(sized(2, 2_000));
+        o.push(sized(2, 2_000), Time::default());
         assert_eq!(send_all(&mut o, t), [id(2)], "no limit learned");
         o.handle_ok(t, &id(2), true, "");
-        o.push(sized(3, 2 * LARGE));
+        o.push(sized(3, 2 * LARGE), Time::default());
         strike_out(&mut o);
-        o.push(sized(4, 2 * LARGE));
-        o.push(sized(5, LARGE));
+        o.push(sized(4, 2 * LARGE), Time::default());
+        o.push(sized(5, LARGE), Time::default());
         assert_eq!(send_all(&mut o, t), [id(5)], "4 is as large as 3");
         assert_eq!(o.stats.set_aside, 3);
     }
@@ -817,7 +865,7 @@ mod tests {
     fn disconnect_returns_inflight_in_order_and_capacity_is_a_watermark() {
         let mut o = Outbox::new(3, 10);
         for n in 1..=3 {
-            o.push(event(n));
+            o.push(event(n), Time::default());
         }
         assert!(o.is_full(), "full at capacity");
         let t = Time::from_secs(1);
@@ -842,7 +890,7 @@ mod tests {
     fn deliver_to(bucket: &EventBucket, events: u8) -> (usize, f64, Vec<EventId>) {
         let mut o = Outbox::new(1_000, 64);
         for n in 1..=events {
-            o.push(event(n));
+            o.push(event(n), Time::default());
         }
         let mut level = BucketLevel::full(bucket);
         let start = Time::from_secs(1_000);

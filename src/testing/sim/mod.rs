@@ -71,6 +71,9 @@ pub enum Sink {
     Stores,
     /// Drained and forgotten.
     Drops,
+    /// Never drained: the sink has no room (a full outbox, a throttling
+    /// own relay), so the engine's outputs wait in it, unconfirmed.
+    Full,
 }
 
 /// The engine wired to fake relays; the own relay doubles as the sink.
@@ -219,7 +222,9 @@ impl Sim {
                     self.trace_message("<-", relay, &msg);
                     self.engine.handle_message(self.now, relay, &msg);
                 }
-            } else if let Some(Output::Ingest { relay, event }) = self.engine.poll_output() {
+            } else if self.sink == Sink::Full {
+                return;
+            } else if let Some(Output::Ingest { relay, event, .. }) = self.engine.poll_output() {
                 if self.sink == Sink::Drops {
                     continue;
                 }

@@ -244,6 +244,15 @@ pub(super) static FLAGS: &[Flag] = &[
         help: "Cap on relays connected in total.",
     },
     Flag {
+        name: "outbox-capacity",
+        kind: Kind::Single("<n>", |o, v| {
+            o.shell.outbox_capacity = integer(v, 1)?;
+            Ok(())
+        }),
+        default: "10000",
+        help: "Events the own-relay outbox holds before remote reads pause.",
+    },
+    Flag {
         name: "max-frame-bytes",
         kind: Kind::Single("<bytes>", |o, v| {
             o.shell.max_frame_bytes = integer(v, MIN_FRAME_BYTES)?;
@@ -296,6 +305,15 @@ pub(super) static FLAGS: &[Flag] = &[
         }),
         default: "none (every start is fresh)",
         help: "Keep what the engine learned of each relay here across restarts (written every few minutes and at shutdown; a bad file is set aside as PATH.bad-<time>).",
+    },
+    Flag {
+        name: "state-save-secs",
+        kind: Kind::Single("<secs>", |o, v| {
+            o.shell.state_save_every = secs(v, 1)?;
+            Ok(())
+        }),
+        default: "180",
+        help: "How often --state-file is written while running.",
     },
     Flag {
         name: "auth-key-file",

@@ -131,6 +131,6 @@ mod tests {
                 flag.name
             );
         }
-        assert_eq!(numeric, 19);
+        assert_eq!(numeric, 21);
     }
 }

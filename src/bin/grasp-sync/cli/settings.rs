@@ -41,6 +41,7 @@ pub fn settings_text(o: &Options) -> String {
                 .as_ref()
                 .map_or("none".to_owned(), |p| p.display().to_string()),
         ),
+        ("state-save-secs", secs(sh.state_save_every)),
         ("auth-key", npub(c.auth_keys.as_ref())),
         ("own-relay-auth-key", own_key),
         (
@@ -50,6 +51,7 @@ pub fn settings_text(o: &Options) -> String {
         ("self-subscribe", c.self_subscribe.to_string()),
         ("negentropy", c.negentropy.to_string()),
         ("max-relays", sh.max_relays.to_string()),
+        ("outbox-capacity", sh.outbox_capacity.to_string()),
         ("max-frame-bytes", sh.max_frame_bytes.to_string()),
         ("max-frames-per-sec", sh.max_frames_per_sec.to_string()),
         ("page-limit", c.page_limit.to_string()),
