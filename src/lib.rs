@@ -117,10 +117,12 @@ pub mod testing;
 // The public interface is this list; every module above is private.
 pub use sans_io::config::Config;
 pub use sans_io::engine::{
-    Action, ConfigError, Engine, ItemCounts, ItemKey, ItemState, Offence, Output, Stats, Status,
+    Action, ConfigError, Engine, ItemCounts, ItemKey, ItemState, LimitsView, Offence, Output,
+    RelayView, Stats, Status,
 };
 pub use sans_io::health::Health;
 pub use sans_io::index::{INDEX_KINDS, Item, RelayId, RepoId, RootId};
+pub use sans_io::progress::{FirstSync, Progress, ProgressLine};
 pub use sans_io::relay_info::RelayInfo;
 pub use sans_io::relay_url::{UrlError, normalize as normalize_relay_url};
 pub use sans_io::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState};

@@ -19,6 +19,7 @@ pub(crate) mod index;
 pub(crate) mod info_fetch;
 pub(crate) mod nip42;
 pub(crate) mod own_relay;
+pub(crate) mod progress;
 pub(crate) mod reconcile;
 pub(crate) mod refusal;
 pub(crate) mod refused;
