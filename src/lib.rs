@@ -137,6 +137,20 @@ pub use shell::sink::{JsonOutcome, JsonSink, ListRequest, Listing, Sink, StoreOu
 #[cfg(feature = "shell")]
 pub use shell::{DnsLookup, Shell, ShellError, ShellHandle, ShellOptions, SinkTarget};
 
+/// The operator's status view as the metrics port serves it at
+/// `/status.json` (and as HTML at `/status`): every relay with its state,
+/// problems first, the own relay, the state file and the first sync's
+/// progress. Its schema is `docs/status.schema.json`; fields are only
+/// ever added ([`status::SCHEMA`] counts other changes). `grasp-sync
+/// status` reads it.
+#[cfg(feature = "shell")]
+pub mod status {
+    pub use crate::shell::status::{
+        FirstSyncStatus, LimitsStatus, OwnRelayStatus, RelayStatus, SCHEMA, StateFileStatus,
+        StatusReport, Totals,
+    };
+}
+
 /// Parts the benches, fuzz targets and the binary reach into. Not a stable
 /// interface: anything here may change in any release.
 #[doc(hidden)]
