@@ -159,6 +159,7 @@ pub mod internal {
     pub use crate::sans_io::filters::{chunk_filters, req_message};
     pub use crate::sans_io::hex;
     pub use crate::sans_io::index::{RepoIndex, is_index_kind, is_repo_coord};
+    pub use crate::sans_io::progress::spoken;
     pub use crate::sans_io::reconcile::{Reconciliation, Step, means_unsupported};
     pub use crate::sans_io::relay_url::{host_port, normalize, relay_of_clone_url};
     pub use crate::sans_io::seen::Seen;

@@ -101,7 +101,8 @@ impl FirstSync {
                 started: now,
                 ..Progress::default()
             },
-            marks: VecDeque::new(),
+            // Nothing was stored at the start: the first rate counts from it.
+            marks: VecDeque::from([Mark { at: now, stored: 0 }]),
             logged_at: None,
             nothing_left: false,
         }
@@ -214,7 +215,7 @@ impl Progress {
 }
 
 /// A duration as a person says it: "42 s", "3 min", "2 h 5 min", "3 d 4 h".
-pub(crate) fn spoken(d: Duration) -> String {
+pub fn spoken(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..120 => format!("{s} s"),

@@ -341,7 +341,7 @@ fn relay_status(engine: &Engine, relay: RelayId, now: Time) -> (u8, RelayStatus)
 
 /// A relay's rank (problems first), state and the problem it shows.
 fn classify(v: &RelayView) -> (u8, &'static str, Option<String>) {
-    let failures = format!("{} failures in a row", v.failures);
+    let failures = format!("{} in a row", count(v.failures.into(), "failure"));
     match v.status {
         Status::Disconnected => match v.health {
             Health::Dead => (0, "dead", Some(format!("unreachable; {failures}"))),
@@ -366,23 +366,38 @@ fn classify(v: &RelayView) -> (u8, &'static str, Option<String>) {
     }
 }
 
-/// What a connected relay does wrong: refusals, penalties, items it
-/// cannot be asked for.
+/// What a connected relay does wrong: refusing still (a refusal it got
+/// over, teaching us a limit, is no problem once it answers again),
+/// penalties, items it cannot be asked for.
 fn connected_problem(v: &RelayView) -> Option<String> {
     let mut parts = Vec::new();
-    if v.refusals > 0 {
-        parts.push(format!("{} refusals", v.refusals));
+    if v.health == Health::Degraded {
+        parts.push(format!("refusing ({})", count(v.refusals, "refusal")));
     }
     if v.penalties > 0 {
-        parts.push(format!("{} penalties", v.penalties));
+        parts.push(count(v.penalties.into(), "penalty for misbehaving"));
     }
     if v.items.unaskable > 0 {
-        parts.push(format!(
-            "{} items it cannot be asked for",
-            v.items.unaskable
-        ));
+        let items = count(v.items.unaskable as u64, "item");
+        parts.push(format!("{items} it cannot be asked for"));
     }
     (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// "1 refusal", "3 refusals" ("penalty" → "penalties").
+fn count(n: u64, what: &str) -> String {
+    match (n, what.split_once(' ')) {
+        (1, _) => format!("1 {what}"),
+        (_, Some((word, rest))) => format!("{n} {} {rest}", plural(word)),
+        (_, None) => format!("{n} {}", plural(what)),
+    }
+}
+
+fn plural(word: &str) -> String {
+    match word.strip_suffix('y') {
+        Some(stem) => format!("{stem}ies"),
+        None => format!("{word}s"),
+    }
 }
 
 fn status_label(s: Status) -> &'static str {
@@ -399,5 +414,21 @@ fn health_label(h: Health) -> &'static str {
         Health::Degraded => "degraded",
         Health::Dead => "dead",
         Health::RateLimited => "rate_limited",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_read_as_words() {
+        assert_eq!(count(1, "refusal"), "1 refusal");
+        assert_eq!(count(3, "refusal"), "3 refusals");
+        assert_eq!(
+            count(2, "penalty for misbehaving"),
+            "2 penalties for misbehaving"
+        );
+        assert_eq!(count(0, "item"), "0 items");
     }
 }

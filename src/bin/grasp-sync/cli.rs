@@ -16,8 +16,9 @@
 //! so every error names what the user has to fix. Errors are one line: the
 //! binary prints them and exits with code 2.
 //!
-//! `grasp-sync demo ...` is a separate subcommand the caller routes before
-//! calling [`parse`]; it only appears in the help text here.
+//! `grasp-sync demo ...` and `grasp-sync status ...` are separate
+//! subcommands the caller routes before calling [`parse`]; they only
+//! appear in the help text here.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -797,6 +798,7 @@ pub fn help_text() -> String {
         "Usage:\n  grasp-sync --own-relay <ws-url> [--domain <host[:port]>] [--bootstrap <ws-url>]... \
          [--metrics <ip:port>] [--allow-private-addresses] [OPTIONS]\n",
     );
+    out.push_str(crate::status::USAGE);
     out.push_str(
         "  grasp-sync demo [--relays N] [--repos M] [--events K] [--seed S] [--chaos] [--shards N]   \
          (run the engine against simulated relays; --chaos: a third misbehave)\n\n",
