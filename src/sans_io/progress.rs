@@ -6,8 +6,9 @@
 //! the engine and the events the sink stored; time is passed in, so the
 //! same code runs under the simulated clock. A relay counts as done once
 //! its first history was read to the end ([`RelayView::first_history_done`]),
-//! as failing while it cannot be reached (disconnected after failures)
-//! and not done. The pass is complete once the own relay's repositories
+//! as failing while it is not done and not healthy: it cannot be reached,
+//! keeps refusing, or asked us to slow down (a relay that closes every
+//! REQ would otherwise hold the pass open for ever). The pass is complete once the own relay's repositories
 //! were read and every relay known is done or failing, twice in a row (an
 //! announcement found on a remote relay goes through the own relay before
 //! its relays are known, so one sample with nothing left to read may be a
@@ -27,7 +28,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::sans_io::engine::{Engine, RelayView, Status};
+use crate::sans_io::engine::{Engine, RelayView};
+use crate::sans_io::health::Health;
 use crate::sans_io::time::Time;
 
 /// How far back the rates look.
@@ -49,7 +51,8 @@ pub struct Progress {
     pub relays_total: usize,
     /// Of those, relays whose first history was read to the end.
     pub relays_done: usize,
-    /// Relays not done that cannot be reached now.
+    /// Relays not done that fail now: unreachable, refusing or
+    /// rate-limiting (their health is not healthy).
     pub relays_failing: usize,
     /// Items (a repository or root on one relay) to read in all.
     pub items_total: usize,
@@ -264,7 +267,7 @@ impl Tally {
             self.items_done += items;
         } else {
             self.items_done += view.items.confirmed;
-            if view.status != Status::Connected && view.failures > 0 {
+            if view.health != Health::Healthy {
                 self.failing += 1;
             }
         }

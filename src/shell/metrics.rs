@@ -400,7 +400,7 @@ pub(crate) fn render_progress(out: &mut String, p: &Progress, saved_at: Option<T
     gauge_labeled(
         out,
         "grasp_sync_first_sync_relays",
-        "The first sync (every relay's history read once after the start): relays done, failing (cannot be reached now) and remaining; they add up to the relays it reads.",
+        "The first sync (every relay's history read once after the start): relays done, failing (not done and not healthy: unreachable, refusing, rate-limiting) and remaining; they add up to the relays it reads.",
         "state",
         &[
             ("done", p.relays_done as u64),

@@ -59,7 +59,7 @@ pub struct FirstSyncStatus {
     pub relays_total: usize,
     /// Relays whose first history was read to the end.
     pub relays_done: usize,
-    /// Relays not done that cannot be reached now.
+    /// Relays not done that fail now (unreachable, refusing, rate-limiting).
     pub relays_failing: usize,
     /// Items (a repository or root on one relay) to read.
     pub items_total: usize,

@@ -34,7 +34,7 @@ dt{color:#50575e}dd{margin:0}\
 .scroll{overflow-x:auto;-webkit-overflow-scrolling:touch}\
 table{border-collapse:collapse;font-size:13px;min-width:100%}\
 th,td{text-align:left;padding:4px 6px;border-bottom:1px solid #eee;vertical-align:top;white-space:nowrap}\
-td.url{white-space:normal;word-break:break-all;min-width:10em;max-width:18em}\
+td.url{white-space:normal;overflow-wrap:anywhere;min-width:12.5em;max-width:20em}\
 td.why{white-space:normal;min-width:9em}\
 th{background:#f0f0f1;position:sticky;top:0}\
 tr.problem td{background:#fcf0f1}tr.problem td:first-child{border-left:3px solid #d63638}\
