@@ -8,8 +8,73 @@ use std::collections::BTreeMap;
 
 use grasp_sync::status::StatusReport;
 use grasp_sync::testing::relay::{RelayOptions, TestRelay};
+use serde_json::Value;
 use support::running::*;
 use support::*;
+
+/// `docs/status.schema.json`.
+static SCHEMA: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
+    serde_json::from_str(include_str!("../docs/status.schema.json")).expect("the schema parses")
+});
+
+/// `value` as `schema` (the parts of JSON Schema the file uses: `$ref`,
+/// `oneOf`, `type`, `enum`, `const`, `required`, `properties`, `items`)
+/// has it, every field documented; panics naming the `path` that is not.
+fn conforms(value: &Value, schema: &Value, path: &str) {
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.rsplit('/').next().unwrap();
+        return conforms(value, &SCHEMA["$defs"][name], path);
+    }
+    if let Some(options) = schema["oneOf"].as_array() {
+        let fits = |s: &Value| std::panic::catch_unwind(|| conforms(value, s, path)).is_ok();
+        assert!(options.iter().any(fits), "{path}: none of oneOf");
+        return;
+    }
+    let kind = match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_u64() || n.is_i64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    let fits = |t: &&str| *t == kind || (*t == "number" && kind == "integer");
+    assert!(
+        types.is_empty() || types.iter().any(fits),
+        "{path}: {kind}, not {types:?}"
+    );
+    if let Some(allowed) = schema["enum"].as_array() {
+        assert!(
+            allowed.contains(value),
+            "{path}: {value} not in {allowed:?}"
+        );
+    }
+    if !schema["const"].is_null() {
+        assert_eq!(value, &schema["const"], "{path}");
+    }
+    if let Value::Object(fields) = value {
+        for name in schema["required"].as_array().into_iter().flatten() {
+            let name = name.as_str().unwrap();
+            assert!(fields.contains_key(name), "{path}.{name} missing");
+        }
+        for (name, field) in fields {
+            let documented = &schema["properties"][name];
+            assert!(documented.is_object(), "{path}.{name} is not in the schema");
+            conforms(field, documented, &format!("{path}.{name}"));
+        }
+    }
+    if let (Value::Array(items), Some(each)) = (value, schema.get("items")) {
+        for (i, item) in items.iter().enumerate() {
+            conforms(item, each, &format!("{path}[{i}]"));
+        }
+    }
+}
 
 /// A relay URL where nothing listens: connects are refused.
 fn dead_url() -> String {
@@ -84,6 +149,8 @@ fn status_json_and_page_agree_with_metrics_and_list_problems_first() {
     );
 
     let (m, report, html) = consistent(&running);
+    let json: Value = serde_json::to_value(&report).unwrap();
+    conforms(&json, &SCHEMA, "status.json");
     let metric = |s: &str| *m.get(s).unwrap_or_else(|| panic!("{s} exported"));
     let f = &report.first_sync;
     assert_eq!((f.relays_total, f.relays_done, f.relays_failing), (3, 2, 1));
