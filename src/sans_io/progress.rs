@@ -119,7 +119,8 @@ impl FirstSync {
     /// Takes a sample at `now`: the engine's relays, and `stored`, the
     /// events the sink stored since the start; `settled` when nothing is
     /// on its way to the sink (an announcement in the outbox may bring
-    /// more relays). Says what to log, if anything. O(relays' items).
+    /// more relays). Says what to log, if anything. O(relays' items)
+    /// while the pass runs, O(1) after.
     pub fn observe(
         &mut self,
         engine: &Engine,
@@ -127,7 +128,6 @@ impl FirstSync {
         settled: bool,
         now: Time,
     ) -> Option<ProgressLine> {
-        let tally = Tally::of(engine, now);
         self.marks.push_back(Mark { at: now, stored });
         while self.marks.front().is_some_and(|m| now.since(m.at) > WINDOW) {
             self.marks.pop_front();
@@ -146,6 +146,8 @@ impl FirstSync {
         let p = &mut self.latest;
         let running = p.finished.is_none();
         if running {
+            // Once done, the figures stay and only the rate is taken.
+            let tally = Tally::of(engine, now);
             p.relays_total = tally.total;
             p.relays_done = tally.done;
             p.relays_failing = tally.failing;
