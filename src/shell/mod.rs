@@ -108,7 +108,7 @@ pub use crate::shell::sink::SinkTarget;
 use crate::sans_io::config::Config;
 use crate::sans_io::engine::{Action, Engine, Offence, Output};
 use crate::sans_io::index::RelayId;
-use crate::sans_io::progress::{FirstSync, ProgressLine};
+use crate::sans_io::progress::FirstSync;
 use crate::sans_io::time::Time;
 use crate::sans_io::timer::TimerWheel;
 use crate::shell::clock::Clock;
@@ -968,14 +968,6 @@ impl Shell {
         let settled = view.outbox_depth == 0 && self.engine.outputs_waiting() == 0;
         if let Some(line) = self.first_sync.observe(&self.engine, stored, settled, now) {
             info!("{}", self.first_sync.progress().line(line, now));
-            if line == ProgressLine::Done {
-                let left = self.first_sync.progress().relays_failing;
-                if left > 0 {
-                    info!(
-                        "first sync: {left} relays could not be reached; /status lists them first"
-                    );
-                }
-            }
         }
     }
 
