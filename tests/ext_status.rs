@@ -1,6 +1,7 @@
 //! `grasp-sync status` against the running binary: the table with the
-//! first sync and the own relay on top and problems first, and a clear
-//! error naming the address when nothing, or something else, answers.
+//! first sync and the own relay on top and problems first, the one log
+//! line of a short first sync, and a clear error naming the address when
+//! nothing, or something else, answers.
 
 mod support;
 
@@ -48,7 +49,8 @@ fn status_prints_the_running_engines_relays_problems_first() {
     let issue = root(&keys(2), 1621, &[&coord(&owner, "repo")], T0 + 1, "issue");
     a.publish(issue.clone());
     let addr = format!("127.0.0.1:{}", free_port());
-    let engine = GraspSync::start(&own.url(), &["--metrics", &addr]);
+    let info = [("RUST_LOG", "info")];
+    let engine = GraspSync::start_logged(&own.url(), &["--metrics", &addr], &info);
 
     let mut out = String::new();
     assert!(
@@ -91,6 +93,15 @@ fn status_prints_the_running_engines_relays_problems_first() {
     assert!(
         healthy.starts_with("live ") && healthy.contains(&a.url()),
         "{out}"
+    );
+    let log = engine.log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("first sync")).collect();
+    assert_eq!(lines.len(), 1, "one line, at the end: {lines:?}");
+    let want = ": 1/2 relays (1 failing), 1 events stored";
+    assert!(
+        lines[0].contains(" INFO ") && lines[0].contains(want),
+        "{}",
+        lines[0]
     );
     engine.stop();
 }
