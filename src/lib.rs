@@ -120,7 +120,8 @@ pub mod testing;
 // The public interface is this list; every module above is private.
 pub use sans_io::config::Config;
 pub use sans_io::engine::{
-    Action, ConfigError, Engine, ItemCounts, ItemKey, ItemState, Offence, Output, Stats, Status,
+    Action, ConfigError, Engine, ItemCounts, ItemKey, ItemState, LimitsView, Offence, Output,
+    RelayView, Stats, Status,
 };
 pub use sans_io::identity::relay_url::{UrlError, normalize as normalize_relay_url};
 pub use sans_io::identity::shard::{Shard, shard_of};
@@ -129,6 +130,7 @@ pub use sans_io::memory::saved_state::{DecodeError, SavedLimits, SavedRelay, Sav
 pub use sans_io::timing::health::Health;
 pub use sans_io::timing::time::Time;
 pub use sans_io::wire::relay_info::RelayInfo;
+pub use sans_io::progress::{FirstSync, Progress, ProgressLine};
 #[cfg(feature = "shell")]
 pub use shell::key_file::{KeyFileError, read_key_file};
 #[cfg(feature = "shell")]
@@ -137,6 +139,20 @@ pub use shell::report::{SyncStats, SyncStatus};
 pub use shell::sink::{JsonOutcome, JsonSink, ListRequest, Listing, Sink, StoreOutcome};
 #[cfg(feature = "shell")]
 pub use shell::{DnsLookup, Shell, ShellError, ShellHandle, ShellOptions, SinkTarget};
+
+/// The operator's status view as the metrics port serves it at
+/// `/status.json` (and as HTML at `/status`): every relay with its state,
+/// problems first, the own relay, the state file and the first sync's
+/// progress. Its schema is `docs/status.schema.json`; fields are only
+/// ever added ([`status::SCHEMA`] counts other changes). `grasp-sync
+/// status` reads it.
+#[cfg(feature = "shell")]
+pub mod status {
+    pub use crate::shell::status::{
+        FirstSyncStatus, LimitsStatus, OwnRelayStatus, RelayStatus, SCHEMA, StateFileStatus,
+        StatusReport, Totals,
+    };
+}
 
 /// Parts the benches, fuzz targets and the binary reach into. Not a stable
 /// interface: anything here may change in any release.
@@ -150,6 +166,7 @@ pub mod internal {
     pub use crate::sans_io::query::reconcile::{Reconciliation, Step, means_unsupported};
     pub use crate::sans_io::timing::timer::TimerWheel;
     pub use crate::sans_io::wire::hex;
+    pub use crate::sans_io::progress::spoken;
     #[cfg(feature = "shell")]
     pub use crate::sans_io::wire::ws_reader::{Incoming, Violation, WsReader};
     #[cfg(feature = "shell")]

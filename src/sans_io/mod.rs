@@ -16,6 +16,7 @@ pub(crate) mod engine;
 pub(crate) mod identity;
 pub(crate) mod memory;
 pub(crate) mod own_relay;
+pub(crate) mod progress;
 pub(crate) mod query;
 pub(crate) mod timing;
 pub(crate) mod wire;

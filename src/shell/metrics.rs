@@ -7,6 +7,7 @@ use crate::sans_io::engine::Engine;
 use crate::sans_io::engine::Offence;
 use crate::sans_io::engine::Status;
 use crate::sans_io::own_relay::outbox::{OutboxStats, OwnRefusal};
+use crate::sans_io::progress::Progress;
 use crate::sans_io::timing::health::Health;
 use crate::sans_io::timing::time::Time;
 use crate::shell::process_metrics::ProcessStats;
@@ -60,6 +61,14 @@ pub(crate) struct SinkView {
     pub accepted_per_minute: Option<u64>,
     /// Failed connects or lost connections to the own relay in a row.
     pub own_relay_failures: u32,
+}
+
+impl SinkView {
+    /// Events the sink stored that it did not have (the outcome `stored`
+    /// of `grasp_sync_sink_events_total`).
+    pub(crate) fn stored_new(&self, shell: &ShellStats) -> u64 {
+        self.outbox.stored.saturating_sub(self.outbox.duplicate) + shell.sink_stored
+    }
 }
 
 /// Renders every metric as Prometheus text.
@@ -331,10 +340,7 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         "Events delivered to the sink by how each ended, once: stored (new), duplicate (the own relay had it), rejected (refused for good), set_aside (too large or struck out); they add up.",
         "outcome",
         &[
-            (
-                "stored",
-                sink.outbox.stored.saturating_sub(sink.outbox.duplicate) + shell.sink_stored,
-            ),
+            ("stored", sink.stored_new(shell)),
             ("duplicate", sink.outbox.duplicate),
             ("rejected", sink.outbox.rejected),
             ("set_aside", sink.outbox.set_aside),
@@ -386,6 +392,59 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
     );
     ProcessStats::read().render(&mut out);
     out
+}
+
+/// The first sync's progress, the sink's pace and the state file's last
+/// save (the figures `/status` shows beside them), appended to the page.
+pub(crate) fn render_progress(out: &mut String, p: &Progress, saved_at: Option<Time>) {
+    gauge_labeled(
+        out,
+        "grasp_sync_first_sync_relays",
+        "The first sync (every relay's history read once after the start): relays done, failing (not done and not healthy: unreachable, refusing, rate-limiting) and remaining; they add up to the relays it reads.",
+        "state",
+        &[
+            ("done", p.relays_done as u64),
+            ("failing", p.relays_failing as u64),
+            (
+                "remaining",
+                p.relays_total
+                    .saturating_sub(p.relays_done + p.relays_failing) as u64,
+            ),
+        ],
+    );
+    gauge(
+        out,
+        "grasp_sync_first_sync_done",
+        "1 once the first sync completed.",
+        u64::from(p.finished.is_some()),
+    );
+    if let Some(eta) = p.eta {
+        gauge(
+            out,
+            "grasp_sync_first_sync_eta_seconds",
+            "While the first sync runs: the time left, at the pace relays finished so far.",
+            eta.as_secs(),
+        );
+    }
+    header(
+        out,
+        "grasp_sync_sink_stored_per_second",
+        "Events the sink stored a second over the last minute.",
+        "gauge",
+    );
+    let _ = writeln!(
+        out,
+        "grasp_sync_sink_stored_per_second {}",
+        p.events_per_sec
+    );
+    if let Some(at) = saved_at {
+        gauge(
+            out,
+            "grasp_sync_state_file_saved_timestamp_seconds",
+            "When the state file was last written (Unix seconds).",
+            at.as_secs(),
+        );
+    }
 }
 
 /// `grasp_sync_build_info{version} 1`: which build runs, for dashboards

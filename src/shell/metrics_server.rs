@@ -1,5 +1,5 @@
-//! The metrics endpoint (`/metrics`, `/healthz`): accept, read one
-//! request head, answer, close.
+//! The metrics endpoint (`/metrics`, `/healthz`, `/status`,
+//! `/status.json`): accept, read one request head, answer, close.
 //!
 //! It runs on the loop thread beside the relays, so it does the least an
 //! HTTP server can: the head is bounded ([`METRICS_REQUEST_MAX`]) so a
@@ -148,6 +148,10 @@ pub(crate) enum Resource {
     Metrics,
     /// `/healthz`: 200 or 503 with the reason.
     Health,
+    /// `/status`: the operator's page (HTML).
+    Status,
+    /// `/status.json`: the same as JSON.
+    StatusJson,
 }
 
 /// A resource's answer: whether it is healthy (503 if not) and its body.
@@ -157,9 +161,10 @@ pub(crate) struct Page {
     pub body: String,
 }
 
-/// The HTTP response to one request head: `GET` or `HEAD` of `/metrics`
-/// or `/healthz` (with or without a query) from `page`, rendered only then;
-/// 404 for anything else. `HEAD` gets the headers `GET` would.
+/// The HTTP response to one request head: `GET` or `HEAD` of `/metrics`,
+/// `/healthz`, `/status` or `/status.json` (with or without a query) from
+/// `page`, rendered only then; 404 for anything else. `HEAD` gets the
+/// headers `GET` would.
 pub(crate) fn http_response(request_head: &[u8], page: impl FnOnce(Resource) -> Page) -> Vec<u8> {
     let line = request_head
         .split(|&b| b == b'\r' || b == b'\n')
@@ -174,6 +179,8 @@ pub(crate) fn http_response(request_head: &[u8], page: impl FnOnce(Resource) -> 
     let resource = match path {
         b"/metrics" => Some(Resource::Metrics),
         b"/healthz" => Some(Resource::Health),
+        b"/status" => Some(Resource::Status),
+        b"/status.json" => Some(Resource::StatusJson),
         _ => None,
     };
     let head_only = method == b"HEAD";
@@ -188,6 +195,8 @@ pub(crate) fn http_response(request_head: &[u8], page: impl FnOnce(Resource) -> 
             let content_type = match resource {
                 Resource::Metrics => "text/plain; version=0.0.4",
                 Resource::Health => "text/plain",
+                Resource::Status => "text/html; charset=utf-8",
+                Resource::StatusJson => "application/json",
             };
             (status, content_type, body)
         }
@@ -240,6 +249,26 @@ mod tests {
     }
 
     #[test]
+    fn the_status_page_and_its_json_are_served_with_their_types() {
+        for (head, body, content_type) in [
+            (
+                "GET /status HTTP/1.1\r\n\r\n",
+                "Status\n",
+                "text/html; charset=utf-8",
+            ),
+            (
+                "GET /status.json HTTP/1.1\r\n\r\n",
+                "StatusJson\n",
+                "application/json",
+            ),
+        ] {
+            let response = answer(head);
+            assert!(response.contains(&format!("Content-Type: {content_type}\r\n")));
+            assert!(response.ends_with(&format!("\r\n\r\n{body}")), "{response}");
+        }
+    }
+
+    #[test]
     fn head_gets_the_headers_without_the_body() {
         for (head, status) in [
             ("HEAD /metrics HTTP/1.1\r\n\r\n", "200 OK"),
@@ -259,6 +288,7 @@ mod tests {
             "GET / HTTP/1.1\r\n\r\n",
             "GET /metricsx HTTP/1.1\r\n\r\n",
             "GET /healthz/x HTTP/1.1\r\n\r\n",
+            "GET /status.jsonx HTTP/1.1\r\n\r\n",
             "",
         ] {
             let response = http_response(head.as_bytes(), |_| panic!("rendered for {head:?}"));

@@ -52,6 +52,8 @@
 //! - `metrics`, `process_metrics`, `health_check`, `metrics_server`: the
 //!   counters, the process's figures from `/proc`, what `/healthz` says,
 //!   and the listener serving them.
+//! - `status`, `status_page`: the operator's view (`/status.json`,
+//!   `/status`), with the first sync's progress the loop samples.
 //! - `key_file`, `rlimit`: the AUTH key file and the file-descriptor limit,
 //!   for the binary.
 //!
@@ -78,6 +80,8 @@ pub(crate) mod rlimit;
 pub(crate) mod sink;
 mod slots;
 mod state_file;
+pub(crate) mod status;
+mod status_page;
 mod tcp_keepalive;
 pub(crate) mod tls;
 pub(crate) mod tls_stream;
@@ -104,6 +108,7 @@ pub use crate::shell::sink::SinkTarget;
 use crate::sans_io::config::Config;
 use crate::sans_io::engine::{Action, Engine, Offence, Output};
 use crate::sans_io::memory::index::RelayId;
+use crate::sans_io::progress::FirstSync;
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::timing::timer::TimerWheel;
 use crate::shell::clock::Clock;
@@ -111,7 +116,7 @@ use crate::shell::connect::Transport;
 use crate::shell::dns::Resolver;
 use crate::shell::handle::Command;
 use crate::shell::health_check::{Link, verdict};
-use crate::shell::metrics::{ShellStats, SinkView, render};
+use crate::shell::metrics::{ShellStats, SinkView, render, render_progress};
 use crate::shell::metrics_server::{
     METRICS_CONNECTIONS_MAX, METRICS_DEADLINE, MetricsListener, Page, Resource,
 };
@@ -142,7 +147,12 @@ enum ShellTimer {
     Unfinished(Token),
     /// Time to write the state file.
     SaveState,
+    /// Time to sample the first sync's progress.
+    Progress,
 }
+
+/// How often the first sync's progress (and the sink's pace) is sampled.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// What we hold for one peer's unsent frames at most (what the socket did
 /// not take, see `ws`), unless a frame we may send is larger: then
@@ -194,6 +204,12 @@ pub struct Shell {
     stopping: Option<Time>,
     /// `--state-file`, held while the shell runs.
     state_file: Option<StateFile>,
+    /// The state file's last write: when and its size, or why it failed.
+    last_save: Option<(Time, Result<u64, String>)>,
+    /// When the shell started, for the status page.
+    started: Time,
+    /// The first sync's progress, sampled every [`PROGRESS_EVERY`].
+    first_sync: FirstSync,
     scratch: Vec<WsEvent>,
     /// The one buffer every relay socket is read into (see `ws`).
     read_buf: Box<[u8]>,
@@ -296,6 +312,7 @@ impl Shell {
             let at = now + opts.state_save_every;
             timers.insert(at.as_millis(), ShellTimer::SaveState);
         }
+        timers.insert((now + PROGRESS_EVERY).as_millis(), ShellTimer::Progress);
         debug!("shell for {own_url} ready");
         Ok(Shell {
             poll,
@@ -319,6 +336,9 @@ impl Shell {
             stats: ShellStats::default(),
             stopping: None,
             state_file,
+            last_save: None,
+            started: now,
+            first_sync: FirstSync::new(now),
             scratch: Vec::new(),
             read_buf: vec![0; READ_BUFFER_BYTES].into_boxed_slice(),
             global_rate: ReadRate::new(GLOBAL_FRAMES_PER_SEC, now),
@@ -794,6 +814,11 @@ impl Shell {
                     let at = now + self.opts.state_save_every;
                     self.timers.insert(at.as_millis(), ShellTimer::SaveState);
                 }
+                ShellTimer::Progress => {
+                    self.sample_progress(now);
+                    let at = now + PROGRESS_EVERY;
+                    self.timers.insert(at.as_millis(), ShellTimer::Progress);
+                }
             }
         }
     }
@@ -850,7 +875,8 @@ impl Shell {
         let Some(file) = &mut self.state_file else {
             return;
         };
-        match file.save(&state) {
+        let saved = file.save(&state);
+        match &saved {
             Ok(bytes) => info!(
                 "state file: {} relays, {bytes} bytes, written in {} ms",
                 state.relays.len(),
@@ -858,6 +884,7 @@ impl Shell {
             ),
             Err(e) => warn!("--state-file {}: {e}; not saved", file.path().display()),
         }
+        self.last_save = Some((now, saved.map(|b| b as u64).map_err(|e| e.to_string())));
     }
 
     // ----- shutdown -----
@@ -942,10 +969,55 @@ impl Shell {
         }
     }
 
+    /// Samples the first sync's progress and logs it when due (once a
+    /// minute at most while it runs, once when it completes).
+    fn sample_progress(&mut self, now: Time) {
+        let view = self.sink_view();
+        let stored = view.stored_new(&self.stats);
+        let settled = view.outbox_depth == 0 && self.engine.outputs_waiting() == 0;
+        if let Some(line) = self.first_sync.observe(&self.engine, stored, settled, now) {
+            info!("{}", self.first_sync.progress().line(line, now));
+        }
+    }
+
+    /// The state file's part of the status view.
+    fn state_file_status(&self) -> Option<status::StateFileStatus> {
+        let file = self.state_file.as_ref()?;
+        let (at, saved) = match &self.last_save {
+            Some((at, saved)) => (Some(at.as_secs()), Some(saved)),
+            None => (None, None),
+        };
+        Some(status::StateFileStatus {
+            path: file.path().display().to_string(),
+            saved_at: at.filter(|_| saved.is_some_and(Result::is_ok)),
+            saved_bytes: saved.and_then(|s| s.as_ref().ok().copied()),
+            error: saved.and_then(|s| s.as_ref().err().cloned()),
+        })
+    }
+
+    /// When the state file was last written, for `/metrics`.
+    fn saved_at(&self) -> Option<Time> {
+        match &self.last_save {
+            Some((at, Ok(_))) => Some(*at),
+            _ => None,
+        }
+    }
+
     /// Serves a metrics client; the page is rendered only once it asked.
     fn serve_metrics(&mut self, token: Token, now: Time) {
         let view = self.sink_view();
         let health = self.health(&view);
+        let saved_at = self.saved_at();
+        let sources = status::Sources {
+            engine: &self.engine,
+            now,
+            started: self.started,
+            shell: &self.stats,
+            sink: &view,
+            progress: self.first_sync.progress(),
+            state_file: self.state_file_status(),
+            reads_paused: self.deferred.len(),
+        };
         let (engine, stats) = (&self.engine, &self.stats);
         let Some(Slot {
             kind: SlotKind::Metrics(m),
@@ -955,9 +1027,20 @@ impl Shell {
             return;
         };
         let page = |resource| match resource {
-            Resource::Metrics => Page {
+            Resource::Metrics => {
+                let mut body = render(engine, now, stats, &view);
+                render_progress(&mut body, sources.progress, saved_at);
+                Page { ok: true, body }
+            }
+            Resource::StatusJson => Page {
                 ok: true,
-                body: render(engine, now, stats, &view),
+                body: serde_json::to_string(&status::snapshot(&sources))
+                    // A tree of strings, numbers and options serializes.
+                    .expect("the status report serializes"),
+            },
+            Resource::Status => Page {
+                ok: true,
+                body: status_page::render(&status::snapshot(&sources)),
             },
             Resource::Health => Page {
                 ok: health.is_ok(),

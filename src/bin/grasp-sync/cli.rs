@@ -19,8 +19,9 @@
 //! are named the same way (`startup_error`); `help` and `settings` hold
 //! the texts it prints.
 //!
-//! `grasp-sync demo ...` is a separate subcommand the caller routes before
-//! calling [`parse`]; it only appears in the help text here.
+//! `grasp-sync demo ...` and `grasp-sync status ...` are separate
+//! subcommands the caller routes before calling [`parse`]; they only
+//! appear in the help text here.
 
 mod argv;
 mod env;

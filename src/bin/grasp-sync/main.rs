@@ -2,6 +2,7 @@
 
 mod cli;
 mod demo;
+mod status;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -21,6 +22,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("demo") {
         return demo(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("status") {
+        return status::main(&args[1..]);
     }
     let env = |name: &str| std::env::var(name).ok();
     let command = match cli::parse(args.clone(), &env) {

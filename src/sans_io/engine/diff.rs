@@ -34,6 +34,13 @@ pub(super) struct Batching {
     changes: Vec<TargetChange>,
 }
 
+impl Batching {
+    /// A batch window is open: own-relay events wait to be acted on.
+    pub(super) fn is_open(&self) -> bool {
+        self.window.is_some()
+    }
+}
+
 impl Engine {
     /// Adds an own-relay (or locally accepted) event to the batch window,
     /// opening the window on the first event. The window is not extended by
@@ -260,6 +267,7 @@ impl Engine {
         }
         state.health.record_progress();
         self.stats.batches_confirmed += 1;
+        self.note_batch_confirmed(relay);
         debug!(
             "{}: batch {batch} confirmed ({} items)",
             self.index.relay_url(relay),

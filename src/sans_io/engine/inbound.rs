@@ -37,7 +37,7 @@ impl Engine {
             return;
         }
         self.relay(relay).last_heard = now;
-        if self.drop_live_duplicate(relay, text) {
+        if self.drop_live_duplicate(relay, text, now) {
             return;
         }
         let message = match RelayMessage::from_json(text) {
@@ -100,7 +100,7 @@ impl Engine {
     /// id on a subscription past its stored events is dropped without
     /// parsing the JSON, the key or the signature. Stored-phase duplicates
     /// still take the full path: pagination must count them.
-    fn drop_live_duplicate(&mut self, relay: RelayId, text: &str) -> bool {
+    fn drop_live_duplicate(&mut self, relay: RelayId, text: &str, now: Time) -> bool {
         if relay == self.own {
             return false;
         }
@@ -116,6 +116,7 @@ impl Engine {
             _ => return false,
         }
         self.stats.events_received += 1;
+        self.note_event(relay, now);
         self.stats.events_duplicate += 1;
         true
     }
@@ -124,6 +125,7 @@ impl Engine {
         let own = relay == self.own;
         if !own {
             self.stats.events_received += 1;
+            self.note_event(relay, now);
         }
         let Some(s) = sub.and_then(|id| self.relays[relay.index()].subs.get_mut(id)) else {
             self.stats.events_unwanted += 1;
@@ -189,6 +191,7 @@ impl Engine {
         self.seen.insert(event.id);
         self.stats.events_verified += 1;
         self.stats.events_ingested += 1;
+        self.note_ingested(relay);
         self.charge_fresh_item(now, relay, &event);
         // Announcements and roots reach the index only once the own relay
         // accepted them (its `OK`, the self-subscription, or the embedding
@@ -507,7 +510,7 @@ impl Engine {
             self.relay_url(relay)
         );
         if let Some(sub) = self.close_subscription(relay, id) {
-            self.stats.refusals += 1;
+            self.note_refusal(relay);
             self.give_back(relay, &sub, now);
             self.dirty.push(relay);
         }
@@ -543,7 +546,7 @@ impl Engine {
         refusal: Refusal,
         now: Time,
     ) {
-        self.stats.refusals += 1;
+        self.note_refusal(relay);
         let open_before = self.relays[relay.index()].subs.len() + 1;
         self.give_back(relay, &sub, now);
         if sub.scope == Scope::Own {

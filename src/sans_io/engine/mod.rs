@@ -27,6 +27,8 @@
 //! - `conduct`: offences and penalties (`Conduct`, [`Offence`]).
 //! - `relay`: the relay table, aggregating the per-relay state of the
 //!   aspects above into one `RelayState`.
+//! - `relay_view`: one relay as a status page shows it, and the
+//!   per-relay counters the aspects note for it.
 //!
 //! Imports go one way, so there is no cycle: `auth`, `conduct` and
 //! `negentropy` use only this file (`super::`) and the leaf modules of
@@ -57,6 +59,7 @@ mod listing_cache;
 mod neg_turns;
 mod negentropy;
 mod relay;
+mod relay_view;
 mod requests;
 mod resume;
 mod saturated;
@@ -64,6 +67,7 @@ mod sub_table;
 
 pub use conduct::Offence;
 pub use relay::ItemState;
+pub use relay_view::{LimitsView, RelayView};
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -763,6 +767,19 @@ impl Engine {
     /// Pending batches of a relay.
     pub fn pending_batches(&self, relay: RelayId) -> usize {
         self.relays[relay.index()].batches.len()
+    }
+
+    /// What an operator's status page shows of `relay` at `now`
+    /// (`relay_view`). O(the relay's items).
+    pub fn relay_view(&self, relay: RelayId, now: Time) -> RelayView {
+        self.view_relay(relay, now)
+    }
+
+    /// True once the own relay's repositories and roots were read to their
+    /// end (or are fed, without a self-subscription): the relays known by
+    /// then are the ones a first sync has to read.
+    pub fn index_read(&self) -> bool {
+        self.own_index_read()
     }
 
     /// What is worth keeping across a restart, for

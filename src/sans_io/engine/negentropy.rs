@@ -672,7 +672,7 @@ impl Engine {
                     self.relay(relay).neg = NegSupport::Unsupported;
                 }
             }
-            ToReq::Limit => self.stats.refusals += 1,
+            ToReq::Limit => self.note_refusal(relay),
         }
         if why == ToReq::Limit {
             return self.wait_for_neg_room(relay, job);

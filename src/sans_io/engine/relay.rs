@@ -195,6 +195,22 @@ impl Limits {
     }
 }
 
+/// What the aspects note per relay for its status view (`relay_view`);
+/// each counter adds up over all relays to the engine counter it names.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Notes {
+    /// `Stats::events_received` from this relay.
+    pub events_received: u64,
+    /// `Stats::events_ingested` from this relay.
+    pub events_ingested: u64,
+    /// `Stats::refusals` by this relay.
+    pub refusals: u64,
+    /// When its last EVENT came.
+    pub last_event_at: Option<Time>,
+    /// Its first history was read to the end.
+    pub first_history_done: bool,
+}
+
 /// Everything the engine knows about one relay.
 #[derive(Debug)]
 pub(super) struct RelayState {
@@ -279,6 +295,8 @@ pub(super) struct RelayState {
     pub retry_at: Option<Time>,
     /// Historic REQs sent since connect (for metrics and tests).
     pub reqs_sent: u64,
+    /// Counters and marks for the status view.
+    pub notes: Notes,
 }
 
 impl RelayState {
@@ -321,6 +339,7 @@ impl RelayState {
             pinged: false,
             retry_at: None,
             reqs_sent: 0,
+            notes: Notes::default(),
         }
     }
 

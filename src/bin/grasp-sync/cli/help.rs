@@ -17,6 +17,7 @@ pub fn help_text() -> String {
         "Usage:\n  grasp-sync --own-relay <ws-url> [--domain <host[:port]>] [--bootstrap <ws-url>]... \
          [--metrics <ip:port>] [--allow-private-addresses] [OPTIONS]\n",
     );
+    out.push_str(crate::status::USAGE);
     out.push_str(
         "  grasp-sync demo [--relays N] [--repos M] [--events K] [--seed S] [--chaos] [--shards N]   \
          (run the engine against simulated relays; --chaos: a third misbehave)\n\n",

@@ -153,6 +153,11 @@ impl EngineProcess {
         Ok(process)
     }
 
+    /// Where its metrics and status pages are served.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics
+    }
+
     /// The counters so far (zeros if the metrics cannot be read).
     pub fn counters(&self) -> EngineCounters {
         let text = http_get(self.metrics).unwrap_or_default();

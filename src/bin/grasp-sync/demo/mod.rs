@@ -441,6 +441,9 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         })
     };
     let engine = spawn()?;
+    for addr in engine.metrics_addrs() {
+        println!("demo: the engine's status page is http://{addr}/status");
+    }
     let started = Instant::now();
     let progress = drive(&farm, &engine, &scenario, started + opts.timeout, started);
     let converged = started.elapsed();

@@ -29,6 +29,14 @@ impl EngineSet {
         Ok(EngineSet { engines })
     }
 
+    /// Where each shard serves its metrics and status pages.
+    pub fn metrics_addrs(&self) -> Vec<std::net::SocketAddr> {
+        self.engines
+            .iter()
+            .map(EngineProcess::metrics_addr)
+            .collect()
+    }
+
     /// Each shard's counters once it went quiet, together.
     pub fn settled_counters(&self) -> EngineCounters {
         self.engines
