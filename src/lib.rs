@@ -127,10 +127,10 @@ pub use sans_io::identity::relay_url::{UrlError, normalize as normalize_relay_ur
 pub use sans_io::identity::shard::{Shard, shard_of};
 pub use sans_io::memory::index::{INDEX_KINDS, Item, RelayId, RepoId, RootId};
 pub use sans_io::memory::saved_state::{DecodeError, SavedLimits, SavedRelay, SavedState};
+pub use sans_io::progress::{FirstSync, Progress, ProgressLine};
 pub use sans_io::timing::health::Health;
 pub use sans_io::timing::time::Time;
 pub use sans_io::wire::relay_info::RelayInfo;
-pub use sans_io::progress::{FirstSync, Progress, ProgressLine};
 #[cfg(feature = "shell")]
 pub use shell::key_file::{KeyFileError, read_key_file};
 #[cfg(feature = "shell")]
@@ -162,11 +162,11 @@ pub mod internal {
     pub use crate::sans_io::identity::relay_url::{host_port, normalize, relay_of_clone_url};
     pub use crate::sans_io::memory::index::{RepoIndex, is_index_kind, is_repo_coord};
     pub use crate::sans_io::memory::seen::Seen;
+    pub use crate::sans_io::progress::spoken;
     pub use crate::sans_io::query::filters::{chunk_filters, req_message};
     pub use crate::sans_io::query::reconcile::{Reconciliation, Step, means_unsupported};
     pub use crate::sans_io::timing::timer::TimerWheel;
     pub use crate::sans_io::wire::hex;
-    pub use crate::sans_io::progress::spoken;
     #[cfg(feature = "shell")]
     pub use crate::sans_io::wire::ws_reader::{Incoming, Violation, WsReader};
     #[cfg(feature = "shell")]

@@ -16,9 +16,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::sans_io::engine::{Engine, RelayView, Status};
-use crate::sans_io::timing::health::Health;
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::progress::Progress;
+use crate::sans_io::timing::health::Health;
 use crate::sans_io::timing::time::Time;
 use crate::shell::metrics::{ShellStats, SinkView};
 

@@ -12,8 +12,8 @@
 use super::negentropy::NegSupport;
 use super::relay::{ItemState, LiveMode, RelayState, Role};
 use super::{Engine, ItemCounts, Status};
-use crate::sans_io::timing::health::Health;
 use crate::sans_io::memory::index::RelayId;
+use crate::sans_io::timing::health::Health;
 use crate::sans_io::timing::time::Time;
 
 /// What the engine knows of one relay, for a status page.
