@@ -883,7 +883,7 @@ mod tests {
         let events: Vec<Event> = (0..EVENTS).map(|n| event(&keys, 1, n)).collect();
         let mut c = OwnRelayClient::new(URL, None, EVENTS as usize, T0);
         for e in &events {
-            c.push(e.clone());
+            c.push(e.clone(), T0);
         }
         let mut sends: std::collections::HashMap<String, usize> = Default::default();
         let (mut now, mut links, mut cuts, mut rotations) = (T0, 0, 0, 0);
