@@ -73,10 +73,11 @@ pub(crate) struct Pacer {
     /// about that size once, not hundreds, before pacing starts. (Doubling
     /// each round trip had 31 in flight when a bucket of 15 ran dry.)
     /// Zero until the first send. Until the relay first refuses, the
-    /// window doubles each round trip instead (one more per event taken):
-    /// a relay that never limited us takes what we send, and growing by
-    /// one a round trip from 16 kept a first sync's outbox at a quarter
-    /// of its window for the first 5,000 events.
+    /// window doubles instead, once a whole window was taken: a relay
+    /// that never limited us takes what we send, and growing by one a
+    /// round trip from 16 kept a first sync's outbox at a quarter of its
+    /// window for the first 5,000 events. Growing per event taken sent a
+    /// second window before the first one's refusal came back.
     cwnd: usize,
     /// The relay refused an event for its rate at least once.
     ever_refused: bool,
@@ -119,9 +120,12 @@ impl Pacer {
         if self.gap.is_none() {
             self.cwnd = self.cwnd.max(INITIAL_WINDOW);
             self.acked += 1;
-            if !self.ever_refused || self.acked >= self.cwnd {
+            if self.acked >= self.cwnd {
                 self.acked = 0;
-                self.cwnd += 1;
+                self.cwnd = match self.ever_refused {
+                    true => self.cwnd + 1,
+                    false => self.cwnd * 2,
+                };
             }
         }
         if !self.pressed {
