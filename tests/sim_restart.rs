@@ -107,9 +107,9 @@ fn after_a_minute_down_every_relay_catches_up_with_since() {
     let sub_limit = sim.engine.subscription_limit(sim.id(A));
     assert!(sub_limit <= 2, "A taught its limit: {sub_limit}");
     let down_at = sim.now;
-    restart(&mut sim, Duration::from_secs(60), true);
     let late = reply(&keys(4), &issue, down_at.as_secs() + 30, "while down");
     sim.seed(A, &late);
+    restart(&mut sim, Duration::from_secs(60), true);
     sim.advance(Duration::from_secs(30));
 
     for url in [A, B] {
