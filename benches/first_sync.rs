@@ -57,15 +57,17 @@ fn many_relays(urls: &[String], per_relay: u64) -> World {
     let mut own_setup = Vec::new();
     let mut events = Vec::new();
     for (r, url) in urls.iter().enumerate() {
-        let d = format!("repo{r}");
+        // A second each: thousands of index events in one second are more
+        // than the own relay returns for it (LocalRelay: 500).
+        let (d, at) = (format!("repo{r}"), T0 - 10_000 + r as u64);
         let issue = root(
             &owner,
             1621,
             &[&coord(&owner, &d)],
-            T0,
+            at,
             &format!("issue {r}"),
         );
-        own_setup.push(announcement(&owner, &d, &[url], T0));
+        own_setup.push(announcement(&owner, &d, &[url], at));
         own_setup.push(issue.clone());
         for i in 0..per_relay {
             events.push((r, reply(&keys(2), &issue, T0 + 1 + i, &format!("r{r}.{i}"))));
