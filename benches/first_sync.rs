@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use grasp_sync::testing::farm::{FarmOptions, RelayFarm};
 use nostr::prelude::*;
 use support::real::{PyRelay, free_port, publish, publish_bulk};
-use support::{T0, announcement, coord, keys, reply, root};
+use support::{T0, announcement, coord, keys, reply, root, wide_keys};
 
 /// One world: what the own relay is told first, what the remotes hold.
 struct World {
@@ -53,10 +53,11 @@ fn one_issue(n: u64, remote: &str) -> World {
 }
 
 fn many_relays(urls: &[String], per_relay: u64) -> World {
-    let owner = keys(1);
     let mut own_setup = Vec::new();
     let mut events = Vec::new();
     for (r, url) in urls.iter().enumerate() {
+        // An owner each: the index takes 500 relays per pubkey at most.
+        let owner = wide_keys(r as u32);
         // A second each: thousands of index events in one second are more
         // than the own relay returns for it (LocalRelay: 500).
         let (d, at) = (format!("repo{r}"), T0 - 10_000 + r as u64);
