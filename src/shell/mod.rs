@@ -151,8 +151,14 @@ enum ShellTimer {
     Progress,
 }
 
-/// How often the first sync's progress (and the sink's pace) is sampled.
+/// How often the first sync's progress (and the sink's pace) is sampled
+/// while the first sync runs.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// How often the sink's pace is sampled once the first sync is done: an
+/// idle engine should not wake twelve times a minute for a rate over the
+/// last minute, and two samples in that minute still give it.
+const PACE_EVERY: Duration = Duration::from_secs(30);
 
 /// What we hold for one peer's unsent frames at most (what the socket did
 /// not take, see `ws`), unless a frame we may send is larger: then
@@ -816,7 +822,11 @@ impl Shell {
                 }
                 ShellTimer::Progress => {
                     self.sample_progress(now);
-                    let at = now + PROGRESS_EVERY;
+                    let every = match self.first_sync.progress().finished {
+                        None => PROGRESS_EVERY,
+                        Some(_) => PACE_EVERY,
+                    };
+                    let at = now + every;
                     self.timers.insert(at.as_millis(), ShellTimer::Progress);
                 }
             }
