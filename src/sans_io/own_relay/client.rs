@@ -33,7 +33,7 @@ use crate::sans_io::timing::health::{BackoffPolicy, HealthTracker};
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::nip42::auth_event;
 use crate::sans_io::wire::relay_info::RelayInfo;
-use crate::sans_io::wire::relay_text::relay_text;
+use crate::sans_io::wire::relay_text::{LogBudget, dropped, relay_text};
 
 /// When to connect to the own relay again after a connection failed: 500
 /// ms after the first failure in a row, doubling to a 30 s cap, back to the
@@ -143,6 +143,10 @@ pub(crate) struct OwnRelayClient {
     sent_on_link: usize,
     /// How many a connection may carry before the relay cuts it.
     budget: LinkBudget,
+    /// Lines left for refused listings: a first sync of thousands of
+    /// repos against an own relay refusing listings past its REQ limit
+    /// logged one line per listing (1,600 in the 2,000-relay load run).
+    listing_log: LogBudget,
 }
 
 /// What waits behind a full outbox, outside it.
@@ -175,6 +179,7 @@ impl OwnRelayClient {
             held_back: HeldBack::default(),
             sent_on_link: 0,
             budget: LinkBudget::default(),
+            listing_log: LogBudget::default(),
         }
     }
 
@@ -355,7 +360,7 @@ impl OwnRelayClient {
             return debug!("own relay sink: ignored message");
         };
         if let Some(step) = self.listings.on_message(&message) {
-            return self.on_listing_step(step);
+            return self.on_listing_step(now, step);
         }
         match message {
             RelayMessage::Ok {
@@ -369,7 +374,7 @@ impl OwnRelayClient {
         }
     }
 
-    fn on_listing_step(&mut self, step: ListStep) {
+    fn on_listing_step(&mut self, now: Time, step: ListStep) {
         match step {
             ListStep::Send(texts) => self.control.extend(texts),
             ListStep::Done {
@@ -384,7 +389,12 @@ impl OwnRelayClient {
                     .push_back(ClientOutput::Listed { request, held });
             }
             ListStep::Refused(request) => {
-                info!("own relay refused listing {request}; its negentropy jobs use REQ");
+                if let Some(n) = self.listing_log.admit(0, now) {
+                    info!(
+                        "own relay refused listing {request}; its negentropy jobs use REQ{}",
+                        dropped(n)
+                    );
+                }
                 let next = self.listings.start_waiting();
                 self.control.extend(next);
                 self.outputs.push_back(ClientOutput::Unlisted(request));
@@ -803,6 +813,68 @@ mod tests {
             c.handle_message(retry, &ok(&e.id.to_hex(), true, ""));
         }
         assert!(c.is_drained());
+    }
+
+    /// Log lines containing `needle`, from a logger this test binary
+    /// installs once (the lib's unit tests install no other).
+    fn logged(needle: &str) -> Vec<String> {
+        use log::{Level, LevelFilter, Log, Metadata, Record};
+        use std::sync::Mutex;
+        static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+        struct Capture;
+        impl Log for Capture {
+            fn enabled(&self, m: &Metadata) -> bool {
+                m.level() <= Level::Info
+            }
+            fn log(&self, r: &Record) {
+                if self.enabled(r.metadata()) {
+                    LINES.lock().unwrap().push(r.args().to_string());
+                }
+            }
+            fn flush(&self) {}
+        }
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            log::set_logger(&Capture).unwrap();
+            log::set_max_level(LevelFilter::Info);
+        });
+        let lines = LINES.lock().unwrap();
+        lines
+            .iter()
+            .filter(|l| l.contains(needle))
+            .cloned()
+            .collect()
+    }
+
+    /// Issue 33: an own relay refusing every listing past its REQ limit
+    /// during a first sync of 2,000 repos logged 1,600 lines, one per
+    /// listing. Now a minute logs ten, and the next line says how many
+    /// were left out; every refusal still reaches the engine.
+    #[test]
+    fn refused_listings_log_a_few_lines_a_minute_with_a_count() {
+        logged("");
+        let mut c = open_client(None);
+        let filter = Filter::new().kind(Kind::from_u16(1621));
+        let refuse = |c: &mut OwnRelayClient, i: u64, now: Time| {
+            c.handle_list(i, filter.clone());
+            let req = texts(c, now);
+            assert!(
+                req[0].starts_with(&format!(r#"["REQ","list{i:x}""#)),
+                "{req:?}"
+            );
+            let closed = format!(r#"["CLOSED","list{i:x}","blocked: no listings for you"]"#);
+            c.handle_message(now, &closed);
+            assert_eq!(c.poll_output(), Some(ClientOutput::Unlisted(i)));
+        };
+        for i in 0..1_600 {
+            refuse(&mut c, i, T0 + Duration::from_millis(i));
+        }
+        let lines = logged("refused listing");
+        assert_eq!(lines.len(), 10, "{lines:?}");
+        refuse(&mut c, 1_600, T0 + Duration::from_secs(61));
+        let lines = logged("refused listing");
+        assert_eq!(lines.len(), 11);
+        assert!(lines[10].contains("1590 earlier lines"), "{}", lines[10]);
     }
 
     #[test]
