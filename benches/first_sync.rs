@@ -5,8 +5,8 @@
 //!
 //! ```sh
 //! cargo build --release
-//! cargo bench --bench first_sync -- one-issue 20000 [rounds]
-//! cargo bench --bench first_sync -- relays 2000 50 [rounds]
+//! cargo bench --bench first_sync -- one-issue 20000 [rounds] [rs]
+//! cargo bench --bench first_sync -- relays 2000 50 [rounds] [rs]
 //! ```
 //!
 //! - `one-issue N`: one remote LocalRelay holding one issue with N replies.
@@ -14,7 +14,11 @@
 //!   only remote of its own repository, holding an issue with E replies.
 //!
 //! The own relay is a LocalRelay (nostr-sdk 0.45.1, its limits raised as
-//! the tests run it), fresh for every measurement. The engine is the
+//! the tests run it), fresh for every measurement. Its store keeps 75,000
+//! events at most, so bigger worlds take `rs`: the own relay is then
+//! nostr-rs-relay 0.8.12 (sqlite; `NOSTR_RS_RELAY_BIN` or where `.ci/run`
+//! installs it), and `one-issue`'s remote is a relay of the in-process
+//! farm answering NIP-77 (a LocalRelay could not hold the history either). The engine is the
 //! release binary (`target/release/grasp-sync`, or `GRASP_SYNC_BIN`) with
 //! its default settings; the clock runs from its start until the own relay
 //! confirmed every event new (its metrics), then the own relay is asked for
@@ -30,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use grasp_sync::testing::farm::{FarmOptions, RelayFarm};
 use nostr::prelude::*;
-use support::real::{PyRelay, free_port, publish, publish_bulk};
+use support::real::{PyRelay, RsRelay, free_port, missing, publish, publish_bulk};
 use support::{T0, announcement, coord, keys, reply, root, wide_keys};
 
 /// One world: what the own relay is told first, what the remotes hold.
@@ -128,10 +132,10 @@ struct Run {
 }
 
 /// Engine start until the own relay confirmed `n` events new.
-fn engine_run(own: &PyRelay, n: usize, ids: &[EventId]) -> Run {
+fn engine_run(own: &Own, n: usize, ids: &[EventId]) -> Run {
     let port = free_port();
     let started = Instant::now();
-    let mut engine = start_engine(&own.url, port);
+    let mut engine = start_engine(own.url(), port);
     let deadline = started + LIMIT;
     let stored = |label| metric(port, "grasp_sync_sink_events_total", label).unwrap_or(0);
     // Every event answered `OK` (new or already held); the own relay is
@@ -167,7 +171,7 @@ fn engine_run(own: &PyRelay, n: usize, ids: &[EventId]) -> Run {
     let seconds = started.elapsed().as_secs_f64();
     let cpu_seconds = cpu_seconds(engine.id());
     let duplicates = stored("outcome=\"duplicate\"");
-    let missing = own.missing(ids);
+    let missing = missing(own.url(), ids);
     let _ = Command::new("kill").arg(engine.id().to_string()).status();
     let _ = engine.wait();
     assert_eq!(missing, 0, "events missing from the own relay");
@@ -198,12 +202,43 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-fn direct_run(events: &[Event], ids: &[EventId]) -> f64 {
-    let own = PyRelay::start();
+/// Which relay serves as the own relay.
+#[derive(Clone, Copy, PartialEq)]
+enum OwnKind {
+    /// rust-nostr's LocalRelay: memory, 75,000 events at most.
+    Local,
+    /// nostr-rs-relay 0.8.12 on sqlite.
+    Rs,
+}
+
+/// An own relay of the run, stopped when dropped.
+enum Own {
+    Local(PyRelay),
+    Rs(RsRelay),
+}
+
+impl Own {
+    fn start(kind: OwnKind) -> Own {
+        match kind {
+            OwnKind::Local => Own::Local(PyRelay::start()),
+            OwnKind::Rs => Own::Rs(RsRelay::start()),
+        }
+    }
+
+    fn url(&self) -> &str {
+        match self {
+            Own::Local(r) => &r.url,
+            Own::Rs(r) => &r.url,
+        }
+    }
+}
+
+fn direct_run(kind: OwnKind, events: &[Event], ids: &[EventId]) -> f64 {
+    let own = Own::start(kind);
     let started = Instant::now();
-    publish_bulk(&own.url, events);
+    publish_bulk(own.url(), events);
     let seconds = started.elapsed().as_secs_f64();
-    assert_eq!(own.missing(ids), 0);
+    assert_eq!(missing(own.url(), ids), 0);
     seconds
 }
 
@@ -219,8 +254,23 @@ fn main() {
         .collect();
     let num = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let mode = args.first().map_or("one-issue", String::as_str);
+    let kind = match args.iter().any(|a| a == "rs") {
+        true => OwnKind::Rs,
+        false => OwnKind::Local,
+    };
     let (rounds, world, _farm, _remote);
     match mode {
+        "one-issue" if kind == OwnKind::Rs => {
+            let options = FarmOptions {
+                negentropy: true,
+                ..FarmOptions::default()
+            };
+            let farm = RelayFarm::start(1, options).expect("farm starts");
+            world = one_issue(num(1, 20_000), &farm.url(0));
+            farm.seed(0, world.events.iter().map(|(_, e)| e.clone()).collect());
+            rounds = num(2, 3);
+            (_farm, _remote) = (Some(farm), None);
+        }
         "one-issue" => {
             let remote = PyRelay::start();
             world = one_issue(num(1, 20_000), &remote.url);
@@ -251,9 +301,9 @@ fn main() {
     let n = events.len();
     let (mut direct, mut engine, mut dups) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
-        let d = direct_run(&events, &ids);
-        let own = PyRelay::start();
-        publish(&own.url, &world.own_setup);
+        let d = direct_run(kind, &events, &ids);
+        let own = Own::start(kind);
+        publish(own.url(), &world.own_setup);
         let e = engine_run(&own, n, &ids);
         eprintln!(
             "round {round}: direct {d:.2} s ({:.0}/s), engine {:.2} s ({:.0}/s, {:.2} s CPU), ratio {:.1} %, duplicates {}",
@@ -273,8 +323,12 @@ fn main() {
     let (emin, emed, emax) = stats(&mut engine);
     let (rmin, rmed, rmax) = stats(&mut ratios);
     println!(
-        "first_sync {mode} events={n} rounds={rounds} direct_s={dmin:.2}/{dmed:.2}/{dmax:.2} \
+        "first_sync {mode} own={} events={n} rounds={rounds} direct_s={dmin:.2}/{dmed:.2}/{dmax:.2} \
          engine_s={emin:.2}/{emed:.2}/{emax:.2} ratio_pct={:.1}/{:.1}/{:.1} duplicates_max={}",
+        match kind {
+            OwnKind::Local => "localrelay",
+            OwnKind::Rs => "nostr-rs-relay",
+        },
         100.0 * rmin,
         100.0 * rmed,
         100.0 * rmax,
