@@ -434,3 +434,89 @@ fn ids_two_filters_of_a_job_miss_count_once() {
     assert_eq!(stats.neg_fallbacks, 0);
     assert_eq!(tag_reqs(&sim), 0, "no history re-read by REQ");
 }
+
+/// Issue 33: a reconciliation gave up at 20,000 missing ids, so a first
+/// sync of an issue with more replies than that read them by REQ paging,
+/// one page per round trip (1,350 events a second in the load run). The
+/// bound is now on the ids held over all relays, and this issue's
+/// history fits in it.
+#[test]
+fn an_issue_with_25_000_replies_is_fetched_by_id() {
+    const REPLIES: u64 = 25_000;
+    let mut sim = Sim::new(config());
+    sim.add_relay(A).negentropy = NegMode::Supported;
+    let owner = keys(1);
+    let own = sim.own.clone();
+    sim.publish(&own, &announcement(&owner, "r", &[A], T0 - 30_000));
+    let issue = root(
+        &keys(2),
+        1621,
+        &[&coord(&owner, "r")],
+        T0 - 29_000,
+        "an issue",
+    );
+    sim.publish(&own, &issue);
+    let replies: Vec<Event> = (0..REPLIES)
+        .map(|i| reply(&keys(3), &issue, T0 - 28_000 + i, &format!("r{i}")))
+        .collect();
+    for r in &replies {
+        sim.seed(A, r);
+    }
+    sim.advance(Duration::from_secs(60));
+    assert_eq!(sim.missing(&replies).len(), 0);
+    let stats = sim.engine.stats();
+    assert_eq!(stats.neg_ids_fetched, REPLIES);
+    assert_eq!(stats.neg_fallbacks, 0);
+    assert_eq!(tag_reqs(&sim), 0, "no history re-read by REQ");
+    sim.engine.check_invariants().unwrap();
+}
+
+/// Two relays each holding 1,000 replies the own relay lacks, with
+/// `neg_ids_held` at `bound`: the engine's stats once all arrived.
+fn two_relays_missing_1000_each(bound: usize) -> grasp_sync::Stats {
+    const B: &str = "wss://b.example";
+    let mut config = config();
+    config.neg_ids_held = bound;
+    let mut sim = Sim::new(config);
+    let owner = keys(1);
+    let own = sim.own.clone();
+    sim.publish(&own, &announcement(&owner, "r", &[A, B], T0 - 5_000));
+    let issue = root(
+        &keys(2),
+        1621,
+        &[&coord(&owner, "r")],
+        T0 - 4_000,
+        "an issue",
+    );
+    sim.publish(&own, &issue);
+    let replies: Vec<Event> = (0..2_000)
+        .map(|i| reply(&keys(3), &issue, T0 - 3_000 + i, &format!("r{i}")))
+        .collect();
+    for (url, half) in [(A, &replies[..1_000]), (B, &replies[1_000..])] {
+        sim.add_relay(url).negentropy = NegMode::Supported;
+        for r in half {
+            sim.seed(url, r);
+        }
+    }
+    sim.advance(Duration::from_secs(60));
+    assert_eq!(sim.missing(&replies).len(), 0, "bound {bound}");
+    // The count of ids held agrees with a recount, so all were released.
+    sim.engine.check_invariants().unwrap();
+    *sim.engine.stats()
+}
+
+/// The ids negentropy holds are bounded over all relays, not per job: a
+/// job that would pass the bound goes to REQ paging, with nothing lost,
+/// and says so in a stat. A relay reporting ids without end thus costs a
+/// bounded amount however many relays do it at once.
+#[test]
+fn a_job_past_the_bound_on_ids_held_goes_to_req_and_loses_nothing() {
+    let roomy = two_relays_missing_1000_each(2_500);
+    assert_eq!(roomy.neg_over_id_budget, 0);
+    assert_eq!(roomy.neg_fallbacks, 0);
+    assert_eq!(roomy.neg_ids_fetched, 2_000);
+    let tight = two_relays_missing_1000_each(1_500);
+    assert_eq!(tight.neg_over_id_budget, 1, "one job fits, the other not");
+    assert_eq!(tight.neg_fallbacks, 1);
+    assert_eq!(tight.neg_ids_fetched, 1_000);
+}

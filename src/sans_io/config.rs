@@ -126,6 +126,15 @@ pub struct Config {
     /// relay's turn comes within seconds (64 made that restart take
     /// minutes: turns came in about 80 waves).
     pub neg_jobs_at_once: usize,
+    /// Event ids negentropy may hold at once over all relays: found
+    /// missing by sessions and jobs, and waiting in `ids` REQs not sent
+    /// yet. A job that would pass it falls back to REQ paging (counted,
+    /// logged), so a relay reporting ids without end costs a bounded
+    /// amount, while a first sync of one issue with 100,000 replies is
+    /// still fetched by id, several REQs in flight, instead of one page
+    /// per round trip. 200,000 ids are about 6.4 MB, 10 MB in the filters
+    /// of waiting pages.
+    pub neg_ids_held: usize,
     /// Fetch each remote relay's NIP-11 document once and start from the
     /// limits it publishes.
     pub relay_info: bool,
@@ -201,6 +210,7 @@ impl Config {
             negentropy: true,
             neg_timeout: Duration::from_secs(15),
             neg_jobs_at_once: 512,
+            neg_ids_held: 200_000,
             relay_info: true,
             max_pages: 10_000,
             seen_capacity: 100_000,

@@ -221,13 +221,14 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
     counter_labeled(
         &mut out,
         "grasp_sync_negentropy_total",
-        "NIP-77: sessions, NEG-MSG rounds, ids found missing, fallbacks to REQ, jobs skipped (nothing held), events the sink listed.",
+        "NIP-77: sessions, NEG-MSG rounds, ids found missing, fallbacks to REQ (over_id_budget: those of them that would have held more missing ids than the engine's bound over all relays), jobs skipped (nothing held), events the sink listed.",
         "event",
         &[
             ("session", s.neg_sessions),
             ("round", s.neg_rounds),
             ("id_fetched", s.neg_ids_fetched),
             ("fallback", s.neg_fallbacks),
+            ("over_id_budget", s.neg_over_id_budget),
             ("skipped_nothing_held", s.neg_skipped),
             ("sink_listed", shell.sink_listed),
         ],

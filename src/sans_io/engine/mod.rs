@@ -22,7 +22,8 @@
 //!   The filters it built for a REQ they did not fit are a `BuiltChunk`
 //!   (`built_chunk`), held by the relay table.
 //! - `negentropy`: NIP-77 jobs and the sink's listings
-//!   (`Listings`, `NegJob`, `NegSupport`).
+//!   (`Listings`, `NegJob`, `NegSupport`), and the bound on the ids they
+//!   hold over all relays (`id_budget`).
 //! - `auth`: NIP-42 (`Auth`).
 //! - `conduct`: offences and penalties (`Conduct`, [`Offence`]).
 //! - `relay`: the relay table, aggregating the per-relay state of the
@@ -53,6 +54,7 @@ mod bad_values;
 mod built_chunk;
 mod conduct;
 mod diff;
+mod id_budget;
 mod inbound;
 mod lifecycle;
 mod listing_cache;
@@ -250,6 +252,12 @@ pub struct Stats {
     pub neg_ids_fetched: u64,
     /// Negentropy jobs that fell back to REQ (the relay failed or lacks it).
     pub neg_fallbacks: u64,
+    /// Negentropy jobs sent to REQ because they would have held more ids
+    /// than `Config::neg_ids_held` allows over all relays.
+    pub neg_over_id_budget: u64,
+    /// The most event ids negentropy held at once, over all relays
+    /// (bounded by `Config::neg_ids_held`, give or take one round).
+    pub neg_ids_held_peak: u64,
     /// Negentropy jobs sent to REQ because the sink held nothing for them.
     pub neg_skipped: u64,
     /// The most negentropy jobs ever in flight at once, over all relays
@@ -455,7 +463,7 @@ impl Engine {
             next_sub: 0,
             dirty: Vec::new(),
             stats: Stats::default(),
-            listings: Listings::new(config.neg_jobs_at_once),
+            listings: Listings::new(config.neg_jobs_at_once, config.neg_ids_held),
             self_since: None,
             log_budget: LogBudget::default(),
             resume: resume::Resume::default(),

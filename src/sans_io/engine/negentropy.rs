@@ -28,13 +28,14 @@ use std::borrow::Cow;
 use log::{debug, info};
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
+use super::id_budget::IdBudget;
 use super::listing_cache::{Held, Join, ListingCache, Waiter, parts};
 use super::neg_turns::Turns;
 use super::{Action, Engine, Status, Timer};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::query::filters::Encoded;
 use crate::sans_io::query::reconcile::{
-    IDS_PER_FILTER, MAX_NEED, Reconciliation, Step, fetch_filters, means_unsupported,
+    IDS_PER_FILTER, Reconciliation, Step, fetch_filters, means_unsupported,
 };
 use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::query::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
@@ -65,15 +66,18 @@ pub(super) struct Listings {
     cache: ListingCache,
     /// Jobs in flight over all relays, and whose turn is next.
     turns: Turns,
+    /// Ids found missing and not asked yet, over all relays.
+    ids: IdBudget,
 }
 
 impl Listings {
-    /// At most `jobs` negentropy jobs at once.
-    pub(super) fn new(jobs: usize) -> Self {
+    /// At most `jobs` negentropy jobs at once, holding at most `ids` ids.
+    pub(super) fn new(jobs: usize, ids: usize) -> Self {
         Listings {
             sink_lists: true,
             cache: ListingCache::default(),
             turns: Turns::new(jobs),
+            ids: IdBudget::new(ids),
         }
     }
 }
@@ -120,6 +124,11 @@ pub(super) struct NegJob {
 }
 
 impl NegJob {
+    /// Ids it holds: found missing by its finished filters and its session.
+    pub(super) fn ids_held(&self) -> usize {
+        self.need.len() + self.session.as_ref().map_or(0, Reconciliation::need_len)
+    }
+
     /// The chunks this job completes.
     #[cfg(any(test, feature = "testing"))]
     pub(super) fn work(&self) -> &[WorkRef] {
@@ -176,6 +185,32 @@ impl Engine {
         let subscription_id = Cow::Owned(SubscriptionId::new(format!("{id:x}")));
         let message = ClientMessage::NegClose { subscription_id }.as_json();
         self.actions.push_back(Action::Send { relay, message });
+    }
+
+    /// Counts again the ids `relay`'s jobs and waiting pages hold; true
+    /// when all relays together now hold more than `Config::neg_ids_held`.
+    pub(super) fn recount_ids(&mut self, relay: RelayId) -> bool {
+        let count = self.relays[relay.index()].ids_in_hand();
+        let ids = &mut self.listings.ids;
+        ids.recount(relay.index(), count);
+        self.stats.neg_ids_held_peak = ids.peak() as u64;
+        ids.over()
+    }
+
+    /// Job `id` of `relay` took the ids held over all relays past the
+    /// bound: it goes to REQ paging, which needs no ids held.
+    fn over_id_budget(&mut self, relay: RelayId, id: u64, now: Time) {
+        self.stats.neg_over_id_budget += 1;
+        if let Some(n) = self.log_budget.admit(relay.index(), now) {
+            info!(
+                "{}: negentropy job {id:x} would hold ids past the bound of {} over all relays; REQ{}",
+                self.relay_url(relay),
+                self.listings.ids.max(),
+                dropped(n)
+            );
+        }
+        self.job_to_req(relay, id, ToReq::Failed, now);
+        self.recount_ids(relay);
     }
 
     /// Offers free room to the relay whose turn is next, if one waits;
@@ -436,10 +471,16 @@ impl Engine {
             self.stats.neg_rounds += 1;
         }
         match step {
-            Step::Send(text) => self.actions.push_back(Action::Send {
-                relay,
-                message: text,
-            }),
+            Step::Send(text) => {
+                if self.recount_ids(relay) {
+                    self.send_neg_close(relay, id);
+                    return self.over_id_budget(relay, id, now);
+                }
+                self.actions.push_back(Action::Send {
+                    relay,
+                    message: text,
+                });
+            }
             Step::Done { need, close } => {
                 self.actions.push_back(Action::Send {
                     relay,
@@ -573,14 +614,11 @@ impl Engine {
         job.need.extend(need);
         job.need.sort_unstable();
         job.need.dedup();
-        if job.need.len() > MAX_NEED {
-            info!(
-                "{}: negentropy job {id:x} found over {MAX_NEED} ids missing; REQ",
-                self.relay_url(relay)
-            );
-            return self.job_to_req(relay, id, ToReq::Failed, now);
+        let more = job.current < job.filters.len();
+        if self.recount_ids(relay) {
+            return self.over_id_budget(relay, id, now);
         }
-        if job.current < job.filters.len() {
+        if more {
             self.open_session(relay, id, now);
             return self.after_jobs_ended(now);
         }
@@ -723,6 +761,7 @@ impl Engine {
     pub(super) fn neg_jobs_dropped(&mut self, relay: RelayId, dropped: usize, now: Time) {
         self.listings.turns.relay_ended(relay);
         self.listings.cache.jobs_ended(dropped);
+        self.recount_ids(relay);
         self.after_jobs_ended(now);
     }
 
@@ -772,6 +811,13 @@ impl Engine {
         let held = self.listings.turns.in_flight();
         if held != jobs {
             return Err(format!("{held} jobs hold room, {jobs} exist"));
+        }
+        let ids: usize = self.relays.iter().map(|r| r.ids_in_hand()).sum();
+        if ids != self.listings.ids.held() {
+            return Err(format!(
+                "{ids} ids held, {} counted",
+                self.listings.ids.held()
+            ));
         }
         Ok(())
     }

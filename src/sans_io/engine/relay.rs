@@ -438,6 +438,17 @@ impl RelayState {
         chains
     }
 
+    /// Event ids its negentropy work holds: found missing by its jobs, and
+    /// waiting in `ids` pages for a subscription slot (`IdBudget`).
+    pub(super) fn ids_in_hand(&self) -> usize {
+        let jobs: usize = self.neg_jobs.values().map(NegJob::ids_held).sum();
+        let pages = self.next_pages.iter().flat_map(|p| &p.filters);
+        let asked = pages
+            .filter_map(|f| f.filter.ids.as_ref())
+            .map(|ids| ids.len());
+        jobs + asked.sum::<usize>()
+    }
+
     /// Gives back the room a burst left in its collections (a first sync's
     /// dozens of subscriptions, batches and queued chunks) once they hold
     /// little again. Collections keep their largest size otherwise: at

@@ -32,6 +32,7 @@ impl Engine {
     /// Starts as much queued historic work on `relay` as its limits allow.
     pub(super) fn schedule(&mut self, relay: RelayId, now: Time) {
         self.open_next_pages(relay, now);
+        self.recount_ids(relay);
         loop {
             let state = &self.relays[relay.index()];
             if state.status != Status::Connected

@@ -28,17 +28,11 @@ const MIN_FRAME: usize = 4096;
 
 /// Round trips after which a reconciliation is abandoned. An honest
 /// exchange takes a handful; even a relay with the smallest frames
-/// negentropy allows (4 KB, ~120 ids a round) reports [`MAX_NEED`] ids
+/// negentropy allows (4 KB, ~120 ids a round) reports 20,000 missing ids
 /// within this many. A relay that never ends (buggy or hostile) falls back
 /// to REQ paging, which loses nothing, instead of holding a slot for
 /// thousands of rounds.
 pub(crate) const MAX_ROUNDS: u32 = 200;
-
-/// Missing ids a reconciliation (and a job of several) may collect. Past
-/// it, fetching by id costs as much as paging by REQ, and a relay
-/// reporting ids without end could make us hold and ask any number: the
-/// job falls back to REQ paging instead. 20,000 ids are 40 `ids` REQs.
-pub(crate) const MAX_NEED: usize = 20_000;
 
 /// Ids per `ids` filter by default: 500 ids are ~33.5 KB of JSON, within
 /// the common 64 KB message limit, and 500 is the commonest relay cap on
@@ -185,9 +179,6 @@ impl Reconciliation {
             .negentropy
             .reconcile_with_ids(&frame, &mut have, &mut self.need)
         {
-            Ok(_) if self.need.len() > MAX_NEED => {
-                self.fail(format!("more than {MAX_NEED} ids missing"))
-            }
             Ok(Some(next)) => Step::Send(self.neg_msg(next)),
             Ok(None) => Step::Done {
                 need: self.take_need(),
@@ -195,6 +186,14 @@ impl Reconciliation {
             },
             Err(e) => self.fail(format!("undecodable NEG-MSG: {e}")),
         }
+    }
+
+    /// Ids gathered so far (repeats included). A relay may report ids
+    /// without end, so the caller bounds what sessions hold (the engine
+    /// over all of them at once, `Config::neg_ids_held`), as it owns the
+    /// timeout.
+    pub fn need_len(&self) -> usize {
+        self.need.len()
     }
 
     fn fail(&self, reason: String) -> Step {
