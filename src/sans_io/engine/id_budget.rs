@@ -52,7 +52,8 @@ impl IdBudget {
         self.held > self.max
     }
 
-    /// Ids held now, over all relays.
+    /// Ids held now, over all relays (checked against a recount).
+    #[cfg(any(test, feature = "testing"))]
     pub(super) fn held(&self) -> usize {
         self.held
     }
