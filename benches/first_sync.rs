@@ -128,12 +128,18 @@ struct Run {
     seconds: f64,
     /// User and system CPU the engine used.
     cpu_seconds: f64,
+    /// The own relay's, over the run.
+    own_cpu: f64,
+    /// The remote's (a LocalRelay, or the in-process farm) and this
+    /// process's, over the run.
+    others_cpu: f64,
     duplicates: u64,
 }
 
 /// Engine start until the own relay confirmed `n` events new.
-fn engine_run(own: &Own, n: usize, ids: &[EventId]) -> Run {
+fn engine_run(own: &Own, remote: Option<u32>, n: usize, ids: &[EventId]) -> Run {
     let port = free_port();
+    let (own0, others0) = (own.cpu(), others_cpu(remote));
     let started = Instant::now();
     let mut engine = start_engine(own.url(), port);
     let deadline = started + LIMIT;
@@ -170,6 +176,7 @@ fn engine_run(own: &Own, n: usize, ids: &[EventId]) -> Run {
     }
     let seconds = started.elapsed().as_secs_f64();
     let cpu_seconds = cpu_seconds(engine.id());
+    let (own_cpu, others_cpu) = (own.cpu() - own0, others_cpu(remote) - others0);
     let duplicates = stored("outcome=\"duplicate\"");
     let missing = missing(own.url(), ids);
     let _ = Command::new("kill").arg(engine.id().to_string()).status();
@@ -178,6 +185,8 @@ fn engine_run(own: &Own, n: usize, ids: &[EventId]) -> Run {
     Run {
         seconds,
         cpu_seconds,
+        own_cpu,
+        others_cpu,
         duplicates,
     }
 }
@@ -231,15 +240,43 @@ impl Own {
             Own::Rs(r) => &r.url,
         }
     }
+
+    /// CPU seconds its process used so far.
+    fn cpu(&self) -> f64 {
+        let pid = match self {
+            Own::Local(r) => Some(r.pid()),
+            Own::Rs(r) => r.pid(),
+        };
+        pid.map_or(0.0, cpu_seconds)
+    }
 }
 
-fn direct_run(kind: OwnKind, events: &[Event], ids: &[EventId]) -> f64 {
+/// CPU seconds the other processes of a measurement used so far: this one
+/// (the publishing client, or the in-process farm) and a LocalRelay remote.
+fn others_cpu(remote: Option<u32>) -> f64 {
+    cpu_seconds(std::process::id()) + remote.map_or(0.0, cpu_seconds)
+}
+
+/// Seconds, and CPU seconds of the own relay and of the rest.
+struct Direct {
+    seconds: f64,
+    own_cpu: f64,
+    others_cpu: f64,
+}
+
+fn direct_run(kind: OwnKind, events: &[Event], ids: &[EventId]) -> Direct {
     let own = Own::start(kind);
+    let (own0, others0) = (own.cpu(), others_cpu(None));
     let started = Instant::now();
     publish_bulk(own.url(), events);
     let seconds = started.elapsed().as_secs_f64();
+    let (own_cpu, others_cpu) = (own.cpu() - own0, others_cpu(None) - others0);
     assert_eq!(missing(own.url(), ids), 0);
-    seconds
+    Direct {
+        seconds,
+        own_cpu,
+        others_cpu,
+    }
 }
 
 fn stats(xs: &mut [f64]) -> (f64, f64, f64) {
@@ -258,7 +295,7 @@ fn main() {
         true => OwnKind::Rs,
         false => OwnKind::Local,
     };
-    let (rounds, world, _farm, _remote);
+    let (rounds, world, _farm, remote);
     match mode {
         "one-issue" if kind == OwnKind::Rs => {
             let options = FarmOptions {
@@ -269,15 +306,15 @@ fn main() {
             world = one_issue(num(1, 20_000), &farm.url(0));
             farm.seed(0, world.events.iter().map(|(_, e)| e.clone()).collect());
             rounds = num(2, 3);
-            (_farm, _remote) = (Some(farm), None);
+            (_farm, remote) = (Some(farm), None);
         }
         "one-issue" => {
-            let remote = PyRelay::start();
-            world = one_issue(num(1, 20_000), &remote.url);
+            let relay = PyRelay::start();
+            world = one_issue(num(1, 20_000), &relay.url);
             let events: Vec<Event> = world.events.iter().map(|(_, e)| e.clone()).collect();
-            publish_bulk(&remote.url, &events);
+            publish_bulk(&relay.url, &events);
             rounds = num(2, 3);
-            (_farm, _remote) = (None, Some(remote));
+            (_farm, remote) = (None, Some(relay));
         }
         "relays" => {
             let count = num(1, 2_000) as usize;
@@ -292,7 +329,7 @@ fn main() {
                 farm.seed(r, events);
             }
             rounds = num(3, 3);
-            (_farm, _remote) = (Some(farm), None);
+            (_farm, remote) = (Some(farm), None);
         }
         other => panic!("unknown mode {other}: one-issue N | relays R E"),
     }
@@ -301,10 +338,11 @@ fn main() {
     let n = events.len();
     let (mut direct, mut engine, mut dups) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
-        let d = direct_run(kind, &events, &ids);
+        let direct_cpu = direct_run(kind, &events, &ids);
+        let d = direct_cpu.seconds;
         let own = Own::start(kind);
         publish(own.url(), &world.own_setup);
-        let e = engine_run(&own, n, &ids);
+        let e = engine_run(&own, remote.as_ref().map(PyRelay::pid), n, &ids);
         eprintln!(
             "round {round}: direct {d:.2} s ({:.0}/s), engine {:.2} s ({:.0}/s, {:.2} s CPU), ratio {:.1} %, duplicates {}",
             n as f64 / d,
@@ -313,6 +351,17 @@ fn main() {
             e.cpu_seconds,
             100.0 * d / e.seconds,
             e.duplicates
+        );
+        eprintln!(
+            "  CPU s: direct: own relay {:.2}, publisher {:.2} ({:.2} cores busy); \
+             engine run: own relay {:.2}, engine {:.2}, remote and harness {:.2} ({:.2} cores busy)",
+            direct_cpu.own_cpu,
+            direct_cpu.others_cpu,
+            (direct_cpu.own_cpu + direct_cpu.others_cpu) / d,
+            e.own_cpu,
+            e.cpu_seconds,
+            e.others_cpu,
+            (e.own_cpu + e.cpu_seconds + e.others_cpu) / e.seconds
         );
         direct.push(d);
         engine.push(e.seconds);

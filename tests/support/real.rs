@@ -242,6 +242,12 @@ impl PyRelay {
     pub fn missing(&self, ids: &[EventId]) -> usize {
         missing_in_chunks(&self.url, ids, self.cap)
     }
+
+    /// Its process id (the relay runs in the Python process), for the
+    /// load run's CPU accounting.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 /// Publishes events to any relay over a plain websocket, waiting for every OK.
@@ -690,6 +696,11 @@ impl RsRelay {
                 .is_ok()),
             "nostr-rs-relay listening"
         );
+    }
+
+    /// Its process id while it runs, for the load run's CPU accounting.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     fn port(&self) -> u16 {
