@@ -10,7 +10,8 @@
 //! duplicates of issue 33). Once a busy link has been cut, the client ends
 //! the next ones itself a little before that count, with nothing in
 //! flight, and opens a fresh one at once: no event is sent twice and no
-//! backoff is paid.
+//! backoff is paid. A busy link's cut is not a failure either: the next
+//! link opens at once.
 
 /// A cut after fewer messages than this says nothing about a budget: a
 /// relay restart or a network fault, not a limit.
@@ -28,16 +29,18 @@ pub(crate) struct LinkBudget {
 }
 
 impl LinkBudget {
-    /// The relay cut a link that had carried `sent` messages.
-    pub(crate) fn handle_cut(&mut self, sent: usize) {
+    /// The relay cut a link that had carried `sent` messages; true when
+    /// the link was busy (the cut is evidence of a budget).
+    pub(crate) fn handle_cut(&mut self, sent: usize) -> bool {
         if sent < MIN_EVIDENCE {
-            return;
+            return false;
         }
         let budget = sent * MARGIN_PERCENT / 100;
         if self.messages.is_none_or(|m| budget < m) {
             log::info!("own relay cut a link after {sent} messages; links now end after {budget}");
             self.messages = Some(budget);
         }
+        true
     }
 
     /// True once a link that carried `sent` messages should carry no more.
