@@ -88,6 +88,12 @@ fn start_engine(own: &str, port: u16) -> Child {
     });
     Command::new(&bin)
         .args(["--own-relay", own, "--allow-private-addresses"])
+        // Extra flags to try (FIRST_SYNC_ARGS="--max-frames-per-sec 10000").
+        .args(
+            std::env::var("FIRST_SYNC_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .args(["--metrics", &format!("127.0.0.1:{port}")])
         .env(
             "RUST_LOG",
@@ -122,7 +128,7 @@ fn metric(port: u16, name: &str, label: &str) -> Option<u64> {
 }
 
 /// How long a first sync may take before the run fails.
-const LIMIT: Duration = Duration::from_secs(120);
+const LIMIT: Duration = Duration::from_secs(600);
 
 struct Run {
     seconds: f64,
@@ -146,10 +152,15 @@ fn engine_run(own: &Own, remote: Option<u32>, n: usize, ids: &[EventId]) -> Run 
     let stored = |label| metric(port, "grasp_sync_sink_events_total", label).unwrap_or(0);
     // Every event answered `OK` (new or already held); the own relay is
     // asked for each of them below.
-    let trace = std::env::var_os("FIRST_SYNC_TRACE").is_some();
+    // FIRST_SYNC_TRACE=1 prints every 250 ms; a larger number is the
+    // interval in milliseconds.
+    let trace = std::env::var("FIRST_SYNC_TRACE")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|ms| Duration::from_millis(if ms > 1 { ms } else { 250 }));
     let mut traced = Instant::now();
     while stored("outcome=\"stored\"") + stored("outcome=\"duplicate\"") < n as u64 {
-        if trace && traced.elapsed() >= Duration::from_millis(250) {
+        if trace.is_some_and(|every| traced.elapsed() >= every) {
             traced = Instant::now();
             let page = metrics_page(port);
             let value = |line: &str| {
