@@ -520,3 +520,39 @@ fn a_job_past_the_bound_on_ids_held_goes_to_req_and_loses_nothing() {
     assert_eq!(tight.neg_fallbacks, 1);
     assert_eq!(tight.neg_ids_fetched, 1_000);
 }
+
+/// A relay refusing a reconciliation for its size (rust-nostr's relays:
+/// `NEG-ERR "rate-limited: too many negentropy items"`; strfry: `"blocked:
+/// too many query results"`) speaks NIP-77: the job reads by REQ, and the
+/// relay is asked by negentropy again. When the refused session was the
+/// relay's first, it was remembered as not speaking NIP-77, and every
+/// later sync of it (the daily one included) paged by REQ until a
+/// restart.
+#[test]
+fn a_session_refused_for_its_size_falls_back_without_forgetting_negentropy() {
+    let mut config: Config = config();
+    config.daily_min = Duration::from_secs(3_600);
+    config.daily_max = Duration::from_secs(3_600);
+    let mut sim = Sim::new(config);
+    let (mut all, _) = world(&mut sim, NegMode::Supported, 50, 5);
+    // Two issues for the `#a` filter, reconciled first: its session is
+    // the relay's first, and is refused.
+    let coord = coord(&keys(1), "r");
+    for i in 0..2 {
+        let issue = root(&keys(2), 1621, &[&coord], T0 - 500 + i, "an issue");
+        sim.seed(A, &issue);
+        all.push(issue);
+    }
+    sim.relays.get_mut(A).unwrap().max_neg_items = Some(1);
+    sim.advance(Duration::from_secs(10));
+    assert!(sim.missing(&all).is_empty());
+    assert!(tag_reqs(&sim) >= 1, "read by REQ");
+    let opens = sim.relays[A].neg_opens;
+    sim.relays.get_mut(A).unwrap().max_neg_items = None;
+    sim.advance(Duration::from_secs(3_700));
+    assert!(
+        sim.relays[A].neg_opens > opens,
+        "the daily sync asks by negentropy again"
+    );
+    sim.engine.check_invariants().unwrap();
+}

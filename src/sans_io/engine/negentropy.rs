@@ -148,6 +148,18 @@ impl std::fmt::Debug for NegJob {
     }
 }
 
+/// Whether a session's failure says its filter matched more than the
+/// relay reconciles at once: rust-nostr's relays answer `NEG-ERR
+/// "rate-limited: too many negentropy items"` past their
+/// `max_negentropy_items`, strfry `"blocked: too many query results"` past
+/// `maxSyncEvents`. Such a relay speaks NIP-77; only this filter is too
+/// big for it.
+fn too_big(reason: &str) -> bool {
+    let lower = reason.to_ascii_lowercase();
+    lower.starts_with("neg-err:")
+        && (lower.contains("too many") || lower.contains("too big") || lower.contains("too large"))
+}
+
 impl Engine {
     /// True when `relay`'s next historic chunk should go by negentropy.
     pub(super) fn negentropy_usable(&self, relay: RelayId) -> bool {
@@ -507,8 +519,13 @@ impl Engine {
                 let refusal = Refusal::of_closed(&reason);
                 let why = if refusal == Refusal::TooManySubscriptions {
                     self.neg_limit_refusal(relay)
-                } else if answered_before || matches!(refusal, Refusal::BadValue { .. }) {
-                    // A refused value says nothing of NIP-77: REQ finds it.
+                } else if answered_before
+                    || matches!(refusal, Refusal::BadValue { .. })
+                    || too_big(&reason)
+                {
+                    // A refused value, or a filter matching more than the
+                    // relay reconciles at once, says nothing of NIP-77:
+                    // REQ reads this job, negentropy the next.
                     ToReq::Failed
                 } else {
                     ToReq::Unsupported

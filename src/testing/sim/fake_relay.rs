@@ -131,6 +131,12 @@ pub struct FakeRelay {
     pub max_neg: Option<usize>,
     /// NEG-OPENs refused by `max_neg`.
     pub neg_refusals: usize,
+    /// Most items one negentropy session may cover; a `NEG-OPEN` whose
+    /// filter matches more gets `NEG-ERR "rate-limited: too many
+    /// negentropy items"`, as rust-nostr's relays answer past their
+    /// `max_negentropy_items` (strfry: `"blocked: too many query
+    /// results"` past `maxSyncEvents`).
+    pub max_neg_items: Option<usize>,
     /// The NIP-11 limits it publishes (`None`: no document).
     pub info: Option<RelayInfo>,
     /// NIP-11 documents asked of it.
@@ -184,6 +190,7 @@ impl FakeRelay {
             negentropy: NegMode::Unknown,
             neg_opens: 0,
             max_neg: None,
+            max_neg_items: None,
             neg_refusals: 0,
             info: None,
             info_fetches: 0,
@@ -276,12 +283,15 @@ impl FakeRelay {
                     RelayMessage::notice("ERROR: too many concurrent NEG requests").as_json(),
                 ];
             }
+            let matching = |e: &&Event| filter.match_event(e, MatchEventOptions::new());
+            let items = self.events.iter().filter(matching).count();
+            if self.max_neg_items.is_some_and(|max| items > max) {
+                return vec![format!(
+                    r#"["NEG-ERR","{sub}","rate-limited: too many negentropy items"]"#
+                )];
+            }
             let mut storage = NegentropyStorageVector::new();
-            for e in self
-                .events
-                .iter()
-                .filter(|e| filter.match_event(e, MatchEventOptions::new()))
-            {
+            for e in self.events.iter().filter(matching) {
                 storage
                     .insert(e.created_at.as_secs(), Id::from_byte_array(e.id.to_bytes()))
                     .expect("an unsealed storage takes items");
