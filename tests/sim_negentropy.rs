@@ -403,36 +403,7 @@ fn same_repo_on(sim: &mut Sim, relays: &[&str]) -> Vec<Event> {
 /// instead of a pipelined fetch by id.
 #[test]
 fn ids_two_filters_of_a_job_miss_count_once() {
-    const REPLIES: u64 = 10_050;
-    let mut sim = Sim::new(config());
-    sim.add_relay(A).negentropy = NegMode::Supported;
-    let owner = keys(1);
-    let own = sim.own.clone();
-    sim.publish(&own, &announcement(&owner, "r", &[A], T0 - 20_000));
-    let issue = root(
-        &keys(2),
-        1621,
-        &[&coord(&owner, "r")],
-        T0 - 19_000,
-        "an issue",
-    );
-    sim.publish(&own, &issue);
-    let replies: Vec<Event> = (0..REPLIES)
-        .map(|i| reply(&keys(3), &issue, T0 - 15_000 + i, &format!("r{i}")))
-        .collect();
-    for r in &replies {
-        sim.seed(A, r);
-    }
-    sim.advance(Duration::from_secs(60));
-    assert!(
-        sim.missing(&replies).is_empty(),
-        "{} missing",
-        sim.missing(&replies).len()
-    );
-    let stats = sim.engine.stats();
-    assert_eq!(stats.neg_ids_fetched, REPLIES);
-    assert_eq!(stats.neg_fallbacks, 0);
-    assert_eq!(tag_reqs(&sim), 0, "no history re-read by REQ");
+    fetched_by_id_on_a_first_sync(10_050);
 }
 
 /// Issue 33: a reconciliation gave up at 20,000 missing ids, so a first
@@ -442,30 +413,36 @@ fn ids_two_filters_of_a_job_miss_count_once() {
 /// history fits in it.
 #[test]
 fn an_issue_with_25_000_replies_is_fetched_by_id() {
-    const REPLIES: u64 = 25_000;
+    fetched_by_id_on_a_first_sync(25_000);
+}
+
+/// A first sync of one issue with `replies` replies on `A` fetches every
+/// one by id, after one reconciliation, with no history re-read by REQ.
+fn fetched_by_id_on_a_first_sync(replies: u64) {
     let mut sim = Sim::new(config());
     sim.add_relay(A).negentropy = NegMode::Supported;
     let owner = keys(1);
     let own = sim.own.clone();
-    sim.publish(&own, &announcement(&owner, "r", &[A], T0 - 30_000));
+    let start = T0 - replies - 5_000;
+    sim.publish(&own, &announcement(&owner, "r", &[A], start));
     let issue = root(
         &keys(2),
         1621,
         &[&coord(&owner, "r")],
-        T0 - 29_000,
+        start + 1_000,
         "an issue",
     );
     sim.publish(&own, &issue);
-    let replies: Vec<Event> = (0..REPLIES)
-        .map(|i| reply(&keys(3), &issue, T0 - 28_000 + i, &format!("r{i}")))
+    let seeded: Vec<Event> = (0..replies)
+        .map(|i| reply(&keys(3), &issue, start + 2_000 + i, &format!("r{i}")))
         .collect();
-    for r in &replies {
+    for r in &seeded {
         sim.seed(A, r);
     }
     sim.advance(Duration::from_secs(60));
-    assert_eq!(sim.missing(&replies).len(), 0);
+    assert_eq!(sim.missing(&seeded).len(), 0);
     let stats = sim.engine.stats();
-    assert_eq!(stats.neg_ids_fetched, REPLIES);
+    assert_eq!(stats.neg_ids_fetched, replies);
     assert_eq!(stats.neg_fallbacks, 0);
     assert_eq!(tag_reqs(&sim), 0, "no history re-read by REQ");
     sim.engine.check_invariants().unwrap();
