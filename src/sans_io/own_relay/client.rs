@@ -819,43 +819,13 @@ mod tests {
         assert!(c.is_drained());
     }
 
-    /// Log lines containing `needle`, from a logger this test binary
-    /// installs once (the lib's unit tests install no other).
-    fn logged(needle: &str) -> Vec<String> {
-        use log::{Level, LevelFilter, Log, Metadata, Record};
-        use std::sync::Mutex;
-        static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
-        struct Capture;
-        impl Log for Capture {
-            fn enabled(&self, m: &Metadata) -> bool {
-                m.level() <= Level::Info
-            }
-            fn log(&self, r: &Record) {
-                if self.enabled(r.metadata()) {
-                    LINES.lock().unwrap().push(r.args().to_string());
-                }
-            }
-            fn flush(&self) {}
-        }
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            log::set_logger(&Capture).unwrap();
-            log::set_max_level(LevelFilter::Info);
-        });
-        let lines = LINES.lock().unwrap();
-        lines
-            .iter()
-            .filter(|l| l.contains(needle))
-            .cloned()
-            .collect()
-    }
-
     /// Issue 33: an own relay refusing every listing past its REQ limit
     /// during a first sync of 2,000 repos logged 1,600 lines, one per
     /// listing. Now a minute logs ten, and the next line says how many
     /// were left out; every refusal still reaches the engine.
     #[test]
     fn refused_listings_log_a_few_lines_a_minute_with_a_count() {
+        use crate::sans_io::own_relay::test_log::logged;
         logged("");
         let mut c = open_client(None);
         let filter = Filter::new().kind(Kind::from_u16(1621));
