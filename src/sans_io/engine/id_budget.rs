@@ -22,8 +22,6 @@ pub(super) struct IdBudget {
     counted: Vec<usize>,
     /// Their sum.
     held: usize,
-    /// The largest `held` seen, for the stats.
-    peak: usize,
 }
 
 impl IdBudget {
@@ -33,7 +31,6 @@ impl IdBudget {
             max,
             counted: Vec::new(),
             held: 0,
-            peak: 0,
         }
     }
 
@@ -44,7 +41,6 @@ impl IdBudget {
         }
         self.held = self.held - self.counted[relay] + count;
         self.counted[relay] = count;
-        self.peak = self.peak.max(self.held);
     }
 
     /// More ids are held than allowed.
@@ -56,11 +52,6 @@ impl IdBudget {
     #[cfg(any(test, feature = "testing"))]
     pub(super) fn held(&self) -> usize {
         self.held
-    }
-
-    /// The most ids ever held at once.
-    pub(super) fn peak(&self) -> usize {
-        self.peak
     }
 
     /// The bound.
@@ -86,6 +77,5 @@ mod tests {
         budget.recount(3, 0);
         assert_eq!(budget.held(), 30);
         assert!(!budget.over());
-        assert_eq!(budget.peak(), 110);
     }
 }

@@ -255,9 +255,6 @@ pub struct Stats {
     /// Negentropy jobs sent to REQ because they would have held more ids
     /// than `Config::neg_ids_held` allows over all relays.
     pub neg_over_id_budget: u64,
-    /// The most event ids negentropy held at once, over all relays
-    /// (bounded by `Config::neg_ids_held`, give or take one round).
-    pub neg_ids_held_peak: u64,
     /// Negentropy jobs sent to REQ because the sink held nothing for them.
     pub neg_skipped: u64,
     /// The most negentropy jobs ever in flight at once, over all relays

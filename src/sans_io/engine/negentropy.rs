@@ -203,10 +203,8 @@ impl Engine {
     /// when all relays together now hold more than `Config::neg_ids_held`.
     pub(super) fn recount_ids(&mut self, relay: RelayId) -> bool {
         let count = self.relays[relay.index()].ids_in_hand();
-        let ids = &mut self.listings.ids;
-        ids.recount(relay.index(), count);
-        self.stats.neg_ids_held_peak = ids.peak() as u64;
-        ids.over()
+        self.listings.ids.recount(relay.index(), count);
+        self.listings.ids.over()
     }
 
     /// Job `id` of `relay` took the ids held over all relays past the
