@@ -160,7 +160,6 @@ impl Engine {
             while let Some(relay) = self.dirty.pop() {
                 self.diff_relay(relay);
                 self.schedule(relay, now);
-                self.recount_ids(relay);
             }
             if !self.offer_turn(now) {
                 return;
