@@ -773,6 +773,66 @@ fn a_subscription_refused_by_an_unnamed_notice_is_retried_within_seconds() {
     sim.engine.check_invariants().unwrap();
 }
 
+/// Bug (CI, `nostr_rs_relay_32_subscription_limit...`): nostr-rs-relay
+/// drops a query it aborts while a WAL checkpoint runs: no event, no
+/// EOSE, no CLOSED, no NOTICE, and the subscription stays open on its
+/// side. The engine waited for that page's EOSE deadline, two minutes,
+/// with 5 of 450 events unread. A silent REQ sent before one the relay
+/// answered is now asked again after a grace of ten seconds, doubled at
+/// every round on the same connection.
+#[test]
+fn a_req_the_relay_drops_without_a_word_is_asked_again_within_seconds() {
+    let mut cfg = config();
+    cfg.negentropy = false;
+    // One root per REQ (three filters each), so a later REQ is answered.
+    cfg.chunk_size = 1;
+    cfg.max_filters_per_req = 3;
+    let mut sim = Sim::new(cfg);
+    let relay = sim.add_relay(A);
+    relay.drop_next = 1;
+    relay.query_delay = Duration::from_millis(40);
+    let owner = keys(1);
+    let own = sim.own.clone();
+    let c = coord(&owner, "repo");
+    sim.seed(&own, &announcement(&owner, "repo", &[A], T0 - 100));
+    let issue_with_reply = |sim: &mut Sim, i: u64, live: bool| {
+        let issue = root(&keys(2), 1621, &[&c], T0 + i, &format!("issue {i}"));
+        let answer = reply(&keys(3), &issue, T0 + i + 1, &format!("reply {i}"));
+        sim.seed(A, &answer);
+        if live {
+            sim.publish(&own, &issue);
+        } else {
+            sim.seed(&own, &issue);
+        }
+        answer
+    };
+    let history: Vec<Event> = (0..6)
+        .map(|i| issue_with_reply(&mut sim, i, false))
+        .collect();
+    sim.advance(Duration::from_secs(5));
+    assert!(!sim.missing(&history).is_empty(), "a REQ dropped");
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(
+        sim.missing(&history),
+        vec![],
+        "asked again, well before two minutes"
+    );
+    assert_eq!(sim.engine.stats().unanswered, 1);
+    // A second round on the same connection waits twice as long.
+    sim.relay(A).drop_next = 1;
+    let later: Vec<Event> = (10..12)
+        .map(|i| issue_with_reply(&mut sim, i, true))
+        .collect();
+    // The new roots are asked about 6 s after they are published; a
+    // grace of 10 s would bring the dropped one by 20 s.
+    sim.advance(Duration::from_secs(20));
+    assert!(!sim.missing(&later).is_empty(), "the grace is now 20 s");
+    sim.advance(Duration::from_secs(15));
+    assert_eq!(sim.missing(&later), vec![]);
+    assert_eq!(sim.engine.stats().unanswered, 2);
+    sim.engine.check_invariants().unwrap();
+}
+
 /// `n` comments on repo `coord` (tagged `A` alone, so each is its
 /// filter's own event and teaches the relay's cap), seconds apart, on `url`.
 fn comments_on(sim: &mut Sim, url: &str, coord: &str, n: u64, from: u64) -> Vec<Event> {

@@ -309,6 +309,12 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
     );
     counter(
         &mut out,
+        "grasp_sync_unanswered_subscriptions_total",
+        "Subscriptions a relay left silent (no event, EOSE or refusal) while answering later ones, asked again.",
+        s.unanswered,
+    );
+    counter(
+        &mut out,
         "grasp_sync_consolidations_total",
         "Live subscription consolidations.",
         s.consolidations,

@@ -6,8 +6,6 @@
 //! verification), if its id or signature is wrong, or if it does not match
 //! what the subscription asked. Only then does it reach the sink.
 
-use std::time::Duration;
-
 use log::{debug, info, warn};
 use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
@@ -20,13 +18,6 @@ use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::query::subscription::{NextPage, Purpose, Scope, Subscription};
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
-
-/// How long a suspect subscription may stay silent before it is taken as
-/// the refused one ([`Engine::suspect_silent`]). Relays send a stored
-/// event or EOSE within milliseconds of a query's start; ten seconds
-/// leaves a slow, loaded relay room, and an accepted REQ taken for a
-/// refused one costs only a REQ asked again.
-const UNANSWERED_GRACE: Duration = Duration::from_secs(10);
 
 impl Engine {
     /// A text frame from `relay`: parsed, checked and dispatched by kind.
@@ -351,6 +342,7 @@ impl Engine {
             let back = now.saturating_sub(self.config.quick_reconnect);
             self.self_since = Some(Timestamp::from_secs(back.as_secs()));
         }
+        self.suspect_skipped(relay, id, now);
         let state = self.relay(relay);
         let Some(s) = state.subs.get_mut(id) else {
             return;
@@ -468,52 +460,7 @@ impl Engine {
             Some(s) => self.refused(relay, s, refusal, now),
             None => self.lower_limits(relay, refusal, 0),
         }
-        self.suspect_silent(relay, now);
-    }
-
-    /// The newest silent subscription is the likeliest refused, not the
-    /// surely refused: nostr-rs-relay refuses as it reads a REQ but
-    /// answers accepted ones from worker threads, so a REQ sent after the
-    /// refused one (an EOSE freed a slot meanwhile) can be the newest
-    /// silent one when the NOTICE lands. The refused REQ then stays silent
-    /// for good; left to the EOSE deadline (two minutes) its work waited,
-    /// and while it counted against the limit, so did the rest. So every
-    /// subscription still silent is a suspect: one that hears nothing in
-    /// [`UNANSWERED_GRACE`] is taken as refused ([`Self::on_unanswered`]).
-    fn suspect_silent(&mut self, relay: RelayId, now: Time) {
-        let state = self.relay(relay);
-        let epoch = state.epoch;
-        let mut newly = Vec::new();
-        for (id, s) in state
-            .subs
-            .iter_mut()
-            .filter(|(_, s)| !s.heard && !s.suspect)
-        {
-            s.suspect = true;
-            newly.push(id);
-        }
-        for id in newly {
-            self.arm_deadline(now + UNANSWERED_GRACE, Timer::Unanswered(relay, epoch, id));
-        }
-    }
-
-    /// A suspect ([`Self::suspect_silent`]) heard nothing in its grace:
-    /// its REQ was refused. Its work goes back to be asked again; the
-    /// limit is not lowered, as its NOTICE already lowered it.
-    pub(super) fn on_unanswered(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
-        let state = &self.relays[relay.index()];
-        if state.epoch != epoch || state.subs.get(id).is_none_or(|s| s.heard) {
-            return;
-        }
-        info!(
-            "{}: subscription {id:x} silent since a refusal; asking again",
-            self.relay_url(relay)
-        );
-        if let Some(sub) = self.close_subscription(relay, id) {
-            self.note_refusal(relay);
-            self.give_back(relay, &sub, now);
-            self.dirty.push(relay);
-        }
+        self.suspect_silent(relay, u64::MAX, now);
     }
 
     /// After a value or kind NOTICE, the first EVENT or EOSE of a
@@ -579,7 +526,7 @@ impl Engine {
     /// What an ended subscription had not finished goes back to be asked
     /// again: its batches' chunks, and for live coverage the time from
     /// which events are unread.
-    fn give_back(&mut self, relay: RelayId, sub: &Subscription, now: Time) {
+    pub(super) fn give_back(&mut self, relay: RelayId, sub: &Subscription, now: Time) {
         for w in &sub.work {
             self.fail_batch(relay, w.batch);
         }

@@ -60,6 +60,7 @@ impl Engine {
         state.conduct.on_connect();
         state.auth.on_connect();
         state.epoch = state.epoch.wrapping_add(1);
+        state.unanswered_rounds = 0;
         state.last_connected = Some(now);
         state.last_heard = now;
         state.pinged = false;

@@ -66,6 +66,7 @@ mod requests;
 mod resume;
 mod saturated;
 mod sub_table;
+mod unanswered;
 
 pub use conduct::Offence;
 pub use relay::ItemState;
@@ -228,6 +229,9 @@ pub struct Stats {
     pub batches_failed: u64,
     /// Consolidations run.
     pub consolidations: u64,
+    /// Subscriptions a relay left silent past their grace (refused by a
+    /// NOTICE blamed on another, or dropped without a word), asked again.
+    pub unanswered: u64,
     /// Connect attempts asked.
     pub connects: u64,
     /// Connect attempts or connections that failed.
@@ -305,8 +309,8 @@ enum Timer {
     ConnectTimeout(RelayId, u32),
     Consolidate(RelayId, u32),
     EoseTimeout(RelayId, u32, u64),
-    /// A subscription silent since a refusal naming none was blamed on
-    /// another is due to have been heard from.
+    /// A suspect subscription (silent when a refusal naming none landed,
+    /// or when a later one reached EOSE) is due to have been heard from.
     Unanswered(RelayId, u32, u64),
     Resume(RelayId, u32),
     /// A connection's keepalive round, and its daily full sync once due.

@@ -287,6 +287,11 @@ pub(super) struct RelayState {
     pub paused_until: Option<Time>,
     /// Bumped on every connect and disconnect; timers of an older epoch are stale.
     pub epoch: u32,
+    /// Rounds of silent subscriptions taken as unanswered on this
+    /// connection (`Engine::on_unanswered`), and when the last one ended:
+    /// each round doubles the next suspects' grace.
+    pub unanswered_rounds: u8,
+    pub unanswered_at: Time,
     /// Last time the relay sent a whole message, or answered our ping (keepalive).
     pub last_heard: Time,
     /// A keepalive ping is out and not answered: only then is a pong news.
@@ -335,6 +340,8 @@ impl RelayState {
             consolidating: false,
             paused_until: None,
             epoch: 0,
+            unanswered_rounds: 0,
+            unanswered_at: Time::default(),
             last_heard: Time::default(),
             pinged: false,
             retry_at: None,

@@ -92,6 +92,12 @@ pub struct FakeRelay {
     pub close_next: VecDeque<String>,
     /// Never send EOSE.
     pub silent: bool,
+    /// Take this many of the next REQs that ask `#e` (replies to roots)
+    /// and never answer them: no event, EOSE, CLOSED or NOTICE, the
+    /// subscription left open (and counted). nostr-rs-relay drops a query
+    /// so when it aborts it for a WAL checkpoint, or after five seconds
+    /// waiting for a reader.
+    pub drop_next: usize,
     /// Every reply, and every live event, reaches the client this long
     /// after what caused it (the network's latency); zero: at once.
     /// [`Sim`](super::Sim) keeps them in flight meanwhile.
@@ -176,6 +182,7 @@ impl FakeRelay {
             reqs: Vec::new(),
             close_next: VecDeque::new(),
             silent: false,
+            drop_next: 0,
             reply_delay: Duration::ZERO,
             per_message: Duration::ZERO,
             query_delay: Duration::ZERO,
@@ -461,6 +468,11 @@ impl FakeRelay {
                 }
             };
         }
+        if self.drop_next > 0 && asks_tag(&filters, 'e') {
+            self.drop_next -= 1;
+            self.subs.insert(id, filters);
+            return out;
+        }
         let mut answer: Vec<String> = self
             .stored(&queried)
             .into_iter()
@@ -536,6 +548,13 @@ fn long_value(filters: &[Filter], max: usize) -> Option<char> {
             .find(|(_, values)| values.iter().any(|v| v.len() > max))
             .map(|(tag, _)| tag.as_char())
     })
+}
+
+/// True when a filter of `filters` asks tag `letter`.
+fn asks_tag(filters: &[Filter], letter: char) -> bool {
+    filters
+        .iter()
+        .any(|f| f.generic_tags.keys().any(|tag| tag.as_char() == letter))
 }
 
 /// Negentropy's variable-length integer: base 128, most significant

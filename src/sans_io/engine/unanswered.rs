@@ -1,0 +1,106 @@
+//! Subscriptions a relay leaves silent: refused by a NOTICE that names
+//! none, or dropped without a word.
+//!
+//! A REQ normally hears a stored event or EOSE within milliseconds. Two
+//! ways it hears nothing, ever, with the relay otherwise answering:
+//! - nostr-rs-relay refuses a REQ over its limit with a bare `NOTICE` as
+//!   it reads it, but answers accepted ones from worker threads, later;
+//!   the NOTICE is blamed on the newest silent REQ, which may be one the
+//!   relay accepted after the refused one.
+//! - nostr-rs-relay drops a query it aborts while a WAL checkpoint runs
+//!   (and one that waited over five seconds for a reader thread): no
+//!   EVENT, no EOSE, no CLOSED, no NOTICE, and the subscription stays
+//!   open on its side. CI caught it after a burst of writes: one page of
+//!   five roots silent, the first sync stalled at 445 of 450 events until
+//!   the EOSE deadline, two minutes on.
+//!
+//! Either way a silent subscription becomes a suspect, and one that still
+//! hears nothing after a grace is closed and its work asked again
+//! (nothing is lost; a REQ is asked twice at worst). A suspect is every
+//! silent one when a refusing NOTICE lands, and every silent one sent
+//! before a REQ that reached its EOSE: the relay has read it, and answered
+//! a later one.
+
+use std::time::Duration;
+
+use log::info;
+
+use super::{Engine, Timer};
+use crate::sans_io::memory::index::RelayId;
+use crate::sans_io::timing::time::Time;
+
+/// The grace of the first round of suspects on a connection. Relays send
+/// a stored event or EOSE within milliseconds of a query's start; ten
+/// seconds leaves a slow, loaded relay room.
+const UNANSWERED_GRACE: Duration = Duration::from_secs(10);
+
+/// Rounds after which the grace stops doubling: 10 s × 2³ = 80 s, under
+/// the EOSE deadline (two minutes).
+const MAX_DOUBLINGS: u8 = 3;
+
+impl Engine {
+    /// Makes every silent subscription of `relay` opened before `before`
+    /// (all: `u64::MAX`) a suspect, to be asked again if it stays silent
+    /// past the grace ([`Self::on_unanswered`]). Ids grow with every REQ
+    /// sent, so a smaller id was sent earlier.
+    pub(super) fn suspect_silent(&mut self, relay: RelayId, before: u64, now: Time) {
+        let grace = self.unanswered_grace(relay);
+        let state = self.relay(relay);
+        let epoch = state.epoch;
+        let mut newly = Vec::new();
+        for (id, s) in state
+            .subs
+            .iter_mut()
+            .filter(|(id, s)| *id < before && !s.heard && !s.suspect)
+        {
+            s.suspect = true;
+            newly.push(id);
+        }
+        for id in newly {
+            self.arm_deadline(now + grace, Timer::Unanswered(relay, epoch, id));
+        }
+    }
+
+    /// Subscription `id` reached its EOSE: the silent ones sent before it
+    /// are suspects. Not on the own relay: its one subscription is
+    /// re-opened by its own path, not by giving its work back.
+    pub(super) fn suspect_skipped(&mut self, relay: RelayId, id: u64, now: Time) {
+        if relay != self.own {
+            self.suspect_silent(relay, id, now);
+        }
+    }
+
+    /// A suspect heard nothing in its grace: its REQ was refused or
+    /// dropped. Its work goes back to be asked again; the limit is not
+    /// lowered (a refusal's NOTICE already lowered it).
+    pub(super) fn on_unanswered(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
+        let state = &self.relays[relay.index()];
+        if state.epoch != epoch || state.subs.get(id).is_none_or(|s| s.heard) {
+            return;
+        }
+        info!(
+            "{}: subscription {id:x} unanswered while later ones were answered or refused; asking again",
+            self.relay_url(relay)
+        );
+        let state = self.relay(relay);
+        if state.unanswered_at != now {
+            state.unanswered_at = now;
+            state.unanswered_rounds = state.unanswered_rounds.saturating_add(1);
+        }
+        self.stats.unanswered += 1;
+        if let Some(sub) = self.close_subscription(relay, id) {
+            self.give_back(relay, &sub, now);
+            self.dirty.push(relay);
+        }
+    }
+
+    /// The grace a new suspect of `relay` gets: doubled for every round of
+    /// suspects taken as unanswered on this connection (suspects armed
+    /// together expire together, as one round). A relay slow to start one
+    /// query while it answers others is then not asked it again every ten
+    /// seconds.
+    fn unanswered_grace(&self, relay: RelayId) -> Duration {
+        let rounds = self.relays[relay.index()].unanswered_rounds;
+        UNANSWERED_GRACE * (1 << rounds.min(MAX_DOUBLINGS))
+    }
+}
