@@ -147,8 +147,14 @@ fn nostr_rs_relay_32_subscription_limit_with_150_repos_and_300_roots() {
             &metrics,
         ],
     );
+    let done = wait_for(120, || own.missing(&ids(&expected)) == 0);
+    if !done {
+        // What the engine was waiting for, for whoever reads the failure.
+        let m = support::running::http_get(metrics.parse().unwrap(), "/metrics");
+        eprintln!("the engine's metrics:\n{m}");
+    }
     assert!(
-        wait_for(120, || own.missing(&ids(&expected)) == 0),
+        done,
         "{} of {} missing",
         own.missing(&ids(&expected)),
         expected.len()

@@ -639,6 +639,16 @@ pub struct RsRelay {
     dir: PathBuf,
 }
 
+/// Where a nostr-rs-relay's log goes: `$NOSTR_RS_RELAY_LOG_DIR/nrr-<port>.log`
+/// when set (at `$NOSTR_RS_RELAY_LOG`, `RUST_LOG` syntax; its DEBUG lines
+/// say when it drops a query without a word), else nowhere.
+fn rs_relay_log(port: u16) -> Stdio {
+    match std::env::var("NOSTR_RS_RELAY_LOG_DIR") {
+        Ok(dir) => Stdio::from(std::fs::File::create(format!("{dir}/nrr-{port}.log")).unwrap()),
+        Err(_) => Stdio::null(),
+    }
+}
+
 impl RsRelay {
     /// The binary: `$NOSTR_RS_RELAY_BIN`, or where `.ci/run` installs it.
     fn binary() -> PathBuf {
@@ -686,7 +696,11 @@ impl RsRelay {
             .arg("--db")
             .arg(&self.dir)
             .current_dir(&self.dir)
-            .stdout(Stdio::null())
+            .env(
+                "RUST_LOG",
+                std::env::var("NOSTR_RS_RELAY_LOG").unwrap_or("info".into()),
+            )
+            .stdout(rs_relay_log(port))
             .stderr(Stdio::null())
             .spawn()
             .expect("nostr-rs-relay starts");
