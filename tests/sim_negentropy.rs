@@ -416,26 +416,44 @@ fn an_issue_with_25_000_replies_is_fetched_by_id() {
     fetched_by_id_on_a_first_sync(25_000);
 }
 
+/// Issue 33: a job reconciles its filters one after the other (`#e`, then
+/// `#E` over the same 20,000 replies), and fetched nothing until the
+/// last ended. What a finished filter found missing is now fetched while
+/// the next is reconciled, and not asked again when the next finds it.
+#[test]
+fn a_filters_missing_ids_are_fetched_while_the_next_is_reconciled() {
+    let mut sim = Sim::new(config());
+    let relay = sim.add_relay(A);
+    relay.negentropy = NegMode::Supported;
+    relay.reply_delay = Duration::from_millis(20);
+    let seeded = issue_with_replies(&mut sim, &[A], 2_000, T0 - 9_000);
+    for r in &seeded {
+        sim.seed(A, r);
+    }
+    sim.advance(Duration::from_secs(60));
+    assert_eq!(sim.missing(&seeded).len(), 0);
+    let stats = sim.engine.stats();
+    assert_eq!(stats.neg_fetched_ahead, 1);
+    assert_eq!(stats.neg_ids_fetched, 2_000, "each id asked once");
+    let relay = sim.relay(A);
+    let first_fetch = relay
+        .reqs
+        .iter()
+        .position(|(_, fs)| fs.iter().any(|f| f.ids.is_some()))
+        .expect("fetched by id");
+    assert!(
+        relay.neg_opens_before[first_fetch] < relay.neg_opens,
+        "the first fetch went out before the job's last NEG-OPEN"
+    );
+    sim.engine.check_invariants().unwrap();
+}
+
 /// A first sync of one issue with `replies` replies on `A` fetches every
 /// one by id, after one reconciliation, with no history re-read by REQ.
 fn fetched_by_id_on_a_first_sync(replies: u64) {
     let mut sim = Sim::new(config());
     sim.add_relay(A).negentropy = NegMode::Supported;
-    let owner = keys(1);
-    let own = sim.own.clone();
-    let start = T0 - replies - 5_000;
-    sim.publish(&own, &announcement(&owner, "r", &[A], start));
-    let issue = root(
-        &keys(2),
-        1621,
-        &[&coord(&owner, "r")],
-        start + 1_000,
-        "an issue",
-    );
-    sim.publish(&own, &issue);
-    let seeded: Vec<Event> = (0..replies)
-        .map(|i| reply(&keys(3), &issue, start + 2_000 + i, &format!("r{i}")))
-        .collect();
+    let seeded = issue_with_replies(&mut sim, &[A], replies, T0 - replies - 5_000);
     for r in &seeded {
         sim.seed(A, r);
     }
@@ -448,6 +466,21 @@ fn fetched_by_id_on_a_first_sync(replies: u64) {
     sim.engine.check_invariants().unwrap();
 }
 
+/// Announces repo "r" on `relays` at `start` and an issue on it 1,000 s
+/// later, both on the own relay, and returns `n` replies to the issue a
+/// second apart from `start` + 2,000 (for the caller to seed).
+fn issue_with_replies(sim: &mut Sim, relays: &[&str], n: u64, start: u64) -> Vec<Event> {
+    let owner = keys(1);
+    let own = sim.own.clone();
+    sim.publish(&own, &announcement(&owner, "r", relays, start));
+    let c = coord(&owner, "r");
+    let issue = root(&keys(2), 1621, &[&c], start + 1_000, "an issue");
+    sim.publish(&own, &issue);
+    (0..n)
+        .map(|i| reply(&keys(3), &issue, start + 2_000 + i, &format!("r{i}")))
+        .collect()
+}
+
 /// Two relays each holding 1,000 replies the own relay lacks, with
 /// `neg_ids_held` at `bound`: the engine's stats once all arrived.
 fn two_relays_missing_1000_each(bound: usize) -> grasp_sync::Stats {
@@ -455,20 +488,7 @@ fn two_relays_missing_1000_each(bound: usize) -> grasp_sync::Stats {
     let mut config = config();
     config.neg_ids_held = bound;
     let mut sim = Sim::new(config);
-    let owner = keys(1);
-    let own = sim.own.clone();
-    sim.publish(&own, &announcement(&owner, "r", &[A, B], T0 - 5_000));
-    let issue = root(
-        &keys(2),
-        1621,
-        &[&coord(&owner, "r")],
-        T0 - 4_000,
-        "an issue",
-    );
-    sim.publish(&own, &issue);
-    let replies: Vec<Event> = (0..2_000)
-        .map(|i| reply(&keys(3), &issue, T0 - 3_000 + i, &format!("r{i}")))
-        .collect();
+    let replies = issue_with_replies(&mut sim, &[A, B], 2_000, T0 - 5_000);
     for (url, half) in [(A, &replies[..1_000]), (B, &replies[1_000..])] {
         sim.add_relay(url).negentropy = NegMode::Supported;
         for r in half {

@@ -221,7 +221,7 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
     counter_labeled(
         &mut out,
         "grasp_sync_negentropy_total",
-        "NIP-77: sessions, NEG-MSG rounds, ids found missing, fallbacks to REQ (over_id_budget: those of them that would have held more missing ids than the engine's bound over all relays), jobs skipped (nothing held), events the sink listed.",
+        "NIP-77: sessions, NEG-MSG rounds, ids found missing, fallbacks to REQ (over_id_budget: those of them that would have held more missing ids than the engine's bound over all relays), jobs that fetched a filter's missing ids while reconciling the next (fetched_ahead), jobs skipped (nothing held), events the sink listed.",
         "event",
         &[
             ("session", s.neg_sessions),
@@ -229,6 +229,7 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
             ("id_fetched", s.neg_ids_fetched),
             ("fallback", s.neg_fallbacks),
             ("over_id_budget", s.neg_over_id_budget),
+            ("fetched_ahead", s.neg_fetched_ahead),
             ("skipped_nothing_held", s.neg_skipped),
             ("sink_listed", shell.sink_listed),
         ],

@@ -48,8 +48,7 @@ impl IdBudget {
         self.held > self.max
     }
 
-    /// Ids held now, over all relays (checked against a recount).
-    #[cfg(any(test, feature = "testing"))]
+    /// Ids held now, over all relays.
     pub(super) fn held(&self) -> usize {
         self.held
     }

@@ -229,6 +229,9 @@ pub struct Stats {
     pub batches_failed: u64,
     /// Consolidations run.
     pub consolidations: u64,
+    /// Negentropy jobs that fetched a finished filter's missing ids while
+    /// reconciling the next one.
+    pub neg_fetched_ahead: u64,
     /// Subscriptions a relay left silent past their grace (refused by a
     /// NOTICE blamed on another, or dropped without a word), asked again.
     pub unanswered: u64,

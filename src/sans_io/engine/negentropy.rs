@@ -112,6 +112,10 @@ pub(super) struct NegJob {
     session: Option<Reconciliation>,
     /// Ids found missing so far.
     need: Vec<EventId>,
+    /// Ids its finished filters found and it already fetches
+    /// ([`Engine::fetch_ahead`]), sorted: a later filter finding them
+    /// again does not ask them twice.
+    asked: Vec<EventId>,
     /// When the job started: live coverage of its items begins there.
     started: Time,
     /// Last sign of progress (a list or a relay answer), for the timeout.
@@ -124,9 +128,12 @@ pub(super) struct NegJob {
 }
 
 impl NegJob {
-    /// Ids it holds: found missing by its finished filters and its session.
+    /// Ids it holds: found missing by its finished filters and its
+    /// session, and already fetched.
     pub(super) fn ids_held(&self) -> usize {
-        self.need.len() + self.session.as_ref().map_or(0, Reconciliation::need_len)
+        self.need.len()
+            + self.asked.len()
+            + self.session.as_ref().map_or(0, Reconciliation::need_len)
     }
 
     /// The chunks this job completes.
@@ -292,6 +299,7 @@ impl Engine {
             current: 0,
             session: None,
             need: Vec::new(),
+            asked: Vec::new(),
             started: now,
             progress: now,
             second: None,
@@ -338,6 +346,7 @@ impl Engine {
             current: 0,
             session: None,
             need: Vec::new(),
+            asked: Vec::new(),
             started,
             progress: now,
             second: Some((sat, scope)),
@@ -635,13 +644,50 @@ impl Engine {
         }
         if more {
             self.open_session(relay, id, now);
+            self.fetch_ahead(relay, id, now);
             return self.after_jobs_ended(now);
         }
-        let Some(job) = self.end_job(relay, id) else {
+        let Some(mut job) = self.end_job(relay, id) else {
             return;
         };
+        let asked = std::mem::take(&mut job.asked);
+        job.need.retain(|id| asked.binary_search(id).is_err());
         self.fetch_needed(relay, job, now);
         self.after_jobs_ended(now);
+    }
+
+    /// Fetches what job `id`'s finished filters found missing while its
+    /// next filter is reconciled, instead of after it: in a first sync of
+    /// one issue with 20,000 replies, the `#E` session over 20,000 items
+    /// otherwise ran while nothing was fetched. The ids stay in the job
+    /// (`asked`) so the next filter does not ask them again, so they are
+    /// held twice while their REQs wait: only done while the bound on ids
+    /// held leaves room for that and for the next filter finding as many
+    /// again. Each fetch REQ counts one more completion of the job's
+    /// chunks; the job keeps its own.
+    fn fetch_ahead(&mut self, relay: RelayId, id: u64, now: Time) {
+        let room = self
+            .listings
+            .ids
+            .max()
+            .saturating_sub(self.listings.ids.held());
+        let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
+            return;
+        };
+        if job.second.is_some() || job.need.is_empty() || 2 * job.need.len() > room {
+            return;
+        }
+        let mut need = std::mem::take(&mut job.need);
+        need.retain(|id| job.asked.binary_search(id).is_err());
+        if need.is_empty() {
+            return;
+        }
+        job.asked.extend_from_slice(&need);
+        job.asked.sort_unstable();
+        let (work, started) = (job.work.clone(), job.started);
+        self.stats.neg_fetched_ahead += 1;
+        self.fetch_ids(relay, need, &work, started, false, now);
+        self.recount_ids(relay);
     }
 
     /// Fetches the missing ids, one `ids` REQ per filter (relays cap the
@@ -655,35 +701,53 @@ impl Engine {
     /// job. Each REQ carries the job's chunks, and their batches count one
     /// completion per REQ, so the batches confirm when the last fetch
     /// reaches EOSE.
-    fn fetch_needed(&mut self, relay: RelayId, mut job: NegJob, now: Time) {
-        job.need.sort_unstable();
-        job.need.dedup();
-        job.need.retain(|id| !self.seen.contains(id));
-        let before = job.need.len();
-        job.need.retain(|id| !self.refused.contains(id));
-        self.stats.events_refused_skipped += (before - job.need.len()) as u64;
-        self.stats.neg_ids_fetched += job.need.len() as u64;
-        info!(
-            "{}: negentropy found {} events missing",
-            self.relay_url(relay),
-            job.need.len()
-        );
+    fn fetch_needed(&mut self, relay: RelayId, job: NegJob, now: Time) {
         if job.second.is_none() {
             self.relay(relay).mark_uncovered(job.started);
         }
+        self.fetch_ids(relay, job.need, &job.work, job.started, true, now);
+    }
+
+    /// Queues `ids` REQs for `need` (less what was seen or refused since)
+    /// as follow-up pages of chunks `work`. Each REQ completes the chunks
+    /// once; `last` when these end the job's own chain, which then counts
+    /// as the first of them (or completes at once if none is needed).
+    fn fetch_ids(
+        &mut self,
+        relay: RelayId,
+        mut need: Vec<EventId>,
+        work: &[WorkRef],
+        started: Time,
+        last: bool,
+        now: Time,
+    ) {
+        need.sort_unstable();
+        need.dedup();
+        need.retain(|id| !self.seen.contains(id));
+        let before = need.len();
+        need.retain(|id| !self.refused.contains(id));
+        self.stats.events_refused_skipped += (before - need.len()) as u64;
+        self.stats.neg_ids_fetched += need.len() as u64;
+        info!(
+            "{}: negentropy found {} events missing",
+            self.relay_url(relay),
+            need.len()
+        );
         let state = &self.relays[relay.index()];
         let max_ids = IDS_PER_FILTER.min(self.page_limit(relay)).max(1);
-        let groups = fetch_filters(&job.need, max_ids, state.limits.message_bytes);
+        let groups = fetch_filters(&need, max_ids, state.limits.message_bytes);
         if groups.is_empty() {
-            for w in &job.work {
-                self.complete_chunk(relay, w.batch, now);
+            if last {
+                for w in work {
+                    self.complete_chunk(relay, w.batch, now);
+                }
+                self.dirty.push(relay);
             }
-            self.dirty.push(relay);
             return;
         }
-        let extra = groups.len() as u32 - 1;
+        let extra = groups.len() as u32 - u32::from(last);
         let state = self.relay(relay);
-        for w in &job.work {
+        for w in work {
             if let Some(b) = state.batches.get_mut(&w.batch) {
                 b.chunks_left += extra;
             }
@@ -692,9 +756,9 @@ impl Engine {
             state.next_pages.push_back(NextPage {
                 filters: vec![PageFilter::first(group.filter)],
                 scope: Scope::Exact,
-                work: job.work.clone(),
+                work: work.to_vec(),
                 page: 1,
-                started: job.started,
+                started,
                 reconcile: None,
             });
         }

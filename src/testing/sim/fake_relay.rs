@@ -87,6 +87,8 @@ pub struct FakeRelay {
     pub subs: HashMap<String, Vec<Filter>>,
     /// Every REQ received: (sub id, filters).
     pub reqs: Vec<(String, Vec<Filter>)>,
+    /// For every REQ in `reqs`, the NEG-OPENs received before it.
+    pub neg_opens_before: Vec<usize>,
     /// Answer the next REQs that ask tags (Layer 2/3 work, not Layer 1)
     /// with CLOSED and these reasons, in order.
     pub close_next: VecDeque<String>,
@@ -180,6 +182,7 @@ impl FakeRelay {
             max_subs: None,
             subs: HashMap::new(),
             reqs: Vec::new(),
+            neg_opens_before: Vec::new(),
             close_next: VecDeque::new(),
             silent: false,
             drop_next: 0,
@@ -415,6 +418,7 @@ impl FakeRelay {
 
     fn on_req(&mut self, id: String, filters: Vec<Filter>, len: usize) -> Vec<String> {
         self.reqs.push((id.clone(), filters.clone()));
+        self.neg_opens_before.push(self.neg_opens);
         self.largest_req = self.largest_req.max(len);
         let sub = SubscriptionId::new(&id);
         let closed = |reason: &str| vec![RelayMessage::closed(sub.clone(), reason).as_json()];
