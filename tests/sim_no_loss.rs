@@ -833,6 +833,41 @@ fn a_req_the_relay_drops_without_a_word_is_asked_again_within_seconds() {
     sim.engine.check_invariants().unwrap();
 }
 
+/// Bug (CI log of `discovery_history_and_live_from_nostr_rs_relay...`):
+/// every run warned that five seconds of nostr-rs-relay "hold more events
+/// than the 1 it returns; the rest are unreachable there", each holding
+/// one. A relay sends an event two filters of one REQ match once: the
+/// issue's reply (second 1, tagging the root `e` and `E`) was the `#e`
+/// filter's shared event, its status (second 2) its own. The page below
+/// the status brought the reply again, older than the own edge, and that
+/// "proved" a cut at 1. Only an event older than all the page brought for
+/// the filter proves a cut now.
+#[test]
+fn an_event_two_filters_share_proves_no_cut() {
+    let mut cfg = config();
+    cfg.negentropy = false;
+    let mut sim = Sim::new(cfg);
+    sim.add_relay(A);
+    let owner = keys(1);
+    let own = sim.own.clone();
+    let repo = announce(&mut sim, &owner, "repo", &[A], T0 - 100);
+    let issue = root(&keys(2), 1621, &[&repo], T0, "issue");
+    sim.seed(&own, &issue);
+    let history = [
+        reply(&keys(3), &issue, T0 + 1, "reply"),
+        status(&owner, &issue, 1632, T0 + 2),
+    ];
+    for e in &history {
+        sim.seed(A, e);
+    }
+    sim.advance(Duration::from_secs(30));
+    assert_eq!(sim.missing(&history), vec![]);
+    let stats = sim.engine.stats();
+    assert_eq!(stats.seconds_unreachable, 0, "no cut was shown");
+    assert_eq!(stats.seconds_unverified, 0);
+    sim.engine.check_invariants().unwrap();
+}
+
 /// `n` comments on repo `coord` (tagged `A` alone, so each is its
 /// filter's own event and teaches the relay's cap), seconds apart, on `url`.
 fn comments_on(sim: &mut Sim, url: &str, coord: &str, n: u64, from: u64) -> Vec<Event> {

@@ -62,9 +62,11 @@ struct PageStats {
     /// Events the previous page of this filter returned.
     prev: usize,
     /// That page was shorter than asked: if this one holds events older
-    /// than its oldest, the relay cut it at `prev`.
+    /// than all it brought for this filter (`prev_reach`), the relay cut
+    /// it at `prev`.
     prev_short: bool,
     prev_oldest: Option<Timestamp>,
+    prev_reach: Option<Timestamp>,
     /// Kinds of the events at the oldest second of `all`.
     kinds: Vec<u16>,
 }
@@ -193,6 +195,7 @@ impl Subscription {
             s.prev = p.prev;
             s.prev_short = p.prev_short;
             s.prev_oldest = p.prev_oldest;
+            s.prev_reach = p.prev_reach;
         }
     }
 
@@ -286,7 +289,7 @@ impl Subscription {
     pub(crate) fn next_page(&self, limit: usize, cap: &mut ResultCap) -> PageEnd {
         let mut end = PageEnd::default();
         for s in &self.stats {
-            let older = matches!((s.all.oldest, s.prev_oldest), (Some(o), Some(p)) if o < p);
+            let older = matches!((s.all.oldest, s.prev_reach), (Some(o), Some(p)) if o < p);
             if older && s.prev_short {
                 cap.learn_cut(s.prev);
             }
@@ -476,6 +479,14 @@ pub(crate) struct PageFilter {
     pub prev_short: bool,
     /// The oldest event the previous page returned.
     pub prev_oldest: Option<Timestamp>,
+    /// The oldest event the previous page brought for this filter, its
+    /// own or one another filter also matched. Only an event older than
+    /// that proves the page cut: a page of one own event (a status at
+    /// second 2) whose shared event (a reply at second 1, tagging the
+    /// root with `e` and `E`) is older was "proven" cut at 1 by the
+    /// reply coming again below the status, and every later second of
+    /// nostr-rs-relay was then reported as holding unreachable events.
+    pub prev_reach: Option<Timestamp>,
 }
 
 impl PageFilter {
@@ -487,6 +498,7 @@ impl PageFilter {
             prev: stats.own.count,
             prev_short: short,
             prev_oldest: oldest,
+            prev_reach: stats.all.oldest,
         }
     }
 
@@ -497,6 +509,7 @@ impl PageFilter {
             prev: 0,
             prev_short: false,
             prev_oldest: None,
+            prev_reach: None,
         }
     }
 }
