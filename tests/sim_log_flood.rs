@@ -6,44 +6,14 @@
 
 mod support;
 
-use std::sync::Mutex;
-
-use log::{Level, LevelFilter, Log, Metadata, Record};
+use grasp_sync::testing::log_capture::logged;
 use support::*;
 
 const A: &str = "wss://a.example";
 
-/// Every log line at info or above, as formatted.
-static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-struct Capture;
-
-impl Log for Capture {
-    fn enabled(&self, metadata: &Metadata) -> bool {
-        metadata.level() <= Level::Info
-    }
-
-    fn log(&self, record: &Record) {
-        if self.enabled(record.metadata()) {
-            LINES.lock().unwrap().push(record.args().to_string());
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-/// Installs the capture once for every test of this binary.
-fn capture() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        log::set_logger(&Capture).unwrap();
-        log::set_max_level(LevelFilter::Info);
-    });
-}
-
 #[test]
 fn a_notice_flood_is_cut_escaped_and_rate_limited_in_the_log() {
-    capture();
+    logged("");
     let mut sim = Sim::new(config());
     let owner = keys(1);
     let own = sim.own.clone();
@@ -58,8 +28,7 @@ fn a_notice_flood_is_cut_escaped_and_rate_limited_in_the_log() {
     for _ in 0..200 {
         sim.inject(A, &frame);
     }
-    let lines = LINES.lock().unwrap();
-    let flood: Vec<&String> = lines.iter().filter(|l| l.contains("forged")).collect();
+    let flood = logged("forged");
     assert!(!flood.is_empty(), "the notice is logged at all");
     assert!(
         flood.len() <= 10,
@@ -74,7 +43,7 @@ fn a_notice_flood_is_cut_escaped_and_rate_limited_in_the_log() {
 
 #[test]
 fn a_private_relay_is_said_at_info_once() {
-    capture();
+    logged("");
     let mut sim = Sim::new(config());
     let own = sim.own.clone();
     let private = ["ws://10.9.8.7:7000", "ws://192.168.77.1"];
@@ -85,12 +54,8 @@ fn a_private_relay_is_said_at_info_once() {
         }
     }
     sim.advance(std::time::Duration::from_secs(10));
-    let lines = LINES.lock().unwrap();
     for url in private {
-        let said: Vec<&String> = lines
-            .iter()
-            .filter(|l| l.contains(&format!("relay {url} refused")))
-            .collect();
+        let said = logged(&format!("relay {url} refused"));
         assert_eq!(said.len(), 1, "{url}: {said:?}");
         assert!(said[0].contains("--allow-private-addresses"), "{}", said[0]);
     }

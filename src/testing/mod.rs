@@ -12,6 +12,7 @@ pub mod farm;
 pub mod fault;
 pub mod limits;
 mod lock;
+pub mod log_capture;
 pub mod relay;
 mod relay_message;
 pub mod sim;

@@ -825,7 +825,7 @@ mod tests {
     /// were left out; every refusal still reaches the engine.
     #[test]
     fn refused_listings_log_a_few_lines_a_minute_with_a_count() {
-        use crate::sans_io::own_relay::test_log::logged;
+        use crate::testing::log_capture::logged;
         logged("");
         let mut c = open_client(None);
         let filter = Filter::new().kind(Kind::from_u16(1621));

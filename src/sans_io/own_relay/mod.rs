@@ -13,7 +13,5 @@ pub(crate) mod listing;
 pub(crate) mod outbox;
 pub(crate) mod pacer;
 pub(crate) mod refusal_log;
-#[cfg(test)]
-mod test_log;
 
 pub(crate) use client::{ClientOutput, HeldBack, OwnRelayClient, Transmit};

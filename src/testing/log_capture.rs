@@ -1,7 +1,7 @@
-//! The log lines the lib's unit tests wrote, for tests that check what an
-//! operator reads. A logger is installed once per test binary; the lib's
-//! unit tests install no other, and each test looks only for its own
-//! lines.
+//! The log lines a test binary wrote, for tests that check what an
+//! operator reads. The logger is installed once per test binary (the
+//! lib's unit tests, or an integration test); such a binary installs no
+//! other, and each test looks only for its own lines.
 
 use std::sync::{Mutex, Once};
 
@@ -28,7 +28,7 @@ impl Log for Capture {
 
 /// Installs the capture (once) and returns the lines so far that contain
 /// `needle`.
-pub(crate) fn logged(needle: &str) -> Vec<String> {
+pub fn logged(needle: &str) -> Vec<String> {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         log::set_logger(&Capture).unwrap();
