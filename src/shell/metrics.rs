@@ -61,6 +61,8 @@ pub(crate) struct SinkView {
     pub accepted_per_minute: Option<u64>,
     /// Failed connects or lost connections to the own relay in a row.
     pub own_relay_failures: u32,
+    /// Listing pages the own relay left silent, asked again.
+    pub listings_unanswered: u64,
 }
 
 impl SinkView {
@@ -311,8 +313,8 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
     counter(
         &mut out,
         "grasp_sync_unanswered_subscriptions_total",
-        "Subscriptions a relay left silent (no event, EOSE or refusal) while answering later ones, asked again.",
-        s.unanswered,
+        "Subscriptions a relay left silent (no event, EOSE or refusal) while answering later ones, asked again (remote relays' subscriptions and the own relay's listing pages).",
+        s.unanswered + sink.listings_unanswered,
     );
     counter(
         &mut out,

@@ -369,6 +369,7 @@ impl Shell {
                 outbox: own.client.outbox_stats(),
                 accepted_per_minute: own.client.accepted_per_minute(),
                 own_relay_failures: own.client.link_failures(),
+                listings_unanswered: own.client.listings_unanswered(),
             },
             SinkState::Custom(custom) => SinkView {
                 outbox_depth: usize::from(!custom.has_room()),

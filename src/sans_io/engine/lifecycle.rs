@@ -17,6 +17,7 @@ use super::relay::{ItemState, RelayState, Role, StatedLimits};
 use super::{Action, Engine, Status, Timer, whole_second};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::health::{BackoffPolicy, HealthTracker};
+use crate::sans_io::timing::silence::SilenceGrace;
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_info::RelayInfo;
 
@@ -60,7 +61,7 @@ impl Engine {
         state.conduct.on_connect();
         state.auth.on_connect();
         state.epoch = state.epoch.wrapping_add(1);
-        state.unanswered_rounds = 0;
+        state.silence = SilenceGrace::default();
         state.last_connected = Some(now);
         state.last_heard = now;
         state.pinged = false;

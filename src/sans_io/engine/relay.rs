@@ -27,6 +27,7 @@ use crate::sans_io::query::subscription::{
     NextPage, Purpose, Saturated, Scope, Subscription, WorkRef,
 };
 use crate::sans_io::timing::health::HealthTracker;
+use crate::sans_io::timing::silence::SilenceGrace;
 use crate::sans_io::timing::time::Time;
 
 /// Where a targeted item stands on one relay.
@@ -288,10 +289,9 @@ pub(super) struct RelayState {
     /// Bumped on every connect and disconnect; timers of an older epoch are stale.
     pub epoch: u32,
     /// Rounds of silent subscriptions taken as unanswered on this
-    /// connection (`Engine::on_unanswered`), and when the last one ended:
-    /// each round doubles the next suspects' grace.
-    pub unanswered_rounds: u8,
-    pub unanswered_at: Time,
+    /// connection (`Engine::on_unanswered`): each doubles the next
+    /// suspects' grace.
+    pub silence: SilenceGrace,
     /// Last time the relay sent a whole message, or answered our ping (keepalive).
     pub last_heard: Time,
     /// A keepalive ping is out and not answered: only then is a pong news.
@@ -340,8 +340,7 @@ impl RelayState {
             consolidating: false,
             paused_until: None,
             epoch: 0,
-            unanswered_rounds: 0,
-            unanswered_at: Time::default(),
+            silence: SilenceGrace::default(),
             last_heard: Time::default(),
             pinged: false,
             retry_at: None,

@@ -19,9 +19,8 @@
 //! (nothing is lost; a REQ is asked twice at worst). A suspect is every
 //! silent one when a refusing NOTICE lands, and every silent one sent
 //! before a REQ that reached its EOSE: the relay has read it, and answered
-//! a later one.
-
-use std::time::Duration;
+//! a later one. The grace (10 s, doubling per round on a connection) is
+//! `timing::silence`'s, which the own relay's listings keep too.
 
 use log::info;
 
@@ -29,22 +28,13 @@ use super::{Engine, Timer};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
 
-/// The grace of the first round of suspects on a connection. Relays send
-/// a stored event or EOSE within milliseconds of a query's start; ten
-/// seconds leaves a slow, loaded relay room.
-const UNANSWERED_GRACE: Duration = Duration::from_secs(10);
-
-/// Rounds after which the grace stops doubling: 10 s × 2³ = 80 s, under
-/// the EOSE deadline (two minutes).
-const MAX_DOUBLINGS: u8 = 3;
-
 impl Engine {
     /// Makes every silent subscription of `relay` opened before `before`
     /// (all: `u64::MAX`) a suspect, to be asked again if it stays silent
     /// past the grace ([`Self::on_unanswered`]). Ids grow with every REQ
     /// sent, so a smaller id was sent earlier.
     pub(super) fn suspect_silent(&mut self, relay: RelayId, before: u64, now: Time) {
-        let grace = self.unanswered_grace(relay);
+        let grace = self.relays[relay.index()].silence.grace();
         let state = self.relay(relay);
         let epoch = state.epoch;
         let mut newly = Vec::new();
@@ -82,25 +72,11 @@ impl Engine {
             "{}: subscription {id:x} unanswered while later ones were answered or refused; asking again",
             self.relay_url(relay)
         );
-        let state = self.relay(relay);
-        if state.unanswered_at != now {
-            state.unanswered_at = now;
-            state.unanswered_rounds = state.unanswered_rounds.saturating_add(1);
-        }
+        self.relay(relay).silence.count(now);
         self.stats.unanswered += 1;
         if let Some(sub) = self.close_subscription(relay, id) {
             self.give_back(relay, &sub, now);
             self.dirty.push(relay);
         }
-    }
-
-    /// The grace a new suspect of `relay` gets: doubled for every round of
-    /// suspects taken as unanswered on this connection (suspects armed
-    /// together expire together, as one round). A relay slow to start one
-    /// query while it answers others is then not asked it again every ten
-    /// seconds.
-    fn unanswered_grace(&self, relay: RelayId) -> Duration {
-        let rounds = self.relays[relay.index()].unanswered_rounds;
-        UNANSWERED_GRACE * (1 << rounds.min(MAX_DOUBLINGS))
     }
 }

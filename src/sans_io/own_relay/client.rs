@@ -363,7 +363,7 @@ impl OwnRelayClient {
         let Ok(message) = RelayMessage::from_json(text) else {
             return debug!("own relay sink: ignored message");
         };
-        if let Some(step) = self.listings.on_message(&message) {
+        if let Some(step) = self.listings.on_message(now, &message) {
             return self.on_listing_step(now, step);
         }
         match message {
@@ -515,7 +515,17 @@ impl OwnRelayClient {
     /// stuck (nothing answered for too long): the shell drops it and
     /// reports `handle_disconnected`.
     pub(crate) fn handle_timeout(&mut self, now: Time) -> bool {
-        self.is_open() && self.outbox.expire(now)
+        if !self.is_open() {
+            return false;
+        }
+        let again = self.listings.expire(now);
+        self.control.extend(again);
+        self.outbox.expire(now)
+    }
+
+    /// Listing pages the own relay left silent and was asked again.
+    pub(crate) fn listings_unanswered(&self) -> u64 {
+        self.listings.unanswered()
     }
 
     // ----- out -----
@@ -546,15 +556,19 @@ impl OwnRelayClient {
     }
 
     /// When to call again even if nothing happens: the reconnect time while
-    /// down; the end of the outbox's pause or the first deadline in flight
-    /// while open.
+    /// down; the end of the outbox's pause, the first deadline in flight or
+    /// a silent listing page's grace while open.
     pub(crate) fn poll_timeout(&self) -> Option<Time> {
         match self.link {
             Link::Down { retry_at } if self.wants_link() => Some(retry_at),
-            Link::Open { .. } => [self.outbox.paused_until(), self.outbox.next_deadline()]
-                .into_iter()
-                .flatten()
-                .min(),
+            Link::Open { .. } => [
+                self.outbox.paused_until(),
+                self.outbox.next_deadline(),
+                self.listings.next_deadline(),
+            ]
+            .into_iter()
+            .flatten()
+            .min(),
             Link::Down { .. } | Link::Connecting => None,
         }
     }
@@ -849,6 +863,37 @@ mod tests {
         let lines = logged("refused listing");
         assert_eq!(lines.len(), 11);
         assert!(lines[10].contains("1590 earlier lines"), "{}", lines[10]);
+    }
+
+    /// The client wakes for a silent listing page's grace and asks it
+    /// again then (the shell only calls `handle_timeout` when woken).
+    #[test]
+    fn a_listing_page_the_own_relay_drops_is_asked_again_when_its_grace_ends() {
+        let mut c = open_client(None);
+        c.handle_list(1, Filter::new().kind(Kind::from_u16(1621)));
+        c.handle_list(2, Filter::new().kind(Kind::from_u16(1617)));
+        assert_eq!(texts(&mut c, T0).len(), 2);
+        c.handle_message(T0, r#"["EOSE","list1"]"#);
+        assert!(matches!(
+            c.poll_output(),
+            Some(ClientOutput::Listed { request: 2, .. })
+        ));
+        assert_eq!(texts(&mut c, T0), [r#"["CLOSE","list1"]"#]);
+        let grace = T0 + Duration::from_secs(10);
+        assert_eq!(c.poll_timeout(), Some(grace));
+        assert!(!c.handle_timeout(grace), "the connection is fine");
+        let again = texts(&mut c, grace);
+        assert_eq!(again[0], r#"["CLOSE","list0"]"#);
+        assert!(again[1].starts_with(r#"["REQ","list2""#), "{again:?}");
+        assert_eq!(c.listings_unanswered(), 1);
+        c.handle_message(grace, r#"["EOSE","list2"]"#);
+        assert_eq!(
+            c.poll_output(),
+            Some(ClientOutput::Listed {
+                request: 1,
+                held: Vec::new()
+            })
+        );
     }
 
     #[test]

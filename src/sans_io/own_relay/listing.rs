@@ -15,12 +15,20 @@
 //! fetched again (duplicates for the sink, nothing lost). The traffic
 //! stays on the link to the own relay, which is local in every deployment
 //! this tool has; the point of negentropy is the link to remote relays.
+//!
+//! A listing page the own relay leaves silent while it answers a later one
+//! is asked again after a grace (`timing::silence`): nostr-rs-relay drops
+//! a query a WAL checkpoint aborts without a word, and a first sync of
+//! 600 relays then waited 40 s for the negentropy job's timeout.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use log::info;
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
 use crate::sans_io::query::refusal::Refusal;
+use crate::sans_io::timing::silence::SilenceGrace;
+use crate::sans_io::timing::time::Time;
 
 /// Events asked per listing page; relays cap lower ones down anyway.
 const PAGE: usize = 5_000;
@@ -80,6 +88,12 @@ struct Listing {
     /// The largest page so far: the relay returns at least this many when
     /// it has them, so a smaller page was not cut.
     largest: usize,
+    /// When the current page's REQ went out, in REQs sent on this
+    /// connection: a silent page sent before one that reached its EOSE is
+    /// a suspect.
+    sent: u64,
+    /// A suspect silent page is asked again at this time.
+    suspect_until: Option<Time>,
 }
 
 /// Listings asked of the own relay at once; the rest wait their turn. After
@@ -101,7 +115,14 @@ pub(crate) struct Listings {
     /// Listings the own relay refused (typically `auth-required:`), to ask
     /// again once it accepts our AUTH.
     refused: Vec<(u64, Filter)>,
+    /// Subscription ids given out (they name listings).
     next: u64,
+    /// Page REQs sent on this connection.
+    sent: u64,
+    /// Rounds of silent pages asked again on this connection.
+    silence: SilenceGrace,
+    /// Silent pages asked again, ever (a metric).
+    unanswered: u64,
 }
 
 impl Default for Listings {
@@ -112,6 +133,9 @@ impl Default for Listings {
             waiting: VecDeque::new(),
             refused: Vec::new(),
             next: 0,
+            sent: 0,
+            silence: SilenceGrace::default(),
+            unanswered: 0,
         }
     }
 }
@@ -155,9 +179,9 @@ impl Listings {
     }
 
     fn open(&mut self, request: u64, filter: Filter) -> String {
-        let sub = format!("list{:x}", self.next);
-        self.next += 1;
+        let sub = self.new_sub();
         let req = req(&sub, &filter, None);
+        self.sent += 1;
         self.pending.insert(
             sub,
             Listing {
@@ -171,9 +195,69 @@ impl Listings {
                 oldest: None,
                 until: None,
                 largest: 0,
+                sent: self.sent,
+                suspect_until: None,
             },
         );
         req
+    }
+
+    fn new_sub(&mut self) -> String {
+        let sub = format!("list{:x}", self.next);
+        self.next += 1;
+        sub
+    }
+
+    /// When the first suspect page is to be asked again.
+    pub(crate) fn next_deadline(&self) -> Option<Time> {
+        self.pending.values().filter_map(|l| l.suspect_until).min()
+    }
+
+    /// Silent pages asked again, ever.
+    pub(crate) fn unanswered(&self) -> u64 {
+        self.unanswered
+    }
+
+    /// Asks again, under a new subscription id, every suspect page still
+    /// silent at `now`; returns the CLOSEs and REQs to send. Nothing of the
+    /// page was taken, so it starts over as it was.
+    pub(crate) fn expire(&mut self, now: Time) -> Vec<String> {
+        let due: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, l)| l.suspect_until.is_some_and(|at| at <= now))
+            .map(|(sub, _)| sub.clone())
+            .collect();
+        let mut texts = Vec::with_capacity(2 * due.len());
+        for old in due {
+            let Some(mut l) = self.pending.remove(&old) else {
+                continue;
+            };
+            info!(
+                "own relay left listing page {old} unanswered while it answered later ones; asking again"
+            );
+            self.silence.count(now);
+            self.unanswered += 1;
+            let sub = self.new_sub();
+            self.sent += 1;
+            l.sent = self.sent;
+            l.suspect_until = None;
+            texts.push(ClientMessage::close(SubscriptionId::new(&old)).as_json());
+            texts.push(req(&sub, &l.filter, l.until));
+            self.pending.insert(sub, l);
+        }
+        texts
+    }
+
+    /// A page sent as `sent` reached its EOSE: every page still silent
+    /// that went out before it is a suspect.
+    fn suspect_silent(&mut self, sent: u64, now: Time) {
+        let until = now + self.silence.grace();
+        for l in self.pending.values_mut() {
+            if l.sent < sent && l.page == 0 && l.suspect_until.is_none() {
+                l.suspect_until = Some(until);
+            }
+        }
     }
 
     /// True when `sub` is one of ours.
@@ -182,8 +266,9 @@ impl Listings {
         self.pending.contains_key(sub)
     }
 
-    /// Takes a message from the own relay; `None` if it is not for a listing.
-    pub(crate) fn on_message(&mut self, message: &RelayMessage<'_>) -> Option<ListStep> {
+    /// Takes a message from the own relay at `now`; `None` if it is not
+    /// for a listing.
+    pub(crate) fn on_message(&mut self, now: Time, message: &RelayMessage<'_>) -> Option<ListStep> {
         match message {
             RelayMessage::Event {
                 subscription_id,
@@ -193,7 +278,11 @@ impl Listings {
                 l.on_event(event.id, event.created_at);
                 Some(ListStep::Send(Vec::new()))
             }
-            RelayMessage::EndOfStoredEvents(sub) => self.on_eose(sub.as_str()),
+            RelayMessage::EndOfStoredEvents(sub) => {
+                let sent = self.pending.get(sub.as_str())?.sent;
+                self.suspect_silent(sent, now);
+                self.on_eose(sub.as_str())
+            }
             RelayMessage::Closed {
                 subscription_id,
                 message,
@@ -242,6 +331,7 @@ impl Listings {
     /// requests, for the engine to send their jobs to REQ.
     pub(crate) fn clear(&mut self) -> Vec<u64> {
         self.max_in_flight = MAX_IN_FLIGHT;
+        self.silence = SilenceGrace::default();
         let pending = self.pending.drain().map(|(_, l)| l.request);
         let waiting = self.waiting.drain(..).chain(self.refused.drain(..));
         pending.chain(waiting.map(|(request, _)| request)).collect()
@@ -249,6 +339,9 @@ impl Listings {
 
     fn on_eose(&mut self, sub: &str) -> Option<ListStep> {
         let close = ClientMessage::close(SubscriptionId::new(sub)).as_json();
+        // The next page's place in the order of REQs, if there is one.
+        self.sent += 1;
+        let sent = self.sent;
         let l = self.pending.get_mut(sub)?;
         l.largest = l.largest.max(l.page);
         let until = match l.oldest {
@@ -288,6 +381,8 @@ impl Listings {
         l.fresh = 0;
         l.oldest = None;
         l.until = Some(until);
+        l.sent = sent;
+        l.suspect_until = None;
         let next = req(sub, &l.filter, Some(until));
         Some(ListStep::Send(vec![close, next]))
     }
@@ -299,6 +394,7 @@ impl Listing {
     /// above `until` repeats what it sent before).
     fn on_event(&mut self, id: EventId, at: Timestamp) {
         self.page += 1;
+        self.suspect_until = None;
         let fresh = match self.until {
             Some(until) if at > until => false,
             Some(until) if at == until => self.boundary.insert(id),
@@ -334,6 +430,9 @@ fn req(sub: &str, filter: &Filter, until: Option<Timestamp>) -> String {
 mod tests {
     use super::*;
     use nostr::prelude::*;
+    use std::time::Duration;
+
+    const T: Time = Time::from_secs(1_000);
 
     fn event(keys: &Keys, at: u64) -> nostr::prelude::Event {
         EventBuilder::new(Kind::from_u16(1621), format!("{at}"))
@@ -344,7 +443,7 @@ mod tests {
 
     fn deliver(l: &mut Listings, sub: &str, e: &nostr::prelude::Event) {
         let m = RelayMessage::event(SubscriptionId::new(sub), e.clone());
-        assert_eq!(l.on_message(&m), Some(ListStep::Send(Vec::new())));
+        assert_eq!(l.on_message(T, &m), Some(ListStep::Send(Vec::new())));
     }
 
     #[test]
@@ -361,16 +460,16 @@ mod tests {
             deliver(&mut l, sub, e);
         }
         let eose = RelayMessage::eose(SubscriptionId::new(sub));
-        let Some(ListStep::Send(texts)) = l.on_message(&eose) else {
+        let Some(ListStep::Send(texts)) = l.on_message(T, &eose) else {
             panic!("a second page");
         };
         assert!(texts[1].contains("\"until\":102"), "{}", texts[1]);
         for e in &events[..3] {
             deliver(&mut l, sub, e);
         }
-        assert!(matches!(l.on_message(&eose), Some(ListStep::Send(_))));
+        assert!(matches!(l.on_message(T, &eose), Some(ListStep::Send(_))));
         deliver(&mut l, sub, &events[0]);
-        let Some(ListStep::Done { request, held, .. }) = l.on_message(&eose) else {
+        let Some(ListStep::Done { request, held, .. }) = l.on_message(T, &eose) else {
             panic!("done");
         };
         assert_eq!(request, 7);
@@ -387,7 +486,7 @@ mod tests {
         for e in events {
             deliver(l, sub, e);
         }
-        l.on_message(&RelayMessage::eose(SubscriptionId::new(sub)))
+        l.on_message(T, &RelayMessage::eose(SubscriptionId::new(sub)))
             .expect("a listing's EOSE")
     }
 
@@ -513,9 +612,9 @@ mod tests {
         let mut l = Listings::default();
         l.start(3, Filter::new());
         let closed = RelayMessage::closed(SubscriptionId::new("list0"), "auth-required: x");
-        assert_eq!(l.on_message(&closed), Some(ListStep::NeedsAuth(3)));
+        assert_eq!(l.on_message(T, &closed), Some(ListStep::NeedsAuth(3)));
         let other = RelayMessage::eose(SubscriptionId::new("x"));
-        assert_eq!(l.on_message(&other), None);
+        assert_eq!(l.on_message(T, &other), None);
         let again = l.retry_refused();
         assert_eq!(again.len(), 1);
         assert!(again[0].starts_with(r#"["REQ","list1""#), "{}", again[0]);
@@ -539,10 +638,10 @@ mod tests {
         // LocalRelay at `max_reqs` 4 took list0..list3 and refused the rest.
         let mut limits = Vec::new();
         for sub in 4..MAX_IN_FLIGHT {
-            match l.on_message(&closed(
-                &format!("list{sub}"),
-                "rate-limited: too many REQs",
-            )) {
+            match l.on_message(
+                T,
+                &closed(&format!("list{sub}"), "rate-limited: too many REQs"),
+            ) {
                 Some(ListStep::Lowered { limit, .. }) => limits.push(limit),
                 other => panic!("{other:?}"),
             }
@@ -551,7 +650,7 @@ mod tests {
         assert!(l.start_waiting().is_empty(), "4 are open");
         let eose = RelayMessage::eose(SubscriptionId::new("list0"));
         assert!(matches!(
-            l.on_message(&eose),
+            l.on_message(T, &eose),
             Some(ListStep::Done { request: 0, .. })
         ));
         let again = l.start_waiting();
@@ -573,14 +672,14 @@ mod tests {
         l.start(3, Filter::new());
         let alone = closed("list0", "rate-limited: too many REQs");
         assert_eq!(
-            l.on_message(&alone),
+            l.on_message(T, &alone),
             Some(ListStep::Refused(3)),
             "nothing else was open"
         );
         l.start(4, Filter::new());
         l.start(5, Filter::new());
         let restricted = closed("list1", "restricted: members only");
-        assert_eq!(l.on_message(&restricted), Some(ListStep::Refused(4)));
+        assert_eq!(l.on_message(T, &restricted), Some(ListStep::Refused(4)));
         assert!(
             l.retry_refused().is_empty(),
             "only AUTH's refusals are asked again"
@@ -599,7 +698,7 @@ mod tests {
         assert!(l.start_waiting().is_empty(), "no slot is free yet");
         let eose = RelayMessage::eose(SubscriptionId::new("list0"));
         assert!(matches!(
-            l.on_message(&eose),
+            l.on_message(T, &eose),
             Some(ListStep::Done { request: 0, .. })
         ));
         let next = l.start_waiting();
@@ -617,6 +716,73 @@ mod tests {
         assert!(
             l.start_waiting().is_empty(),
             "a lost connection drops the queue"
+        );
+    }
+
+    /// nostr-rs-relay drops a query a WAL checkpoint aborts without a
+    /// word: the listing waited for its job's timeout, 40 s into a first
+    /// sync that had nothing else left to do.
+    #[test]
+    fn a_page_left_silent_while_a_later_one_is_answered_is_asked_again() {
+        let keys = Keys::generate();
+        let a = event(&keys, 300);
+        let mut l = Listings::default();
+        l.start(1, Filter::new().kind(Kind::from_u16(1621)));
+        l.start(2, Filter::new().kind(Kind::from_u16(1617)));
+        assert_eq!(l.next_deadline(), None, "nothing answered yet");
+        let eose = |sub: &str| RelayMessage::eose(SubscriptionId::new(sub));
+        assert!(matches!(
+            l.on_message(T, &eose("list1")),
+            Some(ListStep::Done { request: 2, .. })
+        ));
+        let grace = Duration::from_secs(10);
+        assert_eq!(l.next_deadline(), Some(T + grace));
+        assert!(l.expire(T + grace - Duration::from_secs(1)).is_empty());
+        let again = l.expire(T + grace);
+        assert_eq!(again.len(), 2, "{again:?}");
+        assert!(again[0].starts_with(r#"["CLOSE","list0"]"#), "{}", again[0]);
+        assert!(again[1].starts_with(r#"["REQ","list2""#), "{}", again[1]);
+        assert_eq!(l.unanswered(), 1);
+        assert_eq!(l.next_deadline(), None);
+        // The old subscription's late answer is not ours any more.
+        assert_eq!(l.on_message(T, &eose("list0")), None);
+        assert_eq!(until_of(&page(&mut l, "list2", &[&a])), "300");
+        let ListStep::Done { request, held, .. } = page(&mut l, "list2", &[]) else {
+            panic!("the page asked again completes the listing");
+        };
+        assert_eq!((request, held), (1, vec![(a.id, a.created_at)]));
+    }
+
+    #[test]
+    fn a_page_that_answers_late_is_not_asked_again_and_the_grace_doubles() {
+        let keys = Keys::generate();
+        let a = event(&keys, 300);
+        let mut l = Listings::default();
+        let kind = |k: u16| Filter::new().kind(Kind::from_u16(k));
+        l.start(1, kind(1621));
+        l.start(2, kind(1617));
+        l.on_message(T, &RelayMessage::eose(SubscriptionId::new("list1")));
+        deliver(&mut l, "list0", &a);
+        assert_eq!(l.next_deadline(), None, "it spoke in its grace");
+        assert!(l.expire(T + Duration::from_secs(60)).is_empty());
+        // A round taken as unanswered doubles the next grace.
+        l.start(3, kind(1618));
+        l.start(4, kind(1618));
+        let later = T + Duration::from_secs(100);
+        l.on_message(later, &RelayMessage::eose(SubscriptionId::new("list3")));
+        let first = later + Duration::from_secs(10);
+        assert_eq!(l.expire(first).len(), 2);
+        l.start(5, kind(1617));
+        l.on_message(first, &RelayMessage::eose(SubscriptionId::new("list5")));
+        assert_eq!(l.next_deadline(), Some(first + Duration::from_secs(20)));
+        l.clear();
+        l.start(6, kind(1617));
+        l.start(7, kind(1617));
+        l.on_message(first, &RelayMessage::eose(SubscriptionId::new("list7")));
+        assert_eq!(
+            l.next_deadline(),
+            Some(first + Duration::from_secs(10)),
+            "a new connection starts afresh"
         );
     }
 }

@@ -7,5 +7,6 @@
 //! `rand` (the jitter), so every other folder can use it.
 
 pub(crate) mod health;
+pub(crate) mod silence;
 pub(crate) mod time;
 pub(crate) mod timer;
