@@ -381,30 +381,34 @@ impl OwnRelayClient {
     fn on_listing_step(&mut self, now: Time, step: ListStep) {
         match step {
             ListStep::Send(texts) => self.control.extend(texts),
-            ListStep::Done {
-                request,
-                held,
-                close,
-            } => {
+            ListStep::Done { lists, close } => {
                 self.control.push_back(close);
                 let next = self.listings.start_waiting();
                 self.control.extend(next);
-                self.outputs
-                    .push_back(ClientOutput::Listed { request, held });
+                self.outputs.extend(
+                    lists
+                        .into_iter()
+                        .map(|(request, held)| ClientOutput::Listed { request, held }),
+                );
             }
-            ListStep::Refused(request) => {
+            ListStep::Refused(requests) => {
                 if let Some(n) = self.listing_log.admit(0, now) {
                     info!(
-                        "own relay refused listing {request}; its negentropy jobs use REQ{}",
+                        "own relay refused listing {}; its negentropy jobs use REQ{}",
+                        requests_text(&requests),
                         dropped(n)
                     );
                 }
                 let next = self.listings.start_waiting();
                 self.control.extend(next);
-                self.outputs.push_back(ClientOutput::Unlisted(request));
+                self.outputs
+                    .extend(requests.into_iter().map(ClientOutput::Unlisted));
             }
-            ListStep::NeedsAuth(request) => {
-                info!("own relay wants AUTH for listing {request}; asked again after it");
+            ListStep::NeedsAuth(requests) => {
+                info!(
+                    "own relay wants AUTH for listing {}; asked again after it",
+                    requests_text(&requests)
+                );
             }
             ListStep::Lowered { open, limit } => {
                 info!(
@@ -571,6 +575,17 @@ impl OwnRelayClient {
             .min(),
             Link::Down { .. } | Link::Connecting => None,
         }
+    }
+}
+
+/// The engine requests a listing carried, for a log line: `7`, or `7, 9
+/// and 12` for a batch.
+fn requests_text(requests: &[u64]) -> String {
+    let texts: Vec<String> = requests.iter().map(u64::to_string).collect();
+    match texts.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
     }
 }
 

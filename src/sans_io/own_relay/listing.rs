@@ -24,8 +24,11 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use log::info;
-use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
+use nostr::prelude::{
+    ClientMessage, Event, EventId, Filter, RelayMessage, SubscriptionId, Timestamp,
+};
 
+use super::listing_batch::{Part, batch_filter, belongs, take_batch};
 use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::timing::silence::SilenceGrace;
 use crate::sans_io::timing::time::Time;
@@ -38,22 +41,21 @@ const PAGE: usize = 5_000;
 pub(crate) enum ListStep {
     /// Send these texts (CLOSE of the finished page, REQ of the next).
     Send(Vec<String>),
-    /// The listing for `request` is complete.
+    /// The listing is complete: what the sink holds for each engine
+    /// request it carried (one, or a batch: `listing_batch`).
     Done {
-        /// The engine's request id.
-        request: u64,
-        /// What the sink holds.
-        held: Vec<(EventId, Timestamp)>,
+        /// Each engine request id, and what the sink holds for it.
+        lists: Vec<(u64, Vec<(EventId, Timestamp)>)>,
         /// CLOSE of the last page.
         close: String,
     },
     /// The own relay refused the listing for good (or with nothing else
     /// of ours open, so no lower count would help): the engine's jobs
-    /// waiting for it go to REQ now.
-    Refused(u64),
-    /// The own relay wants NIP-42 first: asked again once our AUTH is
-    /// accepted (`Listings::retry_refused`).
-    NeedsAuth(u64),
+    /// waiting for these requests go to REQ now.
+    Refused(Vec<u64>),
+    /// The own relay wants NIP-42 first: these requests are asked again
+    /// once our AUTH is accepted (`Listings::retry_refused`).
+    NeedsAuth(Vec<u64>),
     /// The own relay refused the listing for its subscription limit while
     /// `open` were open: it waits its turn again, and at most `limit`
     /// listings run at once from now on (on this connection).
@@ -65,10 +67,18 @@ pub(crate) enum ListStep {
     },
 }
 
-struct Listing {
+/// One engine request a listing carries, and what of it matched so far.
+struct Member {
     request: u64,
     filter: Filter,
     held: Vec<(EventId, Timestamp)>,
+}
+
+struct Listing {
+    /// The requests it lists; more than one when batched.
+    members: Vec<Member>,
+    /// What is asked: the members' filters together.
+    filter: Filter,
     /// Ids listed at the current page's `until`: the only second a page
     /// can repeat (everything above it was asked before, everything below
     /// is new). A set over every listed id would cost more than the
@@ -111,10 +121,10 @@ pub(crate) struct Listings {
     /// connection (its limit may have changed with a restart).
     max_in_flight: usize,
     /// Listings waiting for a free slot, oldest first.
-    waiting: VecDeque<(u64, Filter)>,
+    waiting: VecDeque<Part>,
     /// Listings the own relay refused (typically `auth-required:`), to ask
     /// again once it accepts our AUTH.
-    refused: Vec<(u64, Filter)>,
+    refused: Vec<Part>,
     /// Subscription ids given out (they name listings).
     next: u64,
     /// Page REQs sent on this connection.
@@ -162,7 +172,7 @@ impl Listings {
             self.waiting.push_back((request, filter));
             return None;
         }
-        Some(self.open(request, filter))
+        Some(self.open(vec![(request, filter)]))
     }
 
     /// Starts waiting listings while slots are free; returns their REQs.
@@ -170,24 +180,33 @@ impl Listings {
     pub(crate) fn start_waiting(&mut self) -> Vec<String> {
         let mut reqs = Vec::new();
         while self.pending.len() < self.max_in_flight {
-            let Some((request, filter)) = self.waiting.pop_front() else {
+            let Some(batch) = take_batch(&mut self.waiting) else {
                 break;
             };
-            reqs.push(self.open(request, filter));
+            reqs.push(self.open(batch));
         }
         reqs
     }
 
-    fn open(&mut self, request: u64, filter: Filter) -> String {
+    /// Asks for `batch` (one listing or several batched) in one REQ.
+    fn open(&mut self, batch: Vec<Part>) -> String {
         let sub = self.new_sub();
+        let filter = batch_filter(&batch);
         let req = req(&sub, &filter, None);
         self.sent += 1;
-        self.pending.insert(
-            sub,
-            Listing {
+        let members = batch
+            .into_iter()
+            .map(|(request, filter)| Member {
                 request,
                 filter,
                 held: Vec::new(),
+            })
+            .collect();
+        self.pending.insert(
+            sub,
+            Listing {
+                members,
+                filter,
                 boundary: HashSet::new(),
                 at_oldest: HashSet::new(),
                 page: 0,
@@ -275,7 +294,7 @@ impl Listings {
                 event,
             } => {
                 let l = self.pending.get_mut(subscription_id.as_str())?;
-                l.on_event(event.id, event.created_at);
+                l.on_event(event);
                 Some(ListStep::Send(Vec::new()))
             }
             RelayMessage::EndOfStoredEvents(sub) => {
@@ -302,20 +321,25 @@ impl Listings {
     fn on_closed(&mut self, sub: &str, reason: &str) -> Option<ListStep> {
         let open = self.pending.len();
         let l = self.pending.remove(sub)?;
+        let parts = l.members.into_iter().map(|m| (m.request, m.filter));
         match Refusal::of_closed(reason) {
             Refusal::AuthRequired => {
-                self.refused.push((l.request, l.filter));
-                Some(ListStep::NeedsAuth(l.request))
+                let start = self.refused.len();
+                self.refused.extend(parts);
+                let requests = self.refused[start..].iter().map(|(r, _)| *r).collect();
+                Some(ListStep::NeedsAuth(requests))
             }
             Refusal::TooManySubscriptions | Refusal::RateLimited if open > 1 => {
                 self.max_in_flight = self.max_in_flight.min(open - 1);
-                self.waiting.push_front((l.request, l.filter));
+                for part in parts.rev() {
+                    self.waiting.push_front(part);
+                }
                 Some(ListStep::Lowered {
                     open,
                     limit: self.max_in_flight,
                 })
             }
-            _ => Some(ListStep::Refused(l.request)),
+            _ => Some(ListStep::Refused(parts.map(|(r, _)| r).collect())),
         }
     }
 
@@ -332,7 +356,8 @@ impl Listings {
     pub(crate) fn clear(&mut self) -> Vec<u64> {
         self.max_in_flight = MAX_IN_FLIGHT;
         self.silence = SilenceGrace::default();
-        let pending = self.pending.drain().map(|(_, l)| l.request);
+        let pending = self.pending.drain().flat_map(|(_, l)| l.members);
+        let pending = pending.map(|m| m.request);
         let waiting = self.waiting.drain(..).chain(self.refused.drain(..));
         pending.chain(waiting.map(|(request, _)| request)).collect()
     }
@@ -362,9 +387,9 @@ impl Listings {
         };
         let Some(until) = until else {
             let l = self.pending.remove(sub)?;
+            let lists = l.members.into_iter().map(|m| (m.request, m.held));
             return Some(ListStep::Done {
-                request: l.request,
-                held: l.held,
+                lists: lists.collect(),
                 close,
             });
         };
@@ -389,10 +414,24 @@ impl Listings {
 }
 
 impl Listing {
+    /// A new event of the listing goes to its members: to the only one as
+    /// the relay matched it, else to each whose filter matches it.
+    fn give(&mut self, event: &Event) {
+        let entry = (event.id, event.created_at);
+        match self.members.as_mut_slice() {
+            [only] => only.held.push(entry),
+            members => members
+                .iter_mut()
+                .filter(|m| belongs(&m.filter, event))
+                .for_each(|m| m.held.push(entry)),
+        }
+    }
+
     /// One event of the current page: kept unless an earlier page listed
     /// it (only events at `until` can be repeats; a relay sending events
     /// above `until` repeats what it sent before).
-    fn on_event(&mut self, id: EventId, at: Timestamp) {
+    fn on_event(&mut self, event: &Event) {
+        let (id, at) = (event.id, event.created_at);
         self.page += 1;
         self.suspect_until = None;
         let fresh = match self.until {
@@ -401,8 +440,8 @@ impl Listing {
             _ => !self.at_oldest.contains(&id),
         };
         if fresh {
-            self.held.push((id, at));
             self.fresh += 1;
+            self.give(event);
         }
         match self.oldest {
             Some(oldest) if at > oldest => {}
@@ -469,9 +508,11 @@ mod tests {
         }
         assert!(matches!(l.on_message(T, &eose), Some(ListStep::Send(_))));
         deliver(&mut l, sub, &events[0]);
-        let Some(ListStep::Done { request, held, .. }) = l.on_message(T, &eose) else {
+        let Some(ListStep::Done { mut lists, .. }) = l.on_message(T, &eose) else {
             panic!("done");
         };
+        let (request, held) = lists.pop().expect("one request");
+        assert!(lists.is_empty());
         assert_eq!(request, 7);
         let mut ids: Vec<_> = held.iter().map(|(id, _)| *id).collect();
         ids.sort();
@@ -524,9 +565,11 @@ mod tests {
         let step = page(&mut l, sub, &[&older[0], &older[1]]);
         assert_eq!(until_of(&step), "150");
         // Second 150 again, short: done.
-        let ListStep::Done { request, held, .. } = page(&mut l, sub, &[&older[1]]) else {
+        let ListStep::Done { mut lists, .. } = page(&mut l, sub, &[&older[1]]) else {
             panic!("done");
         };
+        let (request, held) = lists.pop().expect("one request");
+        assert!(lists.is_empty());
         assert_eq!(request, 5);
         let mut ids: Vec<_> = held.iter().map(|(id, _)| *id).collect();
         ids.sort();
@@ -555,9 +598,11 @@ mod tests {
             &[&events[3], &events[2], &events[1], &events[0]],
         );
         assert_eq!(until_of(&step), "100");
-        let ListStep::Done { held, .. } = page(&mut l, "list0", &[&events[0]]) else {
+        let ListStep::Done { mut lists, .. } = page(&mut l, "list0", &[&events[0]]) else {
             panic!("done");
         };
+        let (_, held) = lists.pop().expect("one request");
+        assert!(lists.is_empty());
         let mut ids: Vec<_> = held.iter().map(|(id, _)| *id).collect();
         ids.sort();
         let mut want: Vec<_> = events.iter().map(|e| e.id).collect();
@@ -576,7 +621,7 @@ mod tests {
         assert_eq!(until_of(&page(&mut l, "list0", &[&a])), "299");
         assert!(matches!(
             page(&mut l, "list0", &[]),
-            ListStep::Done { request: 1, .. }
+            ListStep::Done { lists, .. } if lists[0].0 == 1
         ));
         // With `since` at that second there is nothing below to ask for.
         l.start(
@@ -588,7 +633,7 @@ mod tests {
         assert_eq!(until_of(&page(&mut l, "list1", &[&a])), "300");
         assert!(matches!(
             page(&mut l, "list1", &[&a]),
-            ListStep::Done { request: 2, .. }
+            ListStep::Done { lists, .. } if lists[0].0 == 2
         ));
     }
 
@@ -603,7 +648,7 @@ mod tests {
         // Asked below 300, it sends 300 again.
         assert!(matches!(
             page(&mut l, "list0", &[&a]),
-            ListStep::Done { request: 4, .. }
+            ListStep::Done { lists, .. } if lists[0].0 == 4
         ));
     }
 
@@ -612,7 +657,7 @@ mod tests {
         let mut l = Listings::default();
         l.start(3, Filter::new());
         let closed = RelayMessage::closed(SubscriptionId::new("list0"), "auth-required: x");
-        assert_eq!(l.on_message(T, &closed), Some(ListStep::NeedsAuth(3)));
+        assert_eq!(l.on_message(T, &closed), Some(ListStep::NeedsAuth(vec![3])));
         let other = RelayMessage::eose(SubscriptionId::new("x"));
         assert_eq!(l.on_message(T, &other), None);
         let again = l.retry_refused();
@@ -651,7 +696,7 @@ mod tests {
         let eose = RelayMessage::eose(SubscriptionId::new("list0"));
         assert!(matches!(
             l.on_message(T, &eose),
-            Some(ListStep::Done { request: 0, .. })
+            Some(ListStep::Done { lists, .. }) if lists[0].0 == 0
         ));
         let again = l.start_waiting();
         assert_eq!(
@@ -673,13 +718,16 @@ mod tests {
         let alone = closed("list0", "rate-limited: too many REQs");
         assert_eq!(
             l.on_message(T, &alone),
-            Some(ListStep::Refused(3)),
+            Some(ListStep::Refused(vec![3])),
             "nothing else was open"
         );
         l.start(4, Filter::new());
         l.start(5, Filter::new());
         let restricted = closed("list1", "restricted: members only");
-        assert_eq!(l.on_message(T, &restricted), Some(ListStep::Refused(4)));
+        assert_eq!(
+            l.on_message(T, &restricted),
+            Some(ListStep::Refused(vec![4]))
+        );
         assert!(
             l.retry_refused().is_empty(),
             "only AUTH's refusals are asked again"
@@ -699,7 +747,7 @@ mod tests {
         let eose = RelayMessage::eose(SubscriptionId::new("list0"));
         assert!(matches!(
             l.on_message(T, &eose),
-            Some(ListStep::Done { request: 0, .. })
+            Some(ListStep::Done { lists, .. }) if lists[0].0 == 0
         ));
         let next = l.start_waiting();
         assert_eq!(next.len(), 1);
@@ -733,7 +781,7 @@ mod tests {
         let eose = |sub: &str| RelayMessage::eose(SubscriptionId::new(sub));
         assert!(matches!(
             l.on_message(T, &eose("list1")),
-            Some(ListStep::Done { request: 2, .. })
+            Some(ListStep::Done { lists, .. }) if lists[0].0 == 2
         ));
         let grace = Duration::from_secs(10);
         assert_eq!(l.next_deadline(), Some(T + grace));
@@ -747,9 +795,11 @@ mod tests {
         // The old subscription's late answer is not ours any more.
         assert_eq!(l.on_message(T, &eose("list0")), None);
         assert_eq!(until_of(&page(&mut l, "list2", &[&a])), "300");
-        let ListStep::Done { request, held, .. } = page(&mut l, "list2", &[]) else {
+        let ListStep::Done { mut lists, .. } = page(&mut l, "list2", &[]) else {
             panic!("the page asked again completes the listing");
         };
+        let (request, held) = lists.pop().expect("one request");
+        assert!(lists.is_empty());
         assert_eq!((request, held), (1, vec![(a.id, a.created_at)]));
     }
 
@@ -784,5 +834,84 @@ mod tests {
             Some(first + Duration::from_secs(10)),
             "a new connection starts afresh"
         );
+    }
+
+    /// Listings waiting their turn that differ only in their tag's value
+    /// go out as one REQ, and each gets exactly the events its own filter
+    /// matches.
+    #[test]
+    fn waiting_listings_of_one_shape_are_asked_together_and_answered_apart() {
+        let keys = Keys::generate();
+        let root = |n: u8| EventId::from_byte_array([n; 32]);
+        let e = |n: u8| Filter::new().event(root(n));
+        let reply = |at: u64, roots: &[u8]| {
+            let tags = roots.iter().map(|&n| Tag::event(root(n)));
+            EventBuilder::new(Kind::from_u16(1111), format!("{at}"))
+                .tags(tags)
+                .custom_created_at(Timestamp::from_secs(at))
+                .finalize(&keys)
+                .unwrap()
+        };
+        let mut l = Listings::default();
+        for r in 0..MAX_IN_FLIGHT as u64 {
+            assert!(
+                l.start(r, Filter::new().kind(Kind::from_u16(1621)))
+                    .is_some()
+            );
+        }
+        for (request, n) in [(100, 1), (101, 2), (102, 3)] {
+            assert_eq!(l.start(request, e(n)), None);
+        }
+        l.on_message(T, &RelayMessage::eose(SubscriptionId::new("list0")));
+        let next = l.start_waiting();
+        assert_eq!(next.len(), 1, "one REQ for the three: {next:?}");
+        let req: serde_json::Value = serde_json::from_str(&next[0]).unwrap();
+        assert_eq!(req[2]["#e"].as_array().map(Vec::len), Some(3), "{req}");
+        let sub = req[1].as_str().unwrap().to_owned();
+        let (only_1, both_1_3, only_2) = (reply(10, &[1]), reply(11, &[1, 3]), reply(12, &[2]));
+        let step = page(&mut l, &sub, &[&only_2, &both_1_3, &only_1]);
+        assert_eq!(until_of(&step), "10");
+        let ListStep::Done { mut lists, .. } = page(&mut l, &sub, &[]) else {
+            panic!("done");
+        };
+        lists.sort();
+        let ids = |events: &[&nostr::prelude::Event]| {
+            let mut held: Vec<_> = events.iter().map(|e| (e.id, e.created_at)).collect();
+            held.sort();
+            held
+        };
+        for (_, held) in &mut lists {
+            held.sort();
+        }
+        assert_eq!(
+            lists,
+            [
+                (100, ids(&[&only_1, &both_1_3])),
+                (101, ids(&[&only_2])),
+                (102, ids(&[&both_1_3])),
+            ]
+        );
+    }
+
+    /// A batch refused for AUTH is asked again, each request as it came.
+    #[test]
+    fn a_refused_batch_gives_back_each_of_its_requests() {
+        let root = |n: u8| EventId::from_byte_array([n; 32]);
+        let mut l = Listings {
+            max_in_flight: 1,
+            ..Listings::default()
+        };
+        l.start(1, Filter::new().kind(Kind::from_u16(1621)));
+        l.start(2, Filter::new().event(root(1)));
+        l.start(3, Filter::new().event(root(2)));
+        l.on_message(T, &RelayMessage::eose(SubscriptionId::new("list0")));
+        assert_eq!(l.start_waiting().len(), 1);
+        let refused = l.on_message(T, &closed("list1", "auth-required: x"));
+        assert_eq!(refused, Some(ListStep::NeedsAuth(vec![2, 3])));
+        let again = l.retry_refused();
+        assert_eq!(again.len(), 1, "batched again: {again:?}");
+        let mut lost = l.clear();
+        lost.sort_unstable();
+        assert_eq!(lost, [2, 3]);
     }
 }

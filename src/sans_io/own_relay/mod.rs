@@ -10,6 +10,7 @@
 pub(crate) mod client;
 pub(crate) mod link_budget;
 pub(crate) mod listing;
+pub(crate) mod listing_batch;
 pub(crate) mod outbox;
 pub(crate) mod pacer;
 pub(crate) mod refusal_log;

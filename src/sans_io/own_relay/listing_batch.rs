@@ -1,0 +1,155 @@
+//! Listings waiting their turn, asked of the own relay together.
+//!
+//! The engine lists the sink in parts of one repo or root each
+//! (`engine::listing_cache`), so a first sync of 2,000 relays asked the own
+//! relay 14,000 REQs, most of them for nothing: each one a query of its
+//! own, and on nostr-rs-relay a reader holding the WAL while the writer
+//! stores the sync. Listings that differ only in the one value of their
+//! one tag (the same letter, kinds, `since`) are one filter with those
+//! values: it matches exactly what they match together, and each event
+//! it lists is given to the parts whose filter matches it. Only listings
+//! already waiting are batched, so a lone listing is asked at once as
+//! before, and a burst costs a tenth of the queries.
+
+use std::collections::VecDeque;
+
+use nostr::prelude::{Event, Filter, MatchEventOptions, SingleLetterTag};
+
+/// Values one batched filter carries at most: eventstore's SQL backends
+/// (khatru relays) refuse a tag with more than ten.
+const MAX_VALUES: usize = 10;
+
+/// Waiting listings looked through for ones to batch with the first. A
+/// burst queues each relay's parts one after the other (seven letters and
+/// kinds), so ten of a kind lie within the first hundred; the bound keeps
+/// a queue of tens of thousands from being scanned for every REQ.
+const SCAN: usize = 128;
+
+/// A waiting listing: the engine's request and the filter it lists.
+pub(crate) type Part = (u64, Filter);
+
+/// Takes the first waiting listing and those within [`SCAN`] that can be
+/// asked with it in one filter, in queue order; `None` when none waits.
+pub(crate) fn take_batch(waiting: &mut VecDeque<Part>) -> Option<Vec<Part>> {
+    let first = waiting.pop_front()?;
+    let Some(letter) = single_value_tag(&first.1) else {
+        return Some(vec![first]);
+    };
+    let mut picked = Vec::new();
+    for (i, (_, filter)) in waiting.iter().enumerate().take(SCAN) {
+        if picked.len() + 1 == MAX_VALUES {
+            break;
+        }
+        if same_but_value(&first.1, filter, letter) {
+            picked.push(i);
+        }
+    }
+    let mut batch = Vec::with_capacity(picked.len() + 1);
+    batch.push(first);
+    // From the back, so the indexes still hold.
+    let mut taken: Vec<Part> = picked
+        .into_iter()
+        .rev()
+        .filter_map(|i| waiting.remove(i))
+        .collect();
+    taken.reverse();
+    batch.extend(taken);
+    Some(batch)
+}
+
+/// The filter asking for every part of `batch` at once: the first's, with
+/// every part's value of the batched tag.
+pub(crate) fn batch_filter(batch: &[Part]) -> Filter {
+    let mut filter = batch[0].1.clone();
+    if batch.len() == 1 {
+        return filter;
+    }
+    if let Some((_, values)) = filter.generic_tags.iter_mut().next() {
+        for (_, part) in &batch[1..] {
+            values.extend(part.generic_tags.values().flatten().cloned());
+        }
+    }
+    filter
+}
+
+/// True when `event` belongs to the part listing `filter`.
+pub(crate) fn belongs(filter: &Filter, event: &Event) -> bool {
+    filter.match_event(event, MatchEventOptions::new())
+}
+
+/// The letter of `filter`'s one tag, if it has exactly one tag and one
+/// value for it: only such filters are batched.
+fn single_value_tag(filter: &Filter) -> Option<SingleLetterTag> {
+    let mut tags = filter.generic_tags.iter();
+    match (tags.next(), tags.next()) {
+        (Some((letter, values)), None) if values.len() == 1 => Some(*letter),
+        _ => None,
+    }
+}
+
+/// True when `b` is `a` but for the one value of tag `letter`.
+fn same_but_value(a: &Filter, b: &Filter, letter: SingleLetterTag) -> bool {
+    single_value_tag(b) == Some(letter)
+        && a.ids == b.ids
+        && a.authors == b.authors
+        && a.kinds == b.kinds
+        && a.search == b.search
+        && a.since == b.since
+        && a.until == b.until
+        && a.limit == b.limit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{Kind, Timestamp};
+
+    fn e_part(request: u64, value: &str) -> Part {
+        (
+            request,
+            Filter::new().custom_tag(SingleLetterTag::LOWERCASE_E, value),
+        )
+    }
+
+    #[test]
+    fn parts_differing_only_in_their_value_are_asked_together_in_queue_order() {
+        let d = Filter::new()
+            .kind(Kind::from_u16(30618))
+            .custom_tag(SingleLetterTag::LOWERCASE_D, "repo");
+        let since = e_part(9, "c").1.since(Timestamp::from_secs(5));
+        let mut waiting = VecDeque::from([
+            e_part(1, "a"),
+            (2, d),
+            e_part(3, "b"),
+            (4, since),
+            e_part(5, "a2"),
+        ]);
+        let batch = take_batch(&mut waiting).unwrap();
+        let requests: Vec<u64> = batch.iter().map(|(r, _)| *r).collect();
+        assert_eq!(requests, [1, 3, 5]);
+        let json = batch_filter(&batch).as_json();
+        assert_eq!(json, r##"{"#e":["a","a2","b"]}"##);
+        let rest: Vec<u64> = waiting.iter().map(|(r, _)| *r).collect();
+        assert_eq!(rest, [2, 4], "another kind or `since` waits its own turn");
+        assert_eq!(take_batch(&mut waiting).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_batch_carries_ten_values_at_most() {
+        let mut waiting: VecDeque<Part> = (0..25).map(|i| e_part(i, &format!("v{i}"))).collect();
+        assert_eq!(take_batch(&mut waiting).unwrap().len(), MAX_VALUES);
+        assert_eq!(take_batch(&mut waiting).unwrap().len(), MAX_VALUES);
+        assert_eq!(take_batch(&mut waiting).unwrap().len(), 5);
+        assert_eq!(take_batch(&mut waiting), None);
+    }
+
+    #[test]
+    fn a_filter_of_two_tags_or_values_is_asked_alone() {
+        let two = e_part(1, "a")
+            .1
+            .custom_tag(SingleLetterTag::LOWERCASE_E, "b");
+        let mut waiting = VecDeque::from([(1, two), e_part(2, "c"), e_part(3, "d")]);
+        assert_eq!(take_batch(&mut waiting).unwrap().len(), 1);
+        assert_eq!(take_batch(&mut waiting).unwrap().len(), 2);
+    }
+}
