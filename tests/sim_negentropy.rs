@@ -150,6 +150,27 @@ fn silence_times_out_falls_back_and_is_remembered() {
     assert_eq!(sim.relays[A].neg_opens, 1);
 }
 
+/// The shell leaves a relay's frames unread while the sink is full: its
+/// `NEG-MSG` waits among them. A first sync holding reads past
+/// `neg_timeout` marked a relay speaking NIP-77 as not speaking it, for
+/// the process's life (the 2,000-relay load run: 555 relays "timed out").
+#[test]
+fn a_session_answered_while_reads_are_paused_is_not_taken_as_silent() {
+    let mut sim = Sim::new(config());
+    let (all, gone) = world(&mut sim, NegMode::Supported, 50, 5);
+    sim.relay(A).reply_delay = Duration::from_millis(100);
+    sim.advance(Duration::from_millis(50));
+    assert_eq!(sim.relays[A].neg_opens, 1, "the session is open");
+    sim.pause_reads(A);
+    sim.advance(Duration::from_secs(60));
+    assert_eq!(sim.missing(&gone).len(), 5, "nothing read while paused");
+    sim.resume_reads(A);
+    sim.advance(Duration::from_secs(5));
+    assert!(sim.missing(&all).is_empty());
+    assert_eq!(tag_reqs(&sim), 0, "reconciled, not paged by REQ");
+    assert_eq!(ids_asked(&sim), 5);
+}
+
 #[test]
 fn negentropy_can_be_turned_off() {
     let mut config: Config = config();

@@ -697,6 +697,15 @@ impl Shell {
     fn defer(&mut self, token: Token, relay: RelayId, now: Time) {
         self.deferred.insert(token);
         self.engine.handle_pong(now, relay);
+        self.engine.handle_reads_paused(relay);
+    }
+
+    /// The relay of slot `token`, if it is a relay's.
+    fn slot_relay(&mut self, token: Token) -> Option<RelayId> {
+        match self.slots.get_mut(token).map(|s| &s.kind) {
+            Some(SlotKind::Relay { relay, .. }) => Some(*relay),
+            _ => None,
+        }
     }
 
     fn unthrottle(&mut self, token: Token, now: Time) {

@@ -187,6 +187,9 @@ impl Shell {
     /// order; one the sink fills up on is deferred again.
     fn resume_deferred(&mut self, now: Time) {
         for token in std::mem::take(&mut self.deferred) {
+            if let Some(relay) = self.slot_relay(token) {
+                self.engine.handle_reads_resumed(now, relay);
+            }
             self.on_slot_ready(token, now);
         }
     }

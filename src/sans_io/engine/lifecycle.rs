@@ -62,6 +62,7 @@ impl Engine {
         state.auth.on_connect();
         state.epoch = state.epoch.wrapping_add(1);
         state.silence = SilenceGrace::default();
+        state.reads_paused = false;
         state.last_connected = Some(now);
         state.last_heard = now;
         state.pinged = false;

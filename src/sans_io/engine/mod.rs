@@ -543,6 +543,23 @@ impl Engine {
         self.heard_pong(now, relay);
     }
 
+    /// The shell leaves `relay`'s frames unread while the sink has no
+    /// room: answers to its negentropy sessions may wait among them, so
+    /// none is taken as silent until reads resume. A relay that speaks
+    /// NIP-77 was marked as not speaking it, for the process's life, when
+    /// a first sync held its reads past `neg_timeout`.
+    pub fn handle_reads_paused(&mut self, relay: RelayId) {
+        if let Some(state) = self.relays.get_mut(relay.index()) {
+            state.reads_paused = true;
+        }
+    }
+
+    /// The shell reads `relay` again: its sessions get a whole
+    /// `neg_timeout` from `now` to be heard.
+    pub fn handle_reads_resumed(&mut self, now: Time, relay: RelayId) {
+        self.neg_reads_resumed(relay, now);
+    }
+
     /// The relay's NIP-11 document, fetched for [`Action::FetchInfo`]
     /// (`None`: none could be had). Its limits only ever lower ours; they
     /// apply to the next REQs.

@@ -913,6 +913,22 @@ impl Engine {
         });
     }
 
+    /// `relay` is read again: each of its sessions counts as progressing
+    /// now, so it gets a whole `neg_timeout` to be heard.
+    pub(super) fn neg_reads_resumed(&mut self, relay: RelayId, now: Time) {
+        let Some(state) = self.relays.get_mut(relay.index()) else {
+            return;
+        };
+        if !std::mem::take(&mut state.reads_paused) {
+            return;
+        }
+        for job in state.neg_jobs.values_mut() {
+            if job.session.is_some() {
+                job.progress = now;
+            }
+        }
+    }
+
     /// No progress on a job within `neg_timeout`: a relay that never
     /// answered `NEG-OPEN` does not speak negentropy; a job that stalled
     /// later goes back to REQ.
@@ -928,6 +944,11 @@ impl Engine {
             Some(_) => self.config.neg_timeout,
             None => self.listing_timeout(),
         };
+        if job.session.is_some() && state.reads_paused {
+            // Its answer may wait unread: asked again once reads resume.
+            self.arm_deadline(now + timeout, Timer::NegTimeout(relay, epoch, id));
+            return;
+        }
         if now < job.progress + timeout {
             let at = job.progress + timeout;
             self.arm_deadline(at, Timer::NegTimeout(relay, epoch, id));

@@ -231,6 +231,9 @@ pub(super) struct RelayState {
     pub auth: Auth,
     /// NIP-77 support, remembered for the process's life.
     pub neg: NegSupport,
+    /// The shell leaves this relay's frames unread (the sink is full):
+    /// nothing it answered can be seen, so no session of it is silent.
+    pub reads_paused: bool,
     /// Negentropy jobs in flight, by subscription id (each holds a
     /// subscription slot on the relay).
     pub neg_jobs: HashMap<u64, NegJob>,
@@ -317,6 +320,7 @@ impl RelayState {
             conduct: Conduct::default(),
             auth: Auth::default(),
             neg: NegSupport::default(),
+            reads_paused: false,
             neg_jobs: HashMap::new(),
             neg_bypass: HashSet::new(),
             items: HashMap::new(),

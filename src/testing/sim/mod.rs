@@ -114,6 +114,9 @@ pub struct Sim {
     pub pings: usize,
     /// Connections that stopped answering (half-open TCP).
     pub deaf: HashSet<RelayId>,
+    /// Relays whose messages wait unread, as the shell leaves a relay's
+    /// frames while the sink is full ([`Sim::pause_reads`]).
+    paused: HashSet<RelayId>,
     /// Debugging: print every message to or from the engine that contains
     /// this text (an event id, a subscription id, a relay URL's host).
     pub trace: Option<String>,
@@ -149,6 +152,7 @@ impl Sim {
             connects: Vec::new(),
             pings: 0,
             deaf: HashSet::new(),
+            paused: HashSet::new(),
             trace: None,
             sink_refuses: HashSet::new(),
         }
@@ -217,7 +221,7 @@ impl Sim {
         for _ in 0..1_000_000 {
             if let Some(action) = self.engine.poll_action() {
                 self.apply(action);
-            } else if let Some((relay, msg)) = self.inbox.pop_front() {
+            } else if let Some((relay, msg)) = self.next_unpaused() {
                 if self.connected.contains(&relay) {
                     self.trace_message("<-", relay, &msg);
                     self.engine.handle_message(self.now, relay, &msg);
@@ -246,6 +250,35 @@ impl Sim {
             }
         }
         panic!("simulation did not settle");
+    }
+
+    /// The first message in the inbox from a relay whose reads are not
+    /// paused.
+    fn next_unpaused(&mut self) -> Option<(RelayId, String)> {
+        let i = match self.paused.is_empty() {
+            true => 0,
+            false => self
+                .inbox
+                .iter()
+                .position(|(r, _)| !self.paused.contains(r))?,
+        };
+        self.inbox.remove(i)
+    }
+
+    /// Leaves `url`'s messages unread, and tells the engine, as the shell
+    /// does while the sink has no room for what the relay sends.
+    pub fn pause_reads(&mut self, url: &str) {
+        let relay = self.id(url);
+        self.paused.insert(relay);
+        self.engine.handle_reads_paused(relay);
+    }
+
+    /// Reads `url` again, first telling the engine, as the shell does.
+    pub fn resume_reads(&mut self, url: &str) {
+        let relay = self.id(url);
+        self.paused.remove(&relay);
+        self.engine.handle_reads_resumed(self.now, relay);
+        self.settle();
     }
 
     fn apply(&mut self, action: Action) {
