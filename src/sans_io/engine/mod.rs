@@ -374,7 +374,9 @@ enum Timer {
 ///   disconnected meanwhile) are ignored.
 ///
 /// Besides these, `handle_local_event` feeds events the embedding relay
-/// accepted, at any time.
+/// accepted, at any time, and `handle_reads_paused` /
+/// `handle_reads_resumed` say when the shell stops and starts reading a
+/// relay for back-pressure.
 ///
 /// The engine never calls out: no callbacks, no sink, no clock, no I/O. So
 /// nothing runs inside it that could call back in, and it never calls its
