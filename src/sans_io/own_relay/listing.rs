@@ -193,7 +193,7 @@ impl Listings {
         let sub = self.new_sub();
         let filter = batch_filter(&batch);
         let req = req(&sub, &filter, None);
-        self.sent += 1;
+        let sent = self.next_sent();
         let members = batch
             .into_iter()
             .map(|(request, filter)| Member {
@@ -214,11 +214,17 @@ impl Listings {
                 oldest: None,
                 until: None,
                 largest: 0,
-                sent: self.sent,
+                sent,
                 suspect_until: None,
             },
         );
         req
+    }
+
+    /// The place of a page REQ about to go out, in the connection's order.
+    fn next_sent(&mut self) -> u64 {
+        self.sent += 1;
+        self.sent
     }
 
     fn new_sub(&mut self) -> String {
@@ -258,8 +264,7 @@ impl Listings {
             self.silence.count(now);
             self.unanswered += 1;
             let sub = self.new_sub();
-            self.sent += 1;
-            l.sent = self.sent;
+            l.sent = self.next_sent();
             l.suspect_until = None;
             texts.push(ClientMessage::close(SubscriptionId::new(&old)).as_json());
             texts.push(req(&sub, &l.filter, l.until));
@@ -365,8 +370,7 @@ impl Listings {
     fn on_eose(&mut self, sub: &str) -> Option<ListStep> {
         let close = ClientMessage::close(SubscriptionId::new(sub)).as_json();
         // The next page's place in the order of REQs, if there is one.
-        self.sent += 1;
-        let sent = self.sent;
+        let sent = self.next_sent();
         let l = self.pending.get_mut(sub)?;
         l.largest = l.largest.max(l.page);
         let until = match l.oldest {
