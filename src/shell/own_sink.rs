@@ -274,9 +274,7 @@ impl Shell {
             conn: Conn::Ws(ws), ..
         }) = self.slots.get_mut(token).map(|s| &mut s.kind)
         {
-            for text in texts {
-                ws.send_text(text, &mut out);
-            }
+            ws.send_texts(texts, &mut out);
         }
         self.handle_ws_events(token, &mut out, now);
         self.scratch = out;
