@@ -224,7 +224,7 @@ impl Engine {
             }
             return;
         }
-        if event.verify().is_err() {
+        if !self.verifier.verify(&event) {
             self.stats.events_invalid += 1;
             return;
         }
@@ -236,7 +236,7 @@ impl Engine {
 
     /// Checks id and signature; a forgery is counted against the relay.
     fn verified(&mut self, now: Time, relay: RelayId, event: &Event) -> bool {
-        if event.verify().is_ok() {
+        if self.verifier.verify(event) {
             return true;
         }
         self.stats.events_invalid += 1;

@@ -92,6 +92,7 @@ use crate::sans_io::timing::time::Time;
 use crate::sans_io::timing::timer::TimerWheel;
 use crate::sans_io::wire::relay_info::RelayInfo;
 use crate::sans_io::wire::relay_text::LogBudget;
+use crate::sans_io::wire::signature::Verifier;
 use diff::Batching;
 use negentropy::Listings;
 use relay::{Limits, RelayState, Role};
@@ -399,6 +400,8 @@ pub struct Engine {
     actions: VecDeque<Action>,
     outputs: VecDeque<Output>,
     seen: Seen,
+    /// Checks ids and signatures, keeping recent authors' keys parsed.
+    verifier: Verifier,
     /// What the sink refused for good (`refused`), kept across restarts.
     refused: RefusedIds,
     /// The batch window and the batches it makes (`diff`).
@@ -456,6 +459,7 @@ impl Engine {
         let mut engine = Engine {
             rng: SmallRng::seed_from_u64(config.seed),
             seen: Seen::new(config.seen_capacity),
+            verifier: Verifier::new(),
             refused: RefusedIds::default(),
             policy,
             service,
