@@ -144,13 +144,16 @@ pub struct Config {
     pub seen_capacity: usize,
     /// Kinds asked by a relay's wide live filter, used once per-id filters
     /// would pass the consolidation threshold; tags are then matched locally.
-    /// The NIP-34 kinds only: replies (1111), patches, PRs and updates,
-    /// issues, status and state. Kinds 1 and 7 are left out: on a public
-    /// relay they are the whole note and reaction firehose, each event
-    /// signature-checked to be dropped. Kind 1 replies and reactions to
-    /// our roots still arrive by their per-id filters: live while a relay's
-    /// live set is per-id, and by historic sync on every connect, after a
-    /// refused live set and in the daily full sync.
+    /// The NIP-34 kinds (replies 1111, patches, PRs and updates, issues,
+    /// status and state) and the two kinds that answer a root outside
+    /// NIP-34: NIP-10 replies (1) and NIP-25 reactions (7). Without 1 and
+    /// 7 a reply to one of our roots on a wide relay waited for the daily
+    /// sync. On a public relay they are the note and reaction firehose:
+    /// each event is matched against the relay's targets before anything
+    /// is spent on its signature, so what does not tag ours costs its
+    /// parsing alone. Events of other kinds that tag our roots on a wide
+    /// relay (zaps, labels) arrive by its historic per-id sync, on every
+    /// connect and in the daily sync.
     pub wide_kinds: Vec<u16>,
     /// Seed of the engine's own RNG (jitter); fixed seeds make runs repeatable.
     pub seed: u64,
@@ -215,7 +218,7 @@ impl Config {
             max_pages: 10_000,
             seen_capacity: 100_000,
             wide_kinds: vec![
-                1111, 1617, 1618, 1619, 1621, 1622, 1630, 1631, 1632, 1633, 30618,
+                1, 7, 1111, 1617, 1618, 1619, 1621, 1622, 1630, 1631, 1632, 1633, 30618,
             ],
             seed: 0,
             own_relay_auth_keys: None,
