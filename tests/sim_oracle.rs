@@ -1993,3 +1993,17 @@ fn no_event_is_lost_in_random_worlds() {
         failures.iter().map(|(s, _)| *s).collect::<Vec<_>>()
     );
 }
+
+/// World 180 (found by the timeliness check): a consolidation ran while a
+/// batch was pending whose chunk for the anchor repo waited between pages,
+/// in no open page; the consolidation then counted the relay covered, the
+/// batch confirmed later, and the repo had no live filter on that relay
+/// until it reconnected hours later. A live comment on it was late.
+#[test]
+fn a_batch_confirmed_after_a_consolidation_gets_live_coverage() {
+    let seed = 180;
+    let outcome = World::new(seed, Avoid::default()).run(40 + (seed % 61) as usize, false);
+    if let Err(f) = outcome {
+        panic!("world {seed}: {}\n{}", f.labels.join("; "), f.report);
+    }
+}

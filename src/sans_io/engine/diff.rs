@@ -158,7 +158,7 @@ impl Engine {
     pub(super) fn flush(&mut self, now: Time) {
         loop {
             while let Some(relay) = self.dirty.pop() {
-                self.diff_relay(relay);
+                self.diff_relay(relay, now);
                 self.schedule(relay, now);
             }
             if !self.offer_turn(now) {
@@ -168,7 +168,7 @@ impl Engine {
     }
 
     /// Turns a connected relay's queued items into one pending batch.
-    fn diff_relay(&mut self, relay: RelayId) {
+    fn diff_relay(&mut self, relay: RelayId, now: Time) {
         let chunk_size = self.chunk_size(relay);
         let batch_id = self.batching.next_batch;
         let state = &mut self.relays[relay.index()];
@@ -241,6 +241,7 @@ impl Engine {
             Batch {
                 items: repos,
                 chunks_left: chunks,
+                started: now,
             },
         );
     }
@@ -264,6 +265,14 @@ impl Engine {
             {
                 slot.confirm(now);
             }
+        }
+        // Items read by pages, listings or ids have no live subscription
+        // yet. A consolidation that ran while this batch was pending only
+        // knew the pages open then, so the batch itself says so: else its
+        // items waited for the next reconnect or the daily sync (found by
+        // the oracle's timeliness check, world 180).
+        if !state.live_covers_all(&done.items) {
+            state.mark_uncovered(done.started);
         }
         state.health.record_progress();
         self.stats.batches_confirmed += 1;

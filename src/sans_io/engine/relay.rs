@@ -109,6 +109,9 @@ impl Slot {
 pub(super) struct Batch {
     pub items: Vec<Item>,
     pub chunks_left: u32,
+    /// When the batch was made, before any of its REQs: history was read
+    /// up to at least then, so live coverage must reach back to it.
+    pub started: Time,
 }
 
 /// Limits of one relay, lowered when it refuses.
@@ -417,6 +420,16 @@ impl RelayState {
                 self.queued.push(*item);
             }
         }
+    }
+
+    /// True if every one of `items` is covered by an open live
+    /// subscription of its own.
+    pub(super) fn live_covers_all(&self, items: &[Item]) -> bool {
+        let covered: HashSet<Item> = self
+            .live_subs()
+            .flat_map(|s| s.covers.iter().flatten().copied())
+            .collect();
+        items.iter().all(|i| covered.contains(i))
     }
 
     /// Items synced without a live subscription of their own (negentropy
