@@ -40,6 +40,8 @@ fn demo_syncs_everything_and_prints_the_summary_line() {
             "unreachable_values",
             "unreachable_seconds",
             "seconds_split",
+            "first_needed",
+            "first_synced",
         ]
     );
     let get = |k: &str| fields.iter().find(|(n, _)| *n == k).unwrap().1;
@@ -48,6 +50,8 @@ fn demo_syncs_everything_and_prints_the_summary_line() {
     assert_eq!(get("missing"), "0");
     assert_eq!(get("expected"), get("synced"));
     assert!(get("expected").parse::<u64>().unwrap() > 100);
+    // Issue 43: the first run brought its own events itself.
+    assert_eq!(get("first_needed"), get("first_synced"));
     // Issue 23: a strfry-like relay alone carries a repo whose coordinate
     // it refuses; the repo is said unreachable (in each run), its two
     // events are not expected, and nothing else is unreachable: the issue

@@ -33,6 +33,7 @@ mod scenario;
 mod shards;
 mod unfinished;
 
+use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -153,6 +154,11 @@ pub struct DemoSummary {
     /// Events placed where no relay can be asked for them (the long-`d`
     /// repo on a strfry-like relay): not in `expected`.
     pub unreachable_expected: usize,
+    /// Events the first run had to bring (history and live ones).
+    pub first_needed: usize,
+    /// Of those, the ones on the own relay when the first run ended: what
+    /// the restart fetched later does not count here.
+    pub first_synced: usize,
 }
 
 impl DemoSummary {
@@ -172,7 +178,7 @@ impl DemoSummary {
              neg_sessions={} neg_rounds={} neg_ids_fetched={} neg_fallbacks={} relay_neg_errors={} auth_attempts={} \
              auth_rejected={} restart_needed={} restart_synced={} restart_fetched={} restart_received={} \
              restart_seconds={:.1} shards={}{} unreachable_expected={} unreachable_values={} \
-             unreachable_seconds={} seconds_split={}",
+             unreachable_seconds={} seconds_split={} first_needed={} first_synced={}",
             self.relays,
             self.expected,
             self.synced,
@@ -197,7 +203,15 @@ impl DemoSummary {
             c.unreachable_values,
             c.unreachable_seconds,
             c.seconds_split,
+            self.first_needed,
+            self.first_synced,
         )
+    }
+
+    /// Every expected event arrived, and the first run brought all of its
+    /// own: a restart that repairs what the first run missed hides a loss.
+    pub fn passed(&self) -> bool {
+        self.synced == self.expected && self.first_synced == self.first_needed
     }
 
     /// Why the chaos checks failed, if they did: an invalid event reached
@@ -530,6 +544,8 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary, String> {
         restart,
         shards: opts.shards,
         unreachable_expected: scenario.unreachable.len(),
+        first_needed: scenario.expected.len(),
+        first_synced: progress.synced,
     };
     match summary.chaos_failure() {
         Some(failure) => {
@@ -680,6 +696,8 @@ fn measure_idle(engine: &EngineSet, secs: u64) -> Option<Idle> {
 struct Progress {
     /// When the engine first reached its highest count of connected relays.
     connected: Option<Duration>,
+    /// Expected events on the own relay when the run ended.
+    synced: usize,
 }
 
 /// Publishes the live events over the first seconds, restarts one relay
@@ -738,20 +756,23 @@ fn drive(
             if !done {
                 report_missing(farm, scenario);
             }
-            return Progress { connected };
+            return Progress { connected, synced };
         }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-/// Names up to ten events that never arrived, with where they were put.
+/// Names up to ten expected events that never arrived, with where they
+/// were put (the unreachable ones are not expected, so not named).
 fn report_missing(farm: &RelayFarm, scenario: &Scenario) {
+    let expected: HashSet<EventId> = scenario.expected.iter().copied().collect();
     let placed = scenario
         .remote
         .iter()
         .enumerate()
         .flat_map(|(i, events)| events.iter().map(move |e| (i + 1, e)))
-        .chain(scenario.live.iter().map(|(r, e)| (*r, e)));
+        .chain(scenario.live.iter().map(|(r, e)| (*r, e)))
+        .filter(|(_, e)| expected.contains(&e.id));
     let mut shown = 0;
     for (relay, event) in placed {
         if shown < 10 && farm.count_present(0, &[event.id]) == 0 {
@@ -795,5 +816,46 @@ fn print_progress(
         println!(
             "demo: {secs:.1} s: {synced}/{total} events synced, {connections} connections to {relays}+1 relays"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(first_synced: usize) -> DemoSummary {
+        DemoSummary {
+            relays: 2,
+            expected: 110,
+            synced: 110,
+            seconds: 30.0,
+            peak_rss_kib: 0,
+            reqs: 0,
+            chaos: None,
+            counters: EngineCounters::default(),
+            relay_neg_errors: 0,
+            restart: RestartSummary {
+                needed: 10,
+                synced: 10,
+                seconds: 1.0,
+                counters: EngineCounters::default(),
+                peak_rss_kib: 0,
+            },
+            shards: 1,
+            unreachable_expected: 0,
+            first_needed: 100,
+            first_synced,
+        }
+    }
+
+    /// Issue 43: a first run that timed out with events missing failed the
+    /// demo even when the restart fetched them, so `synced == expected`.
+    #[test]
+    fn a_first_run_short_of_its_events_fails_whatever_the_restart_fetched() {
+        assert!(summary(100).passed());
+        let short = summary(96);
+        assert!(!short.passed());
+        assert!(short.line().ends_with(" first_needed=100 first_synced=96"));
+        assert!(short.line().contains(" missing=0 "));
     }
 }
