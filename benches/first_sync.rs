@@ -25,13 +25,15 @@
 //! every id. "Direct" publishes the same events to a fresh own relay over
 //! one websocket at a time, 500 in flight (as `publish_bulk` does).
 
+#[path = "common/engine_process.rs"]
+mod engine_process;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::io::{Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use engine_process::{cpu_seconds, engine_bin, metric, metrics_page, start_engine};
 use grasp_sync::testing::farm::{FarmOptions, RelayFarm};
 use nostr::prelude::*;
 use support::real::{PyRelay, RsRelay, free_port, missing, publish, publish_bulk};
@@ -81,52 +83,6 @@ fn many_relays(urls: &[String], per_relay: u64) -> World {
     World { own_setup, events }
 }
 
-/// The release binary, started against `own` with its metrics on `port`.
-fn start_engine(own: &str, port: u16) -> Child {
-    let bin = std::env::var("GRASP_SYNC_BIN").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/target/release/grasp-sync").to_owned()
-    });
-    Command::new(&bin)
-        .args(["--own-relay", own, "--allow-private-addresses"])
-        // Extra flags to try (FIRST_SYNC_ARGS="--max-frames-per-sec 10000").
-        .args(
-            std::env::var("FIRST_SYNC_ARGS")
-                .unwrap_or_default()
-                .split_whitespace(),
-        )
-        .args(["--metrics", &format!("127.0.0.1:{port}")])
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{bin}: {e} (cargo build --release first)"))
-}
-
-/// The metrics page; empty while the engine does not answer yet.
-fn metrics_page(port: u16) -> String {
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-    let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-    let mut page = String::new();
-    let _ = s.read_to_string(&mut page);
-    page
-}
-
-/// A metric's value (summed over its labels matching `label`).
-fn metric(port: u16, name: &str, label: &str) -> Option<u64> {
-    let page = metrics_page(port);
-    let sum = page
-        .lines()
-        .filter(|l| l.starts_with(name) && l.contains(label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>();
-    Some(sum as u64)
-}
-
 /// How long a first sync may take before the run fails.
 const LIMIT: Duration = Duration::from_secs(600);
 
@@ -147,7 +103,9 @@ fn engine_run(own: &Own, remote: Option<u32>, n: usize, ids: &[EventId]) -> Run 
     let port = free_port();
     let (own0, others0) = (own.cpu(), others_cpu(remote));
     let started = Instant::now();
-    let mut engine = start_engine(own.url(), port);
+    let extra = std::env::var("FIRST_SYNC_ARGS").unwrap_or_default();
+    // Extra flags to try (FIRST_SYNC_ARGS="--max-frames-per-sec 10000").
+    let mut engine = start_engine(&engine_bin(), own.url(), port, extra.split_whitespace());
     let deadline = started + LIMIT;
     let stored = |label| metric(port, "grasp_sync_sink_events_total", label).unwrap_or(0);
     // Every event answered `OK` (new or already held); the own relay is
@@ -200,26 +158,6 @@ fn engine_run(own: &Own, remote: Option<u32>, n: usize, ids: &[EventId]) -> Run 
         others_cpu,
         duplicates,
     }
-}
-
-/// CPU seconds (user + system) process `pid` used so far, from
-/// `/proc/<pid>/stat` (ticks of 1/100 s on Linux).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// Which relay serves as the own relay.
