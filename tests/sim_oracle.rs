@@ -822,7 +822,7 @@ impl World {
 
     /// Publishes a live event and, where a relay it went to covers its
     /// target live (connected, its target confirmed, nothing pending, no
-    /// refusal armed, the own relay up), checks that it reaches the sink
+    /// refusal armed or pausing it, the own relay up), checks that it reaches the sink
     /// within [`LIVE_DEADLINE`] if the model expects it from there.
     fn live(&mut self, target: Target, ev: &Event) {
         let on = self.place_event(target, ev, Place::Publish, "live");
@@ -874,6 +874,7 @@ impl World {
         connected(&self.own)
             && connected(url)
             && self.sim.relays[url].close_next.is_empty()
+            && engine.relay_view(id, self.sim.now).paused_until.is_none()
             && counts.queued + counts.pending == 0
             && engine.item_state(id, &key) == Some(ItemState::Confirmed)
     }

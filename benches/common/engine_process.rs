@@ -57,22 +57,17 @@ pub fn metric(port: u16, name: &str, label: &str) -> Option<u64> {
     Some(sum as u64)
 }
 
-/// CPU seconds (user + system) process `pid` used so far, from
-/// `/proc/<pid>/stat` (ticks of 1/100 s on Linux).
+/// CPU seconds process `pid` used so far, all its threads: the sum of
+/// `/proc/<pid>/task/*/schedstat` (nanoseconds; `/proc/<pid>/stat` counts
+/// ticks of 10 ms, too coarse for an engine that idles).
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
     };
-    (ticks(11) + ticks(12)) / 100.0
+    let nanos: u64 = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    nanos as f64 / 1e9
 }

@@ -28,6 +28,10 @@ pub struct RelayView {
     pub failures: u32,
     /// While disconnected and backing off: when the next attempt may start.
     pub retry_at: Option<Time>,
+    /// While connected and refusing: when REQs may go out again (after a
+    /// `rate-limited:` refusal, or one at a limit already at its floor).
+    /// Until then what the refused REQs covered is not read live.
+    pub paused_until: Option<Time>,
     /// When the current or last connection began.
     pub last_connected: Option<Time>,
     /// When the last connection ended (`None` while connected).
@@ -106,6 +110,9 @@ impl Engine {
             retry_at: state
                 .retry_at
                 .filter(|&t| t > now && state.status == Status::Disconnected),
+            paused_until: state
+                .paused_until
+                .filter(|&t| t > now && state.status == Status::Connected),
             last_connected: state.last_connected,
             disconnected_at: state.disconnected_at,
             first_history_done: state.notes.first_history_done || history_done,
