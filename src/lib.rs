@@ -167,6 +167,7 @@ pub mod internal {
     pub use crate::sans_io::query::reconcile::{Reconciliation, Step, means_unsupported};
     pub use crate::sans_io::timing::timer::TimerWheel;
     pub use crate::sans_io::wire::hex;
+    pub use crate::sans_io::wire::relay_text::is_hidden;
     #[cfg(feature = "shell")]
     pub use crate::sans_io::wire::ws_reader::{Incoming, Violation, WsReader};
     #[cfg(feature = "shell")]
