@@ -149,8 +149,8 @@ pub use shell::{DnsLookup, Shell, ShellError, ShellHandle, ShellOptions, SinkTar
 #[cfg(feature = "shell")]
 pub mod status {
     pub use crate::shell::status::{
-        FirstSyncStatus, LimitsStatus, OwnRelayStatus, RelayStatus, SCHEMA, StateFileStatus,
-        StatusReport, Totals,
+        DEFAULT_LIMIT, FirstSyncStatus, LimitsStatus, MAX_LIMIT, OwnRelayStatus, RelayStatus,
+        SCHEMA, StateFileStatus, StatusReport, Totals,
     };
 }
 
