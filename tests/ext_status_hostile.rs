@@ -243,7 +243,7 @@ fn answers_that_are_not_the_status_exit_1_naming_the_address_and_why() {
             "(schema 999, this grasp-sync reads",
         ),
         (
-            format!("HTTP/1.1 500 \u{1b}]0;pwned\u{7}\r\n\r\n").into_bytes(),
+            b"HTTP/1.1 500 \x1b]0;pwned\x07\r\n\r\n".to_vec(),
             "(HTTP/1.1 500 \\u{1b}]0;pwned\\u{7})",
         ),
     ] {

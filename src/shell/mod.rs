@@ -1145,9 +1145,9 @@ impl Shell {
         };
         self.stats.metrics_renders[page] += 1;
         debug!(
-            "metrics: {resource:?} rendered, {} bytes in {} µs",
+            "metrics: {resource:?} rendered, {} bytes in {} ms",
             body.len(),
-            self.clock.now().since(now).as_micros()
+            self.clock.now().since(now).as_millis()
         );
         Arc::from(body.into_bytes())
     }
