@@ -84,9 +84,9 @@ fn only_this_machines_names_are_answered_and_answers_are_locked_down() {
     running.stop();
 }
 
-/// `grasp_sync_metrics_renders_total{page=...}`, once a `/metrics` page
-/// taken after `since` shows it at least `at_least` (pages are shared for
-/// a second, the counter page too).
+/// `grasp_sync_metrics_renders_total{page=...}` once `/metrics` shows
+/// it at least `at_least` (renders finish on the loop, after the answer
+/// that caused them may already be read).
 fn renders_reaching(running: &Running, page: &str, at_least: u64) -> u64 {
     let series = format!("grasp_sync_metrics_renders_total{{page=\"{page}\"}}");
     let mut seen = 0;

@@ -43,8 +43,9 @@ pub(crate) struct ShellStats {
     pub relay_info_skipped: u64,
     /// Metrics connections closed to make room for a newer one.
     pub metrics_evicted: u64,
-    /// Pages the metrics port rendered (each shared by the requests of
-    /// its second): `/metrics`, `/status`, `/status.json`.
+    /// Pages the metrics port rendered: `/metrics` (one per scrape),
+    /// `/status`, `/status.json` (each shared by the requests of its
+    /// second).
     pub metrics_renders: [u64; 3],
 }
 
@@ -272,7 +273,7 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
     counter_labeled(
         &mut out,
         "grasp_sync_metrics_renders_total",
-        "Pages the metrics port rendered; a page is shared by every request within a second of it.",
+        "Pages the metrics port rendered; a status page is shared by every request within a second of it, /metrics is rendered per scrape.",
         "page",
         &[
             ("metrics", metrics),

@@ -10,6 +10,12 @@
 //! being written to a slow client) is bounded by [`PAGES_BYTES_MAX`]:
 //! past it, a page not at hand is refused (503) rather than rendered,
 //! until connections finish or meet their deadline.
+//!
+//! `/metrics` is the exception to sharing: a scrape reads the counters as
+//! they are when it asks (a test, or an alert, that waits for a count must
+//! not read one a second old), and the page is small (11 KB, under a
+//! millisecond at 5,390 relays). Its bytes still count against the
+//! budget while a connection writes them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +42,11 @@ pub(crate) struct PageKey {
 }
 
 impl PageKey {
+    /// Whether the page is shared while fresh: all but `/metrics`.
+    fn shared(self) -> bool {
+        self.resource != Resource::Metrics
+    }
+
     /// The page of `resource` a request with `window` gets: only
     /// `/status.json` pages its relays.
     pub(crate) fn new(resource: Resource, window: Window) -> PageKey {
@@ -78,8 +89,12 @@ impl Pages {
         self.held() < PAGES_BYTES_MAX
     }
 
-    /// Keeps `body`, rendered at `now`, as the page `key`.
+    /// Keeps `body`, rendered at `now`, as the page `key` (a page not
+    /// shared is only counted while a connection holds it).
     pub(crate) fn insert(&mut self, key: PageKey, now: Time, body: Arc<[u8]>) {
+        if !key.shared() {
+            return self.retired.push(body);
+        }
         if let Some(at) = self.fresh.iter().position(|p| p.key == key) {
             self.retire(at);
         }
@@ -155,6 +170,20 @@ mod tests {
         drop((a, b));
         assert!(pages.has_room(t0 + PAGE_TTL));
         assert_eq!(pages.held(), 0, "let go once nobody writes it");
+    }
+
+    #[test]
+    fn the_metrics_page_is_never_served_old_but_counted_while_written() {
+        let mut pages = Pages::default();
+        let t0 = Time::from_millis(10_000);
+        let key = PageKey::new(Resource::Metrics, Window::default());
+        let written = body(11_000);
+        pages.insert(key, t0, Arc::clone(&written));
+        assert!(pages.get(key, t0).is_none(), "each scrape gets a fresh one");
+        assert_eq!(pages.held(), 11_000);
+        drop(written);
+        assert!(pages.has_room(t0));
+        assert_eq!(pages.held(), 0);
     }
 
     #[test]

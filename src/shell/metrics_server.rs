@@ -7,8 +7,9 @@
 //! nothing about the engine is looked at before a whole head arrived (a
 //! client dripping one byte at a time costs a read, no more). What a head
 //! asks is a pure function of its bytes ([`Request::parse`]); the answer's
-//! body is a page shared by every connection that asked for it
-//! (`metrics_pages`), each connection keeping only its offset into it.
+//! body is a page shared by every connection that asked for it while it
+//! is fresh (`metrics_pages`), each connection keeping only its offset
+//! into it.
 //!
 //! Any local browser can reach this port, and a web page can make one ask
 //! it under a name of the attacker's that resolves to 127.0.0.1 (DNS
@@ -349,14 +350,10 @@ pub(crate) struct Answer {
 }
 
 impl Answer {
-    /// `body` (shared) as resource's answer, 200 or 503 as `ok` says.
-    pub(crate) fn page(resource: Resource, ok: bool, body: Arc<[u8]>) -> Answer {
+    /// `body` (shared) as `resource`'s answer.
+    pub(crate) fn page(resource: Resource, body: Arc<[u8]>) -> Answer {
         Answer {
-            status: if ok {
-                "200 OK"
-            } else {
-                "503 Service Unavailable"
-            },
+            status: "200 OK",
             content_type: resource.content_type(),
             length: Some(body.len()),
             body: Some(body),
@@ -365,13 +362,9 @@ impl Answer {
 
     /// The headers `GET` of `resource` would get, without its body, which
     /// is not built for it (so nor is its length).
-    pub(crate) fn head_only(resource: Resource, ok: bool) -> Answer {
+    pub(crate) fn head_only(resource: Resource) -> Answer {
         Answer {
-            status: if ok {
-                "200 OK"
-            } else {
-                "503 Service Unavailable"
-            },
+            status: "200 OK",
             content_type: resource.content_type(),
             length: None,
             body: None,
@@ -526,10 +519,10 @@ mod tests {
     #[test]
     fn every_answer_forbids_sniffing_caching_and_scripts() {
         for answer in [
-            Answer::page(Resource::Status, true, Arc::from(&b"<p>x</p>"[..])),
+            Answer::page(Resource::Status, Arc::from(&b"<p>x</p>"[..])),
             Answer::not_found(),
             Answer::misdirected(),
-            Answer::head_only(Resource::StatusJson, true),
+            Answer::head_only(Resource::StatusJson),
         ] {
             let head = head_of(&answer);
             assert!(
@@ -545,21 +538,25 @@ mod tests {
             );
             assert!(head.ends_with("Connection: close\r\n\r\n"), "{head}");
         }
-        let page = head_of(&Answer::page(
-            Resource::Status,
-            true,
-            Arc::from(&b"12345"[..]),
-        ));
+        let page = head_of(&Answer::page(Resource::Status, Arc::from(&b"12345"[..])));
         assert!(page.starts_with("HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n"));
         assert!(page.contains("Content-Length: 5\r\n"));
-        let head = head_of(&Answer::head_only(Resource::Health, false));
+        let head = head_of(&Answer::head_only(Resource::Metrics));
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(
+            !head.contains("Content-Length"),
+            "no body built, so no length: {head}"
+        );
+        let health = Answer::text("503 Service Unavailable", "own relay down\n").without_body();
+        assert!(health.body.is_none());
+        let head = head_of(&health);
         assert!(
             head.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
             "{head}"
         );
         assert!(
-            !head.contains("Content-Length"),
-            "no body built, so no length: {head}"
+            head.contains("Content-Length: 15\r\n"),
+            "GET's length: {head}"
         );
         assert!(
             head_of(&Answer::misdirected()).starts_with("HTTP/1.1 421 Misdirected Request\r\n")

@@ -1088,11 +1088,11 @@ impl Shell {
             };
         }
         if !request.get {
-            return Answer::head_only(resource, true);
+            return Answer::head_only(resource);
         }
         let key = PageKey::new(resource, request.window);
         if let Some(body) = self.pages.get(key, now) {
-            return Answer::page(resource, true, body);
+            return Answer::page(resource, body);
         }
         if !self.pages.has_room(now) {
             let held = self.pages.held();
@@ -1105,7 +1105,7 @@ impl Shell {
         }
         let body = self.render_page(resource, request.window, now);
         self.pages.insert(key, now, Arc::clone(&body));
-        Answer::page(resource, true, body)
+        Answer::page(resource, body)
     }
 
     /// Renders `resource` (`/status.json`'s relays of `window`), timed in
