@@ -46,7 +46,7 @@ def status(addr):
     host, port = addr.rsplit(":", 1)
     try:
         with socket.create_connection((host, int(port)), timeout=5) as s:
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
             return int(s.makefile("rb").readline().split()[1])
     except (OSError, IndexError, ValueError):
         return None

@@ -149,8 +149,8 @@ pub use shell::{DnsLookup, Shell, ShellError, ShellHandle, ShellOptions, SinkTar
 #[cfg(feature = "shell")]
 pub mod status {
     pub use crate::shell::status::{
-        FirstSyncStatus, LimitsStatus, OwnRelayStatus, RelayStatus, SCHEMA, StateFileStatus,
-        StatusReport, Totals,
+        DEFAULT_LIMIT, FirstSyncStatus, LimitsStatus, MAX_LIMIT, OwnRelayStatus, RelayStatus,
+        SCHEMA, StateFileStatus, StatusReport, Totals,
     };
 }
 
@@ -167,6 +167,7 @@ pub mod internal {
     pub use crate::sans_io::query::reconcile::{Reconciliation, Step, means_unsupported};
     pub use crate::sans_io::timing::timer::TimerWheel;
     pub use crate::sans_io::wire::hex;
+    pub use crate::sans_io::wire::relay_text::is_hidden;
     #[cfg(feature = "shell")]
     pub use crate::sans_io::wire::ws_reader::{Incoming, Violation, WsReader};
     #[cfg(feature = "shell")]

@@ -155,7 +155,7 @@ fn metrics_on_port_zero_reports_the_address_it_got() {
     assert_ne!(addr.port(), 0);
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .unwrap();
     let mut page = String::new();
     s.read_to_string(&mut page).unwrap();

@@ -89,11 +89,13 @@ fn body(response: &str) -> &str {
     response.split_once("\r\n\r\n").expect("a body").1
 }
 
-/// Every `grasp_sync_*` series of a metrics page and its value.
+/// Every `grasp_sync_*` series of a metrics page and its value, but the
+/// port's count of its own renders (which the fetches here move).
 fn series(page: &str) -> BTreeMap<String, f64> {
     body(page)
         .lines()
         .filter(|l| l.starts_with("grasp_sync_"))
+        .filter(|l| !l.starts_with("grasp_sync_metrics_renders_total"))
         .filter_map(|l| {
             let (name, value) = l.rsplit_once(' ')?;
             Some((name.to_owned(), value.parse().ok()?))
@@ -103,9 +105,13 @@ fn series(page: &str) -> BTreeMap<String, f64> {
 
 /// `/metrics`, `/status.json`, `/status` and `/metrics` again, until both
 /// metrics pages agree: what the status pages say was true while both
-/// were taken (the engine keeps working between requests).
+/// were taken (the engine keeps working between requests). A status page
+/// is shared for a second after its render: each round first outwaits
+/// the ones taken before, so its pages are rendered between its two
+/// metrics pages.
 fn consistent(running: &Running) -> (BTreeMap<String, f64>, StatusReport, String) {
     for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(1_100));
         let before = series(&http_get(running.metrics, "/metrics"));
         let json = http_get(running.metrics, "/status.json");
         let html = http_get(running.metrics, "/status");
@@ -113,7 +119,6 @@ fn consistent(running: &Running) -> (BTreeMap<String, f64>, StatusReport, String
             let report = serde_json::from_str(body(&json)).expect("status.json parses");
             return (before, report, html);
         }
-        std::thread::sleep(std::time::Duration::from_millis(200));
     }
     panic!("the metrics never held still over a status fetch");
 }

@@ -43,6 +43,10 @@ pub(crate) struct ShellStats {
     pub relay_info_skipped: u64,
     /// Metrics connections closed to make room for a newer one.
     pub metrics_evicted: u64,
+    /// Pages the metrics port rendered: `/metrics` (one per scrape),
+    /// `/status`, `/status.json` (each shared by the requests of its
+    /// second).
+    pub metrics_renders: [u64; 3],
 }
 
 /// The sink's view for metrics.
@@ -264,6 +268,18 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         "grasp_sync_metrics_connections_evicted_total",
         "Metrics connections closed early to make room for a newer one.",
         shell.metrics_evicted,
+    );
+    let [metrics, status, status_json] = shell.metrics_renders;
+    counter_labeled(
+        &mut out,
+        "grasp_sync_metrics_renders_total",
+        "Pages the metrics port rendered; a status page is shared by every request within a second of it, /metrics is rendered per scrape.",
+        "page",
+        &[
+            ("metrics", metrics),
+            ("status", status),
+            ("status_json", status_json),
+        ],
     );
     counter(
         &mut out,

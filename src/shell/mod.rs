@@ -49,9 +49,10 @@
 //!   roots, a TLS client session that keeps no buffer while idle (rustls's
 //!   unbuffered API over the loop-wide read buffer), websocket and HTTP
 //!   transports.
-//! - `metrics`, `process_metrics`, `health_check`, `metrics_server`: the
-//!   counters, the process's figures from `/proc`, what `/healthz` says,
-//!   and the listener serving them.
+//! - `metrics`, `process_metrics`, `health_check`, `metrics_server`,
+//!   `metrics_pages`: the counters, the process's figures from `/proc`,
+//!   what `/healthz` says, the listener serving them, and the rendered
+//!   pages its connections share.
 //! - `status`, `status_page`: the operator's view (`/status.json`,
 //!   `/status`), with the first sync's progress the loop samples.
 //! - `key_file`, `rlimit`: the AUTH key file and the file-descriptor limit,
@@ -69,6 +70,7 @@ mod handle;
 mod health_check;
 pub(crate) mod key_file;
 pub(crate) mod metrics;
+mod metrics_pages;
 pub(crate) mod metrics_server;
 mod nip11;
 mod options;
@@ -117,8 +119,10 @@ use crate::shell::dns::Resolver;
 use crate::shell::handle::Command;
 use crate::shell::health_check::{Link, verdict};
 use crate::shell::metrics::{ShellStats, SinkView, render, render_progress};
+use crate::shell::metrics_pages::{PAGES_BYTES_MAX, PageKey, Pages};
 use crate::shell::metrics_server::{
-    METRICS_CONNECTIONS_MAX, METRICS_DEADLINE, MetricsListener, Page, Resource,
+    Answer, METRICS_CONNECTIONS_MAX, METRICS_DEADLINE, MetricsConn, MetricsListener, Reading,
+    Request, Resource,
 };
 use crate::shell::own_sink::SinkState;
 use crate::shell::read_budget::{
@@ -126,6 +130,7 @@ use crate::shell::read_budget::{
 };
 use crate::shell::slots::{Conn, Slot, SlotKind, Slots};
 use crate::shell::state_file::StateFile;
+use crate::shell::status::Window;
 use crate::shell::ws::{Deadline, GetEvent, READ_BUFFER_BYTES, WsConnection, WsEvent};
 
 /// The poll token of the `Waker` (DNS answers, handle commands). Slot
@@ -203,6 +208,8 @@ pub struct Shell {
     metrics: Option<MetricsListener>,
     /// Metrics connections, oldest first (some maybe closed already).
     metrics_conns: VecDeque<Token>,
+    /// Pages rendered for metrics connections, shared while fresh.
+    pages: Pages,
     commands: Receiver<Command>,
     handle: ShellHandle,
     timers: TimerWheel<ShellTimer>,
@@ -336,6 +343,7 @@ impl Shell {
             ready_again: Vec::new(),
             metrics,
             metrics_conns: VecDeque::new(),
+            pages: Pages::default(),
             commands,
             handle,
             timers,
@@ -1022,11 +1030,88 @@ impl Shell {
         }
     }
 
-    /// Serves a metrics client; the page is rendered only once it asked.
+    /// Serves a metrics client: reads its head, answers it once complete
+    /// (nothing about the engine is looked at before), writes the answer.
     fn serve_metrics(&mut self, token: Token, now: Time) {
+        let Some(conn) = self.metrics_conn(token) else {
+            return;
+        };
+        match conn.read_request() {
+            Reading::Gone => {
+                self.slots.remove(token);
+                return;
+            }
+            Reading::Waiting => return,
+            Reading::Answered => {}
+            Reading::Complete(request) => {
+                let answer = self.answer_metrics(&request, now);
+                if let Some(conn) = self.metrics_conn(token) {
+                    conn.answer(answer);
+                }
+            }
+        }
+        if self.metrics_conn(token).is_some_and(MetricsConn::write) {
+            self.slots.remove(token);
+        }
+    }
+
+    fn metrics_conn(&mut self, token: Token) -> Option<&mut MetricsConn> {
+        match self.slots.get_mut(token) {
+            Some(Slot {
+                kind: SlotKind::Metrics(conn),
+                ..
+            }) => Some(conn),
+            _ => None,
+        }
+    }
+
+    /// The answer to a complete request: refused for its `Host`, not
+    /// found, `/healthz` (always current, it is small), headers alone for
+    /// `HEAD`, else the page, shared while fresh and rendered only if
+    /// the port's pages leave room.
+    fn answer_metrics(&mut self, request: &Request, now: Time) -> Answer {
+        if !request.host_allowed(&self.opts.metrics_hosts) {
+            return Answer::misdirected();
+        }
+        let Some(resource) = request.resource else {
+            return Answer::not_found();
+        };
+        if resource == Resource::Health {
+            let answer = match self.health(&self.sink_view()) {
+                Ok(()) => Answer::text("200 OK", "ok\n"),
+                Err(why) => Answer::text("503 Service Unavailable", &format!("{why}\n")),
+            };
+            return if request.get {
+                answer
+            } else {
+                answer.without_body()
+            };
+        }
+        if !request.get {
+            return Answer::head_only(resource);
+        }
+        let key = PageKey::new(resource, request.window);
+        if let Some(body) = self.pages.get(key, now) {
+            return Answer::page(resource, body);
+        }
+        if !self.pages.has_room(now) {
+            let held = self.pages.held();
+            return Answer::text(
+                "503 Service Unavailable",
+                &format!(
+                    "busy: {held} bytes of pages held (at most {PAGES_BYTES_MAX}); try again\n"
+                ),
+            );
+        }
+        let body = self.render_page(resource, request.window, now);
+        self.pages.insert(key, now, Arc::clone(&body));
+        Answer::page(resource, body)
+    }
+
+    /// Renders `resource` (`/status.json`'s relays of `window`), timed in
+    /// the debug log: it runs on the loop thread.
+    fn render_page(&mut self, resource: Resource, window: Window, now: Time) -> Arc<[u8]> {
         let view = self.sink_view();
-        let health = self.health(&view);
-        let saved_at = self.saved_at();
         let sources = status::Sources {
             engine: &self.engine,
             now,
@@ -1037,38 +1122,34 @@ impl Shell {
             state_file: self.state_file_status(),
             reads_paused: self.deferred.len(),
         };
-        let (engine, stats) = (&self.engine, &self.stats);
-        let Some(Slot {
-            kind: SlotKind::Metrics(m),
-            ..
-        }) = self.slots.get_mut(token)
-        else {
-            return;
-        };
-        let page = |resource| match resource {
+        let (page, body) = match resource {
             Resource::Metrics => {
-                let mut body = render(engine, now, stats, &view);
-                render_progress(&mut body, sources.progress, saved_at);
-                Page { ok: true, body }
+                let mut body = render(&self.engine, now, &self.stats, &view);
+                render_progress(&mut body, sources.progress, self.saved_at());
+                (0, body)
             }
-            Resource::StatusJson => Page {
-                ok: true,
-                body: serde_json::to_string(&status::snapshot(&sources))
-                    // A tree of strings, numbers and options serializes.
-                    .expect("the status report serializes"),
-            },
-            Resource::Status => Page {
-                ok: true,
-                body: status_page::render(&status::snapshot(&sources)),
-            },
-            Resource::Health => Page {
-                ok: health.is_ok(),
-                body: format!("{}\n", health.as_ref().err().map_or("ok", String::as_str)),
-            },
+            Resource::StatusJson => {
+                let report = status::snapshot(&sources, window);
+                // A tree of strings, numbers and options serializes.
+                let body = serde_json::to_string(&report).expect("the status report serializes");
+                (2, body)
+            }
+            // `/healthz` is answered before it gets here; never a page.
+            Resource::Status | Resource::Health => {
+                let rows = Window {
+                    offset: 0,
+                    limit: status_page::ROWS,
+                };
+                (1, status_page::render(&status::snapshot(&sources, rows)))
+            }
         };
-        if m.on_ready(page) {
-            self.slots.remove(token);
-        }
+        self.stats.metrics_renders[page] += 1;
+        debug!(
+            "metrics: {resource:?} rendered, {} bytes in {} ms",
+            body.len(),
+            self.clock.now().since(now).as_millis()
+        );
+        Arc::from(body.into_bytes())
     }
 
     /// What `/healthz` says (see `health_check`).

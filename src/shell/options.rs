@@ -52,6 +52,11 @@ pub struct ShellOptions {
     pub shutdown_timeout: Duration,
     /// Serve Prometheus metrics here.
     pub metrics: Option<SocketAddr>,
+    /// Names the metrics port answers under beside IP literals and
+    /// `localhost` (its `Host` header); any other name is refused, so a web
+    /// page cannot reach the port through a name of its own that resolves
+    /// here (DNS rebinding).
+    pub metrics_hosts: Vec<String>,
     /// DNS worker threads.
     pub dns_threads: usize,
     /// Events the own-relay outbox holds before reading pauses.
@@ -92,6 +97,7 @@ impl Default for ShellOptions {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             metrics: None,
+            metrics_hosts: Vec::new(),
             dns_threads: 2,
             outbox_capacity: 10_000,
             max_frames_per_sec: DEFAULT_MAX_FRAMES_PER_SEC,

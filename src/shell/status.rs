@@ -6,7 +6,10 @@
 //!
 //! It is built only when asked, on the loop thread, from the same sources
 //! as `/metrics` (the engine's counters and relay table, the shell's and
-//! the sink's), so a number both show is the same number. Relays are
+//! the sink's), so a number both show is the same number. It holds one
+//! page of relays ([`Window`]; thousands of relays made a view of
+//! megabytes) with the total count, so a reader pages with
+//! `?offset=`: every relay is ranked, only the page's are described. Relays are
 //! sorted so problems come first: dead, rate-limited, backing off or
 //! failing, then connected ones that refuse, misbehave or cannot be asked
 //! for something, then the ones still reading, then the healthy. Times
@@ -23,7 +26,32 @@ use crate::sans_io::timing::time::Time;
 use crate::shell::metrics::{ShellStats, SinkView};
 
 /// The version of this layout; a change that is not an added field bumps it.
-pub const SCHEMA: u32 = 1;
+/// 2: `relays` is one page of them (`relays_total` counts them all).
+pub const SCHEMA: u32 = 2;
+
+/// Relays a page holds unless asked otherwise: about 1 KB of JSON each,
+/// so a page stays under 1 MB.
+pub const DEFAULT_LIMIT: usize = 500;
+/// Relays a page holds at most, whatever is asked.
+pub const MAX_LIMIT: usize = 1000;
+
+/// Which relays, in the view's order (problems first), a view describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    /// Relays skipped.
+    pub offset: usize,
+    /// Relays described at most.
+    pub limit: usize,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window {
+            offset: 0,
+            limit: DEFAULT_LIMIT,
+        }
+    }
+}
 
 /// The whole view.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -46,7 +74,15 @@ pub struct StatusReport {
     pub state_file: Option<StateFileStatus>,
     /// Counters over every relay, as `/metrics` has them.
     pub totals: Totals,
-    /// This shard's remote relays, problems first.
+    /// This shard's remote relays.
+    pub relays_total: usize,
+    /// Of them, the ones with a problem.
+    pub problems_total: usize,
+    /// Relays of the order skipped before `relays` (`?offset=`).
+    pub relays_offset: usize,
+    /// Relays this page holds at most (`?limit=`, at most [`MAX_LIMIT`]).
+    pub relays_limit: usize,
+    /// One page of this shard's remote relays, problems first.
     pub relays: Vec<RelayStatus>,
 }
 
@@ -221,16 +257,37 @@ pub(crate) struct Sources<'a> {
     pub reads_paused: usize,
 }
 
-/// Takes the view now. O(relays and their items).
-pub(crate) fn snapshot(src: &Sources) -> StatusReport {
+/// Ranks below this are problems.
+const PROBLEM_RANKS: u8 = 4;
+
+/// Takes the view now, describing the relays of `window`. O(relays and
+/// their items) to rank them all, plus the page's rows.
+pub(crate) fn snapshot(src: &Sources, window: Window) -> StatusReport {
     let (engine, now) = (src.engine, src.now);
     let (own, shard) = (engine.own_relay(), engine.shard());
-    let mut relays: Vec<(u8, RelayStatus)> = engine
+    let mut ranked: Vec<(u8, &str, RelayId)> = engine
         .relays()
         .filter(|&r| r != own && shard.owns(engine.relay_url(r)))
-        .map(|r| relay_status(engine, r, now))
+        .map(|r| {
+            (
+                classify(&engine.relay_view(r, now)).0,
+                engine.relay_url(r),
+                r,
+            )
+        })
         .collect();
-    relays.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.url.cmp(&y.url)));
+    ranked.sort_unstable_by(|(a, x, _), (b, y, _)| a.cmp(b).then_with(|| x.cmp(y)));
+    let problems_total = ranked
+        .iter()
+        .filter(|(rank, ..)| *rank < PROBLEM_RANKS)
+        .count();
+    let limit = window.limit.min(MAX_LIMIT);
+    let relays = ranked
+        .iter()
+        .skip(window.offset)
+        .take(limit)
+        .map(|&(_, _, r)| relay_status(engine, r, now))
+        .collect();
     let stats = engine.stats();
     StatusReport {
         schema: SCHEMA,
@@ -248,7 +305,11 @@ pub(crate) fn snapshot(src: &Sources) -> StatusReport {
             bytes_in: src.shell.bytes_in,
             bytes_out: src.shell.bytes_out,
         },
-        relays: relays.into_iter().map(|(_, r)| r).collect(),
+        relays_total: ranked.len(),
+        problems_total,
+        relays_offset: window.offset,
+        relays_limit: limit,
+        relays,
     }
 }
 
@@ -294,15 +355,15 @@ fn own_relay(src: &Sources) -> OwnRelayStatus {
     }
 }
 
-/// One relay's row, with its rank: problems first (lower).
-fn relay_status(engine: &Engine, relay: RelayId, now: Time) -> (u8, RelayStatus) {
+/// One relay's row.
+fn relay_status(engine: &Engine, relay: RelayId, now: Time) -> RelayStatus {
     let v = engine.relay_view(relay, now);
-    let (rank, state, problem) = classify(&v);
+    let (rank, state) = classify(&v);
     let limits = &v.limits;
-    let row = RelayStatus {
+    RelayStatus {
         url: engine.relay_url(relay).to_owned(),
         state: state.to_owned(),
-        problem,
+        problem: problem(&v, rank),
         status: status_label(v.status).to_owned(),
         health: health_label(v.health).to_owned(),
         retry_at: v.retry_at.map(Time::as_secs),
@@ -335,41 +396,58 @@ fn relay_status(engine: &Engine, relay: RelayId, now: Time) -> (u8, RelayStatus)
         events_ingested: v.events_ingested,
         refusals: v.refusals,
         bootstrap: v.bootstrap,
-    };
-    (rank, row)
+    }
 }
 
-/// A relay's rank (problems first), state and the problem it shows.
-fn classify(v: &RelayView) -> (u8, &'static str, Option<String>) {
-    let failures = format!("{} in a row", count(v.failures.into(), "failure"));
+/// A relay's rank (problems first; below [`PROBLEM_RANKS`] a problem) and
+/// state. Allocates nothing: every relay is ranked for every view.
+fn classify(v: &RelayView) -> (u8, &'static str) {
     match v.status {
         Status::Disconnected => match v.health {
-            Health::Dead => (0, "dead", Some(format!("unreachable; {failures}"))),
-            Health::RateLimited => (1, "rate_limited", Some("asked us to slow down".into())),
-            _ if v.retry_at.is_some() => (2, "backing_off", Some(failures)),
-            _ if v.failures > 0 => (2, "failing", Some(failures)),
-            _ => (6, "idle", None),
+            Health::Dead => (0, "dead"),
+            Health::RateLimited => (1, "rate_limited"),
+            _ if v.retry_at.is_some() => (2, "backing_off"),
+            _ if v.failures > 0 => (2, "failing"),
+            _ => (6, "idle"),
         },
-        _ if v.health == Health::RateLimited => {
-            (1, "rate_limited", Some("asked us to slow down".into()))
-        }
-        Status::Connecting if v.failures > 0 => (2, "connecting", Some(failures)),
-        Status::Connecting => (4, "connecting", None),
+        _ if v.health == Health::RateLimited => (1, "rate_limited"),
+        Status::Connecting if v.failures > 0 => (2, "connecting"),
+        Status::Connecting => (4, "connecting"),
         Status::Connected => {
             let state = if v.history_done { "live" } else { "syncing" };
-            match connected_problem(v) {
-                Some(problem) => (3, state, Some(problem)),
-                None if v.history_done => (5, state, None),
-                None => (4, state, None),
-            }
+            let rank = if misbehaves(v) {
+                3
+            } else if v.history_done {
+                5
+            } else {
+                4
+            };
+            (rank, state)
         }
     }
+}
+
+/// The problem a relay of `rank` shows, if it is one.
+fn problem(v: &RelayView, rank: u8) -> Option<String> {
+    let failures = || format!("{} in a row", count(v.failures.into(), "failure"));
+    match rank {
+        0 => Some(format!("unreachable; {}", failures())),
+        1 => Some("asked us to slow down".into()),
+        2 => Some(failures()),
+        3 => Some(connected_problem(v)),
+        _ => None,
+    }
+}
+
+/// Whether a connected relay does something wrong ([`connected_problem`]).
+fn misbehaves(v: &RelayView) -> bool {
+    v.health == Health::Degraded || v.penalties > 0 || v.items.unaskable > 0
 }
 
 /// What a connected relay does wrong: refusing still (a refusal it got
 /// over, teaching us a limit, is no problem once it answers again),
 /// penalties, items it cannot be asked for.
-fn connected_problem(v: &RelayView) -> Option<String> {
+fn connected_problem(v: &RelayView) -> String {
     let mut parts = Vec::new();
     if v.health == Health::Degraded {
         parts.push(format!("refusing ({})", count(v.refusals, "refusal")));
@@ -381,7 +459,7 @@ fn connected_problem(v: &RelayView) -> Option<String> {
         let items = count(v.items.unaskable as u64, "item");
         parts.push(format!("{items} it cannot be asked for"));
     }
-    (!parts.is_empty()).then(|| parts.join(", "))
+    parts.join(", ")
 }
 
 /// "1 refusal", "3 refusals" ("penalty" → "penalties").

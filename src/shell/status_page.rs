@@ -6,8 +6,9 @@
 //! equals in a `data-metric` attribute, so a check (`.ci/browser`, the
 //! tests) can hold the rendered page against the metrics page without
 //! knowing its layout. At most [`ROWS`] relays get a row, the problems
-//! first; the rest (the healthiest) are one line, so thousands of relays
-//! cannot make a page of megabytes (`/status.json` lists them all).
+//! first (the view is taken for that window only); the rest (the
+//! healthiest) are one line, so thousands of relays cannot make a page of
+//! megabytes (`/status.json` pages through them all).
 //! Everything a relay or an announcement chose (URLs, problem texts) is
 //! escaped.
 
@@ -45,13 +46,13 @@ tr.problem td{background:#fcf0f1}tr.problem td:first-child{border-left:3px solid
 /// The page for `report`.
 pub(crate) fn render(report: &StatusReport) -> String {
     let mut out = String::with_capacity(8 * 1024 + 600 * report.relays.len().min(ROWS));
-    let problems = report.relays.iter().filter(|r| r.problem.is_some()).count();
+    let problems = report.problems_total;
     let _ = write!(
         out,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>grasp-sync: {problems} problems, {} relays</title><style>{STYLE}</style></head><body>",
-        report.relays.len()
+        report.relays_total
     );
     header(&mut out, report);
     first_sync(&mut out, &report.first_sync, report.generated_at);
@@ -178,23 +179,22 @@ fn relays(out: &mut String, r: &StatusReport, problems: usize) {
          <th>History</th><th>Items q/p/c/u</th><th>Limits</th><th>Last event</th>\
          <th class=\"num\">Events</th><th class=\"num\">New</th><th class=\"num\">Refusals</th>\
          </tr></thead><tbody>",
-        r.relays.len(),
-        t.events_received,
-        t.events_ingested,
-        t.refusals
+        r.relays_total, t.events_received, t.events_ingested, t.refusals
     );
-    for relay in r.relays.iter().take(ROWS) {
+    let shown = &r.relays[..r.relays.len().min(ROWS)];
+    for relay in shown {
         row(out, relay, r.generated_at);
     }
     out.push_str("</tbody></table></div>");
-    let hidden = &r.relays[r.relays.len().min(ROWS)..];
-    if !hidden.is_empty() {
-        let healthy = hidden.iter().filter(|x| x.problem.is_none()).count();
+    let hidden = r.relays_total.saturating_sub(r.relays_offset + shown.len());
+    if hidden > 0 {
+        let problems_shown = shown.iter().filter(|x| x.problem.is_some()).count();
+        let healthy = hidden.saturating_sub(problems.saturating_sub(problems_shown));
         let _ = write!(
             out,
-            "<p class=\"more\" id=\"more\">{} more relays ({healthy} healthy) are not shown: \
-             <a href=\"status.json\">status.json</a> lists them all.</p>",
-            hidden.len()
+            "<p class=\"more\" id=\"more\">{hidden} more relays ({healthy} healthy) are not shown: \
+             <a href=\"status.json\">status.json</a> pages through them all \
+             (<code>?offset=</code>, <code>?limit=</code>).</p>"
         );
     }
     out.push_str("</section>");
@@ -358,7 +358,7 @@ mod tests {
     }
 
     fn report(relays: Vec<RelayStatus>) -> StatusReport {
-        let json = r#"{"schema":1,"version":"0.1.0","generated_at":2000,"started_at":1000,
+        let json = r#"{"schema":2,"version":"0.1.0","generated_at":2000,"started_at":1000,
             "shard":[0,1],"first_sync":{"state":"done","relays_total":1,"relays_done":1,
             "relays_failing":0,"items_total":12,"items_done":12,"events_stored":5,
             "events_per_sec":0.5,"eta_secs":null,"finished_at":1500},"own_relay":{
@@ -367,16 +367,21 @@ mod tests {
             "outbox_capacity":10000,"held_back":0,"reads_paused":0,"stored":5,"duplicate":0,
             "rejected":0,"set_aside":0,"refusals":0},"state_file":null,"totals":{
             "events_received":5,"events_ingested":5,"refusals":0,"bytes_in":1,"bytes_out":1},
+            "relays_total":0,"problems_total":0,"relays_offset":0,"relays_limit":200,
             "relays":[]}"#;
         let mut report: StatusReport = serde_json::from_str(json).unwrap();
+        report.relays_total = relays.len();
+        report.problems_total = relays.iter().filter(|r| r.problem.is_some()).count();
         report.relays = relays;
         report
     }
 
     #[test]
     fn thousands_of_relays_make_a_page_of_rows_for_the_first_only() {
-        let relays = (0..5_000).map(|i| relay(i, i < 10)).collect();
-        let page = render(&report(relays));
+        let relays: Vec<_> = (0..5_000).map(|i| relay(i, i < 10)).collect();
+        let mut view = report(relays);
+        view.relays.truncate(ROWS);
+        let page = render(&view);
         assert!(page.len() < 200 * 1024, "{} bytes", page.len());
         assert_eq!(page.matches("<tr class=\"problem\"").count(), 10);
         assert_eq!(

@@ -107,7 +107,7 @@ fn http_request(addr: std::net::SocketAddr, method: &str, path: &str) -> String 
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     // Generous: a loaded machine may take seconds to schedule the loop.
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out

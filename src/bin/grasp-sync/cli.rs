@@ -230,6 +230,7 @@ mod tests {
         ("domain", "git.example.com:8443"),
         ("bootstrap", "wss://boot.example/"),
         ("metrics", "127.0.0.1:9100"),
+        ("metrics-host", "Metrics.Example.net."),
         ("shard", "2/3"),
         ("batch-window-ms", "250"),
         ("backoff-base-secs", "7"),
@@ -267,6 +268,10 @@ mod tests {
         assert_eq!(c.domain.as_deref(), Some("git.example.com:8443"));
         assert_eq!(c.bootstrap, vec!["wss://boot.example".to_owned()]);
         assert_eq!(o.shell.metrics, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(
+            o.shell.metrics_hosts,
+            vec!["metrics.example.net".to_owned()]
+        );
         assert_eq!(c.shard, Shard::new(2, 3).unwrap());
         assert!(o.shell.allow_private_addresses);
         assert!(!c.self_subscribe);
@@ -307,6 +312,7 @@ mod tests {
             "every engine default kept"
         );
         assert_eq!(o.shell.metrics, None);
+        assert!(o.shell.metrics_hosts.is_empty());
         assert!(!o.shell.allow_private_addresses);
         assert_eq!(o.shell.max_relays, 10_000);
         assert!(o.shell.extra_ca_files.is_empty());
@@ -401,6 +407,11 @@ mod tests {
                 &["--own-relay", OWN, "--metrics", "localhost:9100"],
                 &[],
                 "--metrics: invalid value \"localhost:9100\" (expected ip:port, e.g. 127.0.0.1:9100)",
+            ),
+            (
+                &["--own-relay", OWN, "--metrics-host", "evil.example:80"],
+                &[],
+                "--metrics-host: invalid value \"evil.example:80\" (expected a host name without port, e.g. metrics.example.net)",
             ),
             (
                 &["--own-relay", OWN, "--page-limit", "abc"],

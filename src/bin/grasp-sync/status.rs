@@ -7,31 +7,41 @@
 //! ADDR is `--metrics`, else `GRASP_SYNC_METRICS` (what the engine it asks
 //! reads, so the same environment finds it), else the shipped units'
 //! 127.0.0.1:9478. When nothing answers there, or something that is not
-//! grasp-sync's status does, it says so naming the address and exits 1; a
-//! usage error exits 2.
+//! grasp-sync's status does (too large, too slow, not its JSON), it says
+//! so naming the address and exits 1; a usage error exits 2.
+//!
+//! Whatever answers at ADDR is untrusted: the request is bounded
+//! (`request`) and every string printed passes one sanitiser (`shown`).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+mod request;
+mod shown;
+
 use std::process::ExitCode;
 use std::time::Duration;
 
 use grasp_sync::internal::spoken;
 use grasp_sync::status::{RelayStatus, SCHEMA, StatusReport};
 
+use request::Failure;
+use shown::cell;
+
 /// Where the shipped units serve metrics (`examples/grasp-sync.default`).
 const DEFAULT_ADDR: &str = "127.0.0.1:9478";
-
-/// How long the engine may take to answer: its loop serves the page
-/// between relays' messages, within its own 5 s deadline.
-const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The usage line `--help` shows.
 pub const USAGE: &str = "  grasp-sync status [--metrics <ip:port>]   \
      (a running engine's relays, problems first; default $GRASP_SYNC_METRICS, else 127.0.0.1:9478)\n";
 
-/// Widest URL and problem columns; longer ones are cut with `…`.
+/// Widest cells of the table; longer ones are cut with `…`.
+const STATE_WIDTH: usize = 32;
 const URL_WIDTH: usize = 48;
 const PROBLEM_WIDTH: usize = 40;
+/// Widest version shown.
+const VERSION_WIDTH: usize = 40;
+/// Widest own relay URL, state file path or error shown.
+const TEXT_WIDTH: usize = 160;
+/// Widest error message about the answer.
+const ERROR_WIDTH: usize = 400;
 
 /// Runs the subcommand on its arguments (after `status`).
 pub fn main(args: &[String]) -> ExitCode {
@@ -52,7 +62,7 @@ pub fn main(args: &[String]) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("grasp-sync status: {e}");
+            eprintln!("grasp-sync status: {}", cell(&e, ERROR_WIDTH));
             ExitCode::FAILURE
         }
     }
@@ -83,42 +93,36 @@ fn address(args: &[String], env: Option<String>) -> Result<String, String> {
 
 /// `/status.json` from the engine at `addr`, or why not, naming `addr`.
 fn fetch(addr: &str) -> Result<StatusReport, String> {
-    let nothing = |e: &dyn std::fmt::Display| {
-        format!("no grasp-sync answers at {addr} ({e}); is it running with --metrics {addr}?")
+    let response = request::get(addr, "/status.json").map_err(|e| match e {
+        Failure::Unreachable(e) => {
+            format!("no grasp-sync answers at {addr} ({e}); is it running with --metrics {addr}?")
+        }
+        Failure::Bad(why) => not_ours(addr, &why),
+    })?;
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n");
+    let Some(at) = split else {
+        return Err(not_ours(addr, "no HTTP response"));
     };
-    let targets: Vec<SocketAddr> = addr
-        .to_socket_addrs()
-        .map_err(|e| format!("{addr} is not an address to ask ({e})"))?
-        .collect();
-    let mut stream = targets
-        .iter()
-        .find_map(|a| TcpStream::connect_timeout(a, TIMEOUT).ok())
-        .ok_or_else(|| nothing(&"connection refused or timed out"))?;
-    let request = format!("GET /status.json HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    let mut response = Vec::new();
-    stream
-        .set_read_timeout(Some(TIMEOUT))
-        .and_then(|()| stream.write_all(request.as_bytes()))
-        .and_then(|()| stream.read_to_end(&mut response))
-        .map_err(|e| nothing(&e))?;
-    let not_ours = |why: &str| format!("{addr} answered, but not as grasp-sync's status ({why})");
-    let text = String::from_utf8_lossy(&response);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| not_ours("no HTTP response"))?;
+    let (head, body) = (
+        String::from_utf8_lossy(&response[..at]),
+        &response[at + 4..],
+    );
     let status_line = head.lines().next().unwrap_or_default();
     if !status_line.starts_with("HTTP/1.1 200") {
-        return Err(not_ours(status_line));
+        return Err(not_ours(addr, status_line));
     }
     let report: StatusReport =
-        serde_json::from_str(body).map_err(|e| not_ours(&format!("its JSON: {e}")))?;
+        serde_json::from_slice(body).map_err(|e| not_ours(addr, &format!("its JSON: {e}")))?;
     if report.schema != SCHEMA {
-        return Err(not_ours(&format!(
-            "schema {}, this grasp-sync reads {SCHEMA}",
-            report.schema
-        )));
+        let why = format!("schema {}, this grasp-sync reads {SCHEMA}", report.schema);
+        return Err(not_ours(addr, &why));
     }
     Ok(report)
+}
+
+/// The error for an answer that is not the status view.
+fn not_ours(addr: &str, why: &str) -> String {
+    format!("{addr} answered, but not as grasp-sync's status ({why})")
 }
 
 /// The view as text: a few lines of summary, then the relays' table.
@@ -132,7 +136,7 @@ fn render(r: &StatusReport) -> String {
     };
     let mut out = format!(
         "grasp-sync {}, shard {}/{}, up {}\n",
-        r.version,
+        cell(&r.version, VERSION_WIDTH),
         r.shard[0],
         r.shard[1],
         spoken(Duration::from_secs(now.saturating_sub(r.started_at)))
@@ -155,15 +159,24 @@ fn render(r: &StatusReport) -> String {
     out += &own_relay_line(r);
     if let Some(s) = &r.state_file {
         let saved = match (s.saved_at, &s.error) {
-            (_, Some(e)) => format!("last save FAILED: {e}"),
+            (_, Some(e)) => format!("last save FAILED: {}", cell(e, TEXT_WIDTH)),
             (Some(at), None) => format!("saved {} ({} bytes)", ago(at), s.saved_bytes.unwrap_or(0)),
             (None, None) => "not saved yet".to_owned(),
         };
-        out += &format!("state file {}: {saved}\n", s.path);
+        out += &format!("state file {}: {saved}\n", cell(&s.path, TEXT_WIDTH));
     }
-    let problems = r.relays.iter().filter(|x| x.problem.is_some()).count();
-    out += &format!("\n{} relays, {problems} with problems\n", r.relays.len());
+    out += &format!(
+        "\n{} relays, {} with problems\n",
+        r.relays_total, r.problems_total
+    );
     out += &table(&r.relays, now);
+    let shown = r.relays_offset.saturating_add(r.relays.len());
+    if shown < r.relays_total {
+        out += &format!(
+            "... {} more relays: /status.json?offset={shown}\n",
+            r.relays_total - shown
+        );
+    }
     out
 }
 
@@ -182,7 +195,7 @@ fn own_relay_line(r: &StatusReport) -> String {
     format!(
         "own relay {}: write {}, read {}; outbox {}/{}, {} held back, reads of {} relays paused; \
          {} stored/s, {} stored, {} duplicate, {} rejected, {} set aside; {throttled}\n",
-        o.url,
+        cell(&o.url, TEXT_WIDTH),
         link(o.write_connected),
         link(o.read_connected),
         o.outbox_depth,
@@ -220,6 +233,7 @@ fn table(relays: &[RelayStatus], now: u64) -> String {
                 ),
                 None => r.state.clone(),
             };
+            let state = cell(&state, STATE_WIDTH);
             let last = r.last_event_at.map_or("never".to_owned(), |at| {
                 format!(
                     "{} ago",
@@ -228,8 +242,8 @@ fn table(relays: &[RelayStatus], now: u64) -> String {
             });
             [
                 state,
-                cut(&r.url, URL_WIDTH),
-                cut(r.problem.as_deref().unwrap_or("-"), PROBLEM_WIDTH),
+                cell(&r.url, URL_WIDTH),
+                cell(r.problem.as_deref().unwrap_or("-"), PROBLEM_WIDTH),
                 if r.history_done { "done" } else { "reading" }.to_owned(),
                 last,
                 r.events_received.to_string(),
@@ -261,16 +275,6 @@ fn table(relays: &[RelayStatus], now: u64) -> String {
     out
 }
 
-/// `text` cut to `width` characters, the cut marked.
-fn cut(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_owned();
-    }
-    let mut out: String = text.chars().take(width - 1).collect();
-    out.push('…');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,11 +299,5 @@ mod tests {
         assert!(address(&args(&["--metrics"]), None).is_err());
         assert!(address(&args(&["extra"]), None).is_err());
         assert!(address(&args(&["--metrics", "a:1", "--metrics", "b:2"]), None).is_err());
-    }
-
-    #[test]
-    fn long_cells_are_cut_and_marked() {
-        assert_eq!(cut("wss://short", 20), "wss://short");
-        assert_eq!(cut("abcdefgh", 5), "abcd…");
     }
 }

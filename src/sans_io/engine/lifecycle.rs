@@ -13,6 +13,7 @@ use log::{debug, info, warn};
 use nostr::prelude::Timestamp;
 use rand::rngs::SmallRng;
 
+use super::failure_log::Loudness;
 use super::relay::{ItemState, RelayState, Role, StatedLimits};
 use super::{Action, Engine, Status, Timer, whole_second};
 use crate::sans_io::memory::index::RelayId;
@@ -69,15 +70,7 @@ impl Engine {
         state.disconnected_at = None;
         state.retry_at = None;
         let since = catch_up.map(|t| Timestamp::from_secs(t.as_secs()));
-        info!(
-            "{} connected ({})",
-            self.relay_url(relay),
-            if fresh {
-                "fresh sync"
-            } else {
-                "quick reconnect"
-            }
-        );
+        self.log_connected(relay, fresh, now);
         if relay == self.own {
             self.subscribe_self(since, now);
         } else {
@@ -267,12 +260,38 @@ impl Engine {
         let state = &mut self.relays[relay.index()];
         let retry = retry_at(&mut state.health, &policy, &mut self.rng);
         state.retry_at = Some(retry);
-        warn!(
-            "{} failed: {cause}; retry in {:?}",
-            self.index.relay_url(relay),
-            retry.since(now)
-        );
+        let url = self.index.relay_url(relay);
+        let retry_in = retry.since(now);
+        let loud = match relay == self.own {
+            true => Loudness::Said,
+            false => self.failure_log.failed(relay, cause, now),
+        };
+        match loud {
+            Loudness::Said => warn!("{url} failed: {cause}; retry in {retry_in:?}"),
+            Loudness::Quiet => debug!("{url} failed: {cause}; retry in {retry_in:?}"),
+        }
+        if let Some(summary) = self.failure_log.summary(now) {
+            warn!("{summary}");
+        }
         self.arm(retry, Timer::Reconnect(relay));
+    }
+
+    /// The line of a connect: said, unless it ends failures whose start
+    /// the log budget kept quiet (`failure_log`).
+    fn log_connected(&mut self, relay: RelayId, fresh: bool, now: Time) {
+        let how = if fresh {
+            "fresh sync"
+        } else {
+            "quick reconnect"
+        };
+        let url = self.index.relay_url(relay);
+        match self.failure_log.connected(relay, now) {
+            None => info!("{url} connected ({how})"),
+            Some((n, Loudness::Said)) => info!("{url} connected ({how}) after {n} failed attempts"),
+            Some((n, Loudness::Quiet)) => {
+                debug!("{url} connected ({how}) after {n} failed attempts")
+            }
+        }
     }
 
     /// Forgets the connection: subscriptions and batches go, confirmed stays.

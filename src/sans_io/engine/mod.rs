@@ -54,6 +54,7 @@ mod bad_values;
 mod built_chunk;
 mod conduct;
 mod diff;
+mod failure_log;
 mod id_budget;
 mod inbound;
 mod lifecycle;
@@ -419,6 +420,8 @@ pub struct Engine {
     /// How many lines of relay text (NOTICE, CLOSED, OK reasons) each relay
     /// may still log; a relay cannot flood the log.
     log_budget: LogBudget,
+    /// Relays failing to connect and the budget of their log lines.
+    failure_log: failure_log::FailureLog,
     /// What a restore left to apply as relays become known (`resume`).
     resume: resume::Resume,
 }
@@ -476,6 +479,7 @@ impl Engine {
             listings: Listings::new(config.neg_jobs_at_once, config.neg_ids_held),
             self_since: None,
             log_budget: LogBudget::default(),
+            failure_log: failure_log::FailureLog::default(),
             resume: resume::Resume::default(),
             config,
         };
@@ -977,6 +981,7 @@ impl Engine {
                 && matches!(state.role, Role::Remote { bootstrap: false });
             if quiet && self.index.release_relay(relay) {
                 self.resume.forget(relay);
+                self.failure_log.forget(relay);
                 let epoch = state.epoch.wrapping_add(1);
                 let mut fresh = RelayState::new(Role::Remote { bootstrap: false }, limits);
                 fresh.epoch = epoch;

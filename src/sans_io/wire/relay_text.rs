@@ -4,8 +4,15 @@
 //! second, with newlines that would forge log lines of their own. The log
 //! writer is synchronous, so a flood of them also stalls the loop behind a
 //! slow journal. So relay text is logged only through [`relay_text`]
-//! (truncated to [`RELAY_TEXT_MAX`] characters, control characters escaped)
+//! (truncated to [`RELAY_TEXT_MAX`] characters, hidden characters escaped)
 //! and under a per-relay [`LogBudget`].
+//!
+//! Hidden characters ([`is_hidden`]) are the ones a reader cannot see for
+//! what they are: controls (newlines forge lines, `ESC` drives the
+//! terminal), format characters (U+202E turns the rest of a line around,
+//! zero-width ones hide text) and the line and paragraph separators. The
+//! `status` CLI escapes the same set, so the classification lives here
+//! once.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -20,8 +27,9 @@ pub(crate) const LOG_LINES_PER_WINDOW: u32 = 10;
 /// The window [`LOG_LINES_PER_WINDOW`] counts over.
 pub(crate) const LOG_WINDOW: Duration = Duration::from_secs(60);
 
-/// Relay text shown safely: at most [`RELAY_TEXT_MAX`] characters, control
-/// characters (newlines included) escaped, an ellipsis when cut.
+/// Relay text shown safely: at most [`RELAY_TEXT_MAX`] characters, hidden
+/// characters ([`is_hidden`], newlines included) escaped, an ellipsis when
+/// cut.
 pub(crate) fn relay_text(text: &str) -> RelayText<'_> {
     RelayText(text)
 }
@@ -35,7 +43,7 @@ impl fmt::Display for RelayText<'_> {
             if i == RELAY_TEXT_MAX {
                 return f.write_str("…");
             }
-            if c.is_control() {
+            if is_hidden(c) {
                 write!(f, "{}", c.escape_default())?;
             } else {
                 fmt::Write::write_char(f, c)?;
@@ -43,6 +51,44 @@ impl fmt::Display for RelayText<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether `c` must be escaped before a person reads it: a control
+/// character (Unicode `Cc`), a format character (`Cf`) or U+2028/U+2029.
+/// `Cf` is listed by hand from the Unicode Character Database rather than
+/// taken from a crate: it changes rarely, and a format character added
+/// later and shown raw hides text, it cannot forge a line (only `Cc` and
+/// the separators break lines).
+pub fn is_hidden(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') || is_format(c)
+}
+
+/// Unicode general category `Cf`.
+fn is_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{061C}'
+            | '\u{06DD}'
+            | '\u{070F}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08E2}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{110BD}'
+            | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0001}'
+            | '\u{E0020}'..='\u{E007F}'
+    )
 }
 
 /// The tail of a line [`LogBudget::admit`] let through: how many lines
@@ -126,6 +172,22 @@ mod tests {
             relay_text("rate-limited: slow down").to_string(),
             "rate-limited: slow down"
         );
+    }
+
+    #[test]
+    fn format_characters_and_separators_are_escaped_too() {
+        let hidden = "a\u{202E}txt.exe\u{2028}b\u{2029}c\u{200B}d\u{FEFF}e\u{E0041}f\u{AD}g";
+        let shown = relay_text(hidden).to_string();
+        assert_eq!(
+            shown,
+            "a\\u{202e}txt.exe\\u{2028}b\\u{2029}c\\u{200b}d\\u{feff}e\\u{e0041}f\\u{ad}g"
+        );
+        for c in ['\u{202A}', '\u{2066}', '\u{061C}', '\u{1D173}', '\u{13430}'] {
+            assert!(is_hidden(c), "{c:?}");
+        }
+        for c in ['a', 'é', '€', '\u{2010}', '\u{FFFC}', '😀', ' '] {
+            assert!(!is_hidden(c), "{c:?}");
+        }
     }
 
     #[test]

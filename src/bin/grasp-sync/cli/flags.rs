@@ -80,6 +80,15 @@ pub(super) static FLAGS: &[Flag] = &[
         help: "Serve metrics over HTTP on this address; port 0 picks a free port, printed on stdout as `grasp-sync: metrics on ADDR`.",
     },
     Flag {
+        name: "metrics-host",
+        kind: Kind::Repeated("<name>", |o, v| {
+            o.shell.metrics_hosts.push(host_name(v)?);
+            Ok(())
+        }),
+        default: "IP addresses and localhost only",
+        help: "A name the metrics port answers under (its Host header) beside IP addresses and localhost; others get 421, so no web page can reach it by DNS rebinding. Repeat the flag for more.",
+    },
+    Flag {
         name: "shard",
         kind: Kind::Single("<I/N>", |o, v| {
             o.config.shard = Shard::parse(v).ok_or_else(|| {
@@ -360,6 +369,19 @@ fn domain(raw: &str) -> Result<String, String> {
         ));
     }
     Ok(raw.to_owned())
+}
+
+/// A host name as a `Host` header carries it, without port: letters,
+/// digits, `-` and `.`.
+fn host_name(raw: &str) -> Result<String, String> {
+    let name = raw.trim().trim_end_matches('.');
+    let valid = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'.';
+    if name.is_empty() || name.len() > 253 || !name.bytes().all(valid) {
+        return Err(format!(
+            "invalid value {raw:?} (expected a host name without port, e.g. metrics.example.net)"
+        ));
+    }
+    Ok(name.to_ascii_lowercase())
 }
 
 /// An IP address and port; host names are not resolved here.

@@ -352,7 +352,7 @@ fn value(text: &str, name: &str) -> Option<u64> {
 fn http_get(addr: SocketAddr) -> Option<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: demo\r\n\r\n")
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
