@@ -110,6 +110,18 @@ fn http_200(body: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The CLI exited 1 naming `addr` and `why` the answer was not the status.
+fn assert_refused(o: &Output, addr: &str, why: &str) {
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{addr} answered, but not as grasp-sync's status {why}"
+        )),
+        "{err}"
+    );
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -163,14 +175,7 @@ fn a_huge_answer_is_cut_off_and_named() {
     });
     let (o, _) = status(&addr, 60);
     server.join().unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    let err = text(&o.stderr);
-    assert!(
-        err.contains(&format!(
-            "{addr} answered, but not as grasp-sync's status (an answer over 4 MiB)"
-        )),
-        "{err}"
-    );
+    assert_refused(&o, &addr, "(an answer over 4 MiB)");
 }
 
 #[test]
@@ -186,15 +191,8 @@ fn a_dripping_answer_meets_one_deadline_for_the_whole_request() {
         }
     });
     let (o, took) = status(&addr, 120);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     assert!(took < Duration::from_secs(30), "took {took:?}");
-    let err = text(&o.stderr);
-    assert!(
-        err.contains(&format!(
-            "{addr} answered, but not as grasp-sync's status (no whole answer within 10 s)"
-        )),
-        "{err}"
-    );
+    assert_refused(&o, &addr, "(no whole answer within 10 s)");
     server.join().unwrap();
 }
 
@@ -252,14 +250,7 @@ fn answers_that_are_not_the_status_exit_1_naming_the_address_and_why() {
         });
         let (o, _) = status(&addr, 60);
         server.join().unwrap();
-        assert_eq!(o.status.code(), Some(1));
-        let err = text(&o.stderr);
-        assert!(
-            err.contains(&format!(
-                "{addr} answered, but not as grasp-sync's status {why}"
-            )),
-            "{err}"
-        );
-        assert!(!err.contains('\u{1b}'), "{err:?}");
+        assert_refused(&o, &addr, why);
+        assert!(!text(&o.stderr).contains('\u{1b}'), "{:?}", text(&o.stderr));
     }
 }
