@@ -912,3 +912,40 @@ fn every_page_gets_its_own_eose_deadline() {
     );
     assert_eq!(sim.missing(&comments).len(), 0);
 }
+
+/// A connection's timers never fire into the next one (issue 45): the
+/// first connection's pause after a `rate-limited:` refusal has its resume
+/// timer; the connection drops, the next one is refused too and pauses
+/// longer; the old timer, due first, must not end the new pause.
+#[test]
+fn a_pause_of_an_ended_connection_does_not_end_the_next_ones() {
+    let mut sim = Sim::new(config());
+    sim.add_relay(A);
+    let owner = keys(1);
+    let own = sim.own.clone();
+    sim.publish(&own, &announcement(&owner, "r", &[A], T0));
+    sim.advance(Duration::from_secs(10));
+    let a = sim.id(A);
+    assert_eq!(sim.engine.relay_status(a), Status::Connected);
+    let paused = |sim: &Sim| sim.engine.relay_view(a, sim.now).paused_until;
+    sim.relay(A).close_next.push_back("rate-limited: slow down".into());
+    let repo = coord(&owner, "r");
+    sim.publish(&own, &root(&owner, 1621, &[&repo], T0 + 1, "issue"));
+    sim.advance(Duration::from_secs(6));
+    let first = paused(&sim).expect("the first connection pauses");
+    sim.stop_relay(A);
+    sim.advance(Duration::from_secs(1));
+    sim.relay(A).close_next.push_back("rate-limited: again".into());
+    sim.start_relay(A);
+    sim.advance(Duration::from_secs(15));
+    assert_eq!(sim.engine.relay_status(a), Status::Connected);
+    let second = paused(&sim).expect("the second connection pauses");
+    assert!(second > first, "{second:?} after {first:?}");
+    let past_first = first.as_millis() + 1_000 - sim.now.as_millis();
+    sim.advance(Duration::from_millis(past_first));
+    assert_eq!(
+        paused(&sim),
+        Some(second),
+        "the ended connection's resume left the new pause alone"
+    );
+}

@@ -140,8 +140,7 @@ impl Engine {
         }
         // Resuming re-opens a refused self-subscription with the `since`
         // it had, so a first read refused for AUTH starts from the beginning.
-        let epoch = state.epoch;
-        self.on_resume(relay, epoch, now);
+        self.on_resume(relay, now);
     }
 
     /// The key that answers `relay`'s challenges: the own relay's own key

@@ -10,7 +10,7 @@ use log::{debug, info, warn};
 use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
 use super::relay::{LiveMode, MIN_MESSAGE_BYTES};
-use super::{Engine, Offence, Output, Status, Timer};
+use super::{ConnTimer, Engine, Offence, Output, Status};
 use crate::sans_io::memory::index::{
     Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, is_index_kind,
 };
@@ -590,8 +590,7 @@ impl Engine {
             }
         };
         state.paused_until = Some(until);
-        let epoch = state.epoch;
-        self.arm(until, Timer::Resume(relay, epoch));
+        self.arm_conn(until, relay, ConnTimer::Resume);
     }
 }
 

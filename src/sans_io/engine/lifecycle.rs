@@ -15,7 +15,7 @@ use rand::rngs::SmallRng;
 
 use super::failure_log::Loudness;
 use super::relay::{ItemState, RelayState, Role, StatedLimits};
-use super::{Action, Engine, Status, Timer, whole_second};
+use super::{Action, ConnTimer, Engine, Status, Timer, whole_second};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::health::{BackoffPolicy, HealthTracker};
 use crate::sans_io::timing::silence::SilenceGrace;
@@ -122,9 +122,9 @@ impl Engine {
     /// keepalive. One timer per connection does both, re-armed every
     /// round, so no long-lived timer stays where a burst left it in the
     /// timer slab (see `TimerWheel::shrink_to_fit`).
-    pub(super) fn on_watch(&mut self, relay: RelayId, epoch: u32, now: Time) {
+    pub(super) fn on_watch(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.epoch != epoch || state.status != Status::Connected {
+        if state.status != Status::Connected {
             return;
         }
         if state.daily_due.is_some_and(|due| now >= due) {
@@ -142,8 +142,7 @@ impl Engine {
         let state = &self.relays[relay.index()];
         let keepalive = whole_second(keepalive);
         let at = state.daily_due.map_or(keepalive, |due| due.min(keepalive));
-        let epoch = state.epoch;
-        self.arm(at, Timer::Watch(relay, epoch));
+        self.arm_conn(at, relay, ConnTimer::Watch);
     }
 
     /// A connected relay silent for `keepalive` is pinged; one silent for
@@ -211,7 +210,6 @@ impl Engine {
         }
         let state = self.relay(relay);
         state.status = Status::Connecting;
-        let epoch = state.epoch;
         self.stats.connects += 1;
         let url = self.relay_url(relay).to_owned();
         debug!("connecting {url}");
@@ -225,9 +223,10 @@ impl Engine {
             state.info_asked = true;
             self.actions.push_back(Action::FetchInfo { relay, url });
         }
-        self.arm_deadline(
+        self.arm_conn(
             now + self.config.connect_timeout,
-            Timer::ConnectTimeout(relay, epoch),
+            relay,
+            ConnTimer::ConnectTimeout,
         );
     }
 
@@ -327,9 +326,9 @@ impl Engine {
         }
     }
 
-    pub(super) fn on_connect_timeout(&mut self, relay: RelayId, epoch: u32, now: Time) {
+    pub(super) fn on_connect_timeout(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.epoch == epoch && state.status == Status::Connecting {
+        if state.status == Status::Connecting {
             self.actions.push_back(Action::Disconnect { relay });
             self.fail_connection(relay, now, "connect timed out");
         }

@@ -304,26 +304,53 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Timers of the engine. Per-relay timers carry the relay's epoch at arming;
-/// one firing after a connect or disconnect bumped the epoch is stale.
+/// Timers of the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Timer {
     BatchWindow,
     DisconnectCheck,
     Reconnect(RelayId),
-    ConnectTimeout(RelayId, u32),
-    Consolidate(RelayId, u32),
-    EoseTimeout(RelayId, u32, u64),
-    /// A suspect subscription (silent when a refusal naming none landed,
-    /// or when a later one reached EOSE) is due to have been heard from.
-    Unanswered(RelayId, u32, u64),
-    Resume(RelayId, u32),
-    /// A connection's keepalive round, and its daily full sync once due.
-    Watch(RelayId, u32),
     /// A repo's held relay change is due.
     ReleaseHeld(RepoId),
+    /// A deadline of one connection (or connect attempt) of a relay, keyed
+    /// by the relay's epoch when it was armed. Every connect and disconnect
+    /// bumps the epoch, so a timer of a connection that has ended is
+    /// dropped in one place ([`Engine::on_timer`]) and never fires into
+    /// the next one.
+    Conn(RelayId, u32, ConnTimer),
+}
+
+/// What a connection's timer is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnTimer {
+    ConnectTimeout,
+    Consolidate,
+    EoseTimeout(u64),
+    /// A suspect subscription (silent when a refusal naming none landed,
+    /// or when a later one reached EOSE) is due to have been heard from.
+    Unanswered(u64),
+    Resume,
+    /// A connection's keepalive round, and its daily full sync once due.
+    Watch,
     /// A negentropy job's progress deadline.
-    NegTimeout(RelayId, u32, u64),
+    NegTimeout(u64),
+}
+
+impl ConnTimer {
+    /// Deadlines that only catch a lack of progress (a connect, an EOSE, a
+    /// negentropy round, an answer) are rounded up to the whole second:
+    /// such deadlines are armed by the thousand in a first sync, each at
+    /// its own millisecond, and their expiry (stale or not) woke the idle
+    /// loop 400 times in a quiet minute at 5,000 relays.
+    fn rounded(self) -> bool {
+        matches!(
+            self,
+            ConnTimer::ConnectTimeout
+                | ConnTimer::EoseTimeout(_)
+                | ConnTimer::Unanswered(_)
+                | ConnTimer::NegTimeout(_)
+        )
+    }
 }
 
 /// The GRASP-02 sync engine.
@@ -928,13 +955,17 @@ impl Engine {
         self.timers.insert(at.as_millis(), timer)
     }
 
-    /// Arms a deadline that only catches a lack of progress (a connect, an
-    /// EOSE, a negentropy round, an answer), rounded up to the whole
-    /// second: such deadlines are armed by the thousand in a first sync,
-    /// each at its own millisecond, and their expiry (stale or not) woke
-    /// the idle loop 400 times in a quiet minute at 5,000 relays.
-    fn arm_deadline(&mut self, at: Time, timer: Timer) {
-        self.arm(whole_second(at), timer);
+    /// Arms `timer` for the relay's current connection (or connect
+    /// attempt) at `at`, rounded up to the whole second if it only catches
+    /// a lack of progress ([`ConnTimer::rounded`]).
+    fn arm_conn(&mut self, at: Time, relay: RelayId, timer: ConnTimer) {
+        let epoch = self.relays[relay.index()].epoch;
+        let at = if timer.rounded() {
+            whole_second(at)
+        } else {
+            at
+        };
+        self.arm(at, Timer::Conn(relay, epoch, timer));
     }
 
     fn relay(&mut self, relay: RelayId) -> &mut RelayState {
@@ -1011,18 +1042,25 @@ impl Engine {
                 self.check_disconnects(now);
             }
             Timer::Reconnect(relay) => self.on_reconnect_timer(relay, now),
-            Timer::ConnectTimeout(relay, epoch) => self.on_connect_timeout(relay, epoch, now),
-            Timer::Consolidate(relay, epoch) => {
+            Timer::ReleaseHeld(repo) => self.release_held(repo, now),
+            Timer::Conn(relay, epoch, timer) => {
                 if self.relays[relay.index()].epoch == epoch {
-                    self.consolidate(relay, now);
+                    self.on_conn_timer(relay, timer, now);
                 }
             }
-            Timer::EoseTimeout(relay, epoch, sub) => self.on_eose_timeout(relay, epoch, sub, now),
-            Timer::Unanswered(relay, epoch, sub) => self.on_unanswered(relay, epoch, sub, now),
-            Timer::Resume(relay, epoch) => self.on_resume(relay, epoch, now),
-            Timer::Watch(relay, epoch) => self.on_watch(relay, epoch, now),
-            Timer::ReleaseHeld(repo) => self.release_held(repo, now),
-            Timer::NegTimeout(relay, epoch, id) => self.on_neg_timeout(relay, epoch, id, now),
+        }
+    }
+
+    /// A timer of the relay's current connection (or connect attempt).
+    fn on_conn_timer(&mut self, relay: RelayId, timer: ConnTimer, now: Time) {
+        match timer {
+            ConnTimer::ConnectTimeout => self.on_connect_timeout(relay, now),
+            ConnTimer::Consolidate => self.consolidate(relay, now),
+            ConnTimer::EoseTimeout(sub) => self.on_eose_timeout(relay, sub, now),
+            ConnTimer::Unanswered(sub) => self.on_unanswered(relay, sub, now),
+            ConnTimer::Resume => self.on_resume(relay, now),
+            ConnTimer::Watch => self.on_watch(relay, now),
+            ConnTimer::NegTimeout(id) => self.on_neg_timeout(relay, id, now),
         }
     }
 }

@@ -31,7 +31,7 @@ use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionI
 use super::id_budget::IdBudget;
 use super::listing_cache::{Held, Join, ListingCache, Waiter, parts};
 use super::neg_turns::Turns;
-use super::{Action, Engine, Status, Timer};
+use super::{Action, ConnTimer, Engine, Status};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::query::filters::Encoded;
 use crate::sans_io::query::reconcile::{
@@ -310,12 +310,11 @@ impl Engine {
 
     /// Records job `id` (its room taken) and arms its progress deadline.
     fn insert_job(&mut self, relay: RelayId, id: u64, job: NegJob, now: Time) {
-        let state = self.relay(relay);
-        let epoch = state.epoch;
-        state.neg_jobs.insert(id, job);
-        self.arm_deadline(
+        self.relay(relay).neg_jobs.insert(id, job);
+        self.arm_conn(
             now + self.config.neg_timeout,
-            Timer::NegTimeout(relay, epoch, id),
+            relay,
+            ConnTimer::NegTimeout(id),
         );
     }
 
@@ -932,9 +931,9 @@ impl Engine {
     /// No progress on a job within `neg_timeout`: a relay that never
     /// answered `NEG-OPEN` does not speak negentropy; a job that stalled
     /// later goes back to REQ.
-    pub(super) fn on_neg_timeout(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
+    pub(super) fn on_neg_timeout(&mut self, relay: RelayId, id: u64, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.epoch != epoch || state.status != Status::Connected {
+        if state.status != Status::Connected {
             return;
         }
         let Some(job) = state.neg_jobs.get(&id) else {
@@ -946,12 +945,12 @@ impl Engine {
         };
         if job.session.is_some() && state.reads_paused {
             // Its answer may wait unread: asked again once reads resume.
-            self.arm_deadline(now + timeout, Timer::NegTimeout(relay, epoch, id));
+            self.arm_conn(now + timeout, relay, ConnTimer::NegTimeout(id));
             return;
         }
         if now < job.progress + timeout {
             let at = job.progress + timeout;
-            self.arm_deadline(at, Timer::NegTimeout(relay, epoch, id));
+            self.arm_conn(at, relay, ConnTimer::NegTimeout(id));
             return;
         }
         let silent = job.session.as_ref().is_some_and(|s| !s.answered());

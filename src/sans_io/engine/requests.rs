@@ -19,7 +19,7 @@ use std::collections::HashSet;
 
 use super::built_chunk::BuiltChunk;
 use super::relay::{ItemState, Limits, LiveMode};
-use super::{Action, Engine, Status, Timer};
+use super::{Action, ConnTimer, Engine, Status};
 use crate::sans_io::memory::index::{Item, RelayId};
 use crate::sans_io::query::filters::{
     Encoded, REPO_FILTERS_PER_CHUNK, ROOT_FILTERS_PER_CHUNK, announcement_filter,
@@ -272,7 +272,6 @@ impl Engine {
         self.stats.reqs_sent += 1;
         let state = self.relay(relay);
         state.reqs_sent += 1;
-        let epoch = state.epoch;
         state.subs.insert(
             id,
             Subscription::new(filters, purpose, scope, work, page, started),
@@ -280,9 +279,10 @@ impl Engine {
         self.actions.push_back(Action::Send { relay, message });
         // Each page gets its own EOSE deadline from when it is sent; a long
         // chain of pages must not time out its later pages on arrival.
-        self.arm_deadline(
+        self.arm_conn(
             now + self.config.eose_timeout,
-            Timer::EoseTimeout(relay, epoch, id),
+            relay,
+            ConnTimer::EoseTimeout(id),
         );
         id
     }
@@ -538,11 +538,11 @@ impl Engine {
         if state.batches.is_empty() {
             self.consolidate(relay, now);
         } else if !state.consolidating {
-            let epoch = state.epoch;
             self.relay(relay).consolidating = true;
-            self.arm(
+            self.arm_conn(
                 now + self.config.consolidation_timeout,
-                Timer::Consolidate(relay, epoch),
+                relay,
+                ConnTimer::Consolidate,
             );
         }
     }
@@ -731,9 +731,9 @@ impl Engine {
     }
 
     /// A page never reached EOSE in time: treat it as refused.
-    pub(super) fn on_eose_timeout(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
+    pub(super) fn on_eose_timeout(&mut self, relay: RelayId, id: u64, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.epoch != epoch || state.subs.get(id).is_none_or(|s| s.eose) {
+        if state.subs.get(id).is_none_or(|s| s.eose) {
             return;
         }
         info!(
@@ -751,9 +751,9 @@ impl Engine {
     }
 
     /// A pause after a refusal ended: retry what was refused.
-    pub(super) fn on_resume(&mut self, relay: RelayId, epoch: u32, now: Time) {
+    pub(super) fn on_resume(&mut self, relay: RelayId, now: Time) {
         let state = self.relay(relay);
-        if state.epoch != epoch || state.status != Status::Connected {
+        if state.status != Status::Connected {
             return;
         }
         state.paused_until = None;

@@ -24,7 +24,7 @@
 
 use log::info;
 
-use super::{Engine, Timer};
+use super::{ConnTimer, Engine};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
 
@@ -36,7 +36,6 @@ impl Engine {
     pub(super) fn suspect_silent(&mut self, relay: RelayId, before: u64, now: Time) {
         let grace = self.relays[relay.index()].silence.grace();
         let state = self.relay(relay);
-        let epoch = state.epoch;
         let mut newly = Vec::new();
         for (id, s) in state
             .subs
@@ -47,7 +46,7 @@ impl Engine {
             newly.push(id);
         }
         for id in newly {
-            self.arm_deadline(now + grace, Timer::Unanswered(relay, epoch, id));
+            self.arm_conn(now + grace, relay, ConnTimer::Unanswered(id));
         }
     }
 
@@ -63,9 +62,9 @@ impl Engine {
     /// A suspect heard nothing in its grace: its REQ was refused or
     /// dropped. Its work goes back to be asked again; the limit is not
     /// lowered (a refusal's NOTICE already lowered it).
-    pub(super) fn on_unanswered(&mut self, relay: RelayId, epoch: u32, id: u64, now: Time) {
+    pub(super) fn on_unanswered(&mut self, relay: RelayId, id: u64, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.epoch != epoch || state.subs.get(id).is_none_or(|s| s.heard) {
+        if state.subs.get(id).is_none_or(|s| s.heard) {
             return;
         }
         info!(
