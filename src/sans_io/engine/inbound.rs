@@ -539,7 +539,7 @@ impl Engine {
             let (lost, layer1) = sub.uncovered_from(now);
             let state = self.relay(relay);
             state.layer1_unread |= layer1;
-            state.uncovered_since = Some(state.uncovered_since.map_or(lost, |t| t.min(lost)));
+            state.gap_from(lost);
         }
     }
 

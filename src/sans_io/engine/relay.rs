@@ -437,8 +437,14 @@ impl RelayState {
     /// to `since`. A wide live filter already covers them.
     pub(super) fn mark_uncovered(&mut self, since: Time) {
         if self.live_mode == LiveMode::PerId {
-            self.uncovered_since = Some(self.uncovered_since.map_or(since, |t| t.min(since)));
+            self.gap_from(since);
         }
+    }
+
+    /// Live coverage has a gap from `since` (the watermark only moves
+    /// back): the next consolidation reads it again with `since`.
+    pub(super) fn gap_from(&mut self, since: Time) {
+        self.uncovered_since = Some(self.uncovered_since.map_or(since, |t| t.min(since)));
     }
 
     /// Chains still working for each batch: chunks queued, REQs before

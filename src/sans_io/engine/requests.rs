@@ -64,9 +64,8 @@ impl Engine {
                 state.neg_bypass.remove(&w.batch);
             }
             let purpose = self.purpose_for(relay, filters.len());
-            if purpose == Purpose::Page && self.relays[relay.index()].live_mode == LiveMode::PerId {
-                let state = self.relay(relay);
-                state.uncovered_since = Some(state.uncovered_since.map_or(now, |t| t.min(now)));
+            if purpose == Purpose::Page {
+                self.relay(relay).mark_uncovered(now);
             }
             let covers = (purpose == Purpose::Live).then(|| {
                 chunks
@@ -151,9 +150,8 @@ impl Engine {
             self.relay_url(relay)
         );
         if let Some(sub) = self.close_subscription(relay, id) {
-            let state = self.relay(relay);
             let lost = if sub.eose { now } else { sub.started.min(now) };
-            state.uncovered_since = Some(state.uncovered_since.map_or(lost, |t| t.min(lost)));
+            self.relay(relay).gap_from(lost);
         }
         true
     }
