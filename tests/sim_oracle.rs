@@ -1440,7 +1440,7 @@ impl World {
 
     fn run(mut self, steps: usize, verbose: bool) -> Result<Tally, Failure> {
         self.setup_repos();
-        if self.seed % 2 == 0 {
+        if self.seed.is_multiple_of(2) {
             self.first_sync();
         }
         let mut labels = Vec::new();
