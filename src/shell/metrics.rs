@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use crate::sans_io::engine::Engine;
 use crate::sans_io::engine::Offence;
+use crate::sans_io::engine::Stats;
 use crate::sans_io::engine::Status;
 use crate::sans_io::own_relay::outbox::{OutboxStats, OwnRefusal};
 use crate::sans_io::progress::Progress;
@@ -80,9 +81,77 @@ impl SinkView {
 /// Renders every metric as Prometheus text.
 pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &SinkView) -> String {
     let mut out = String::with_capacity(4096);
+    let s = engine.stats();
+    build_info(&mut out);
+    shard_info(&mut out, engine);
+    relays(&mut out, engine, now, s, shell);
+    subscriptions(&mut out, engine);
+    events(&mut out, s);
+    relay_conduct(&mut out, engine, s);
+    history(&mut out, s, shell);
+    connections_and_pages(&mut out, s, shell);
+    requests(&mut out, s, sink);
+    own_relay(&mut out, engine, sink);
+    sink_outcomes(&mut out, engine, s, shell, sink);
+    counter_labeled(
+        &mut out,
+        "grasp_sync_bytes_total",
+        "Websocket payload bytes.",
+        "direction",
+        &[("in", shell.bytes_in), ("out", shell.bytes_out)],
+    );
+    ProcessStats::read().render(&mut out);
+    out
+}
+
+/// This shard's remote relays by connection status and by health, and
+/// connect attempts by result.
+fn relays(out: &mut String, engine: &Engine, now: Time, s: &Stats, shell: &ShellStats) {
+    let (status, health) = count_relays(engine, now);
+    gauge_labeled(
+        out,
+        "grasp_sync_relays",
+        "This shard's remote relays by connection status (the own relay: grasp_sync_own_relay_connected).",
+        "status",
+        &[
+            ("disconnected", status[0] as u64),
+            ("connecting", status[1] as u64),
+            ("connected", status[2] as u64),
+        ],
+    );
+    gauge_labeled(
+        out,
+        "grasp_sync_relays_health",
+        "This shard's remote relays by health.",
+        "health",
+        &[
+            ("healthy", health[0] as u64),
+            ("degraded", health[1] as u64),
+            ("dead", health[2] as u64),
+            ("rate_limited", health[3] as u64),
+        ],
+    );
+    counter_labeled(
+        out,
+        "grasp_sync_connection_attempts_total",
+        "Connect attempts by result.",
+        "result",
+        &[
+            ("started", s.connects),
+            ("failed", s.connect_failures),
+            ("address_refused", shell.address_refused),
+            ("relay_cap_refused", shell.relay_cap_refused),
+            ("dns_failed", shell.dns_failures),
+        ],
+    );
+}
+
+/// This shard's remote relays by connection status (disconnected,
+/// connecting, connected) and by health (healthy, degraded, dead, rate
+/// limited).
+fn count_relays(engine: &Engine, now: Time) -> ([usize; 3], [usize; 4]) {
     let mut status = [0usize; 3];
     let mut health = [0usize; 4];
-    let (mut subs, mut pending) = (0, 0);
     // This shard's remote relays only: another shard's relays are its
     // engine's to count, and the own relay has gauges of its own.
     let (own, shard) = (engine.own_relay(), engine.shard());
@@ -102,63 +171,35 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
             Health::RateLimited => 3,
         }] += 1;
     }
+    (status, health)
+}
+
+/// Subscriptions open and batches waiting for EOSE, on all relays.
+fn subscriptions(out: &mut String, engine: &Engine) {
+    let (mut subs, mut pending) = (0, 0);
     for relay in engine.relays() {
         subs += engine.open_subscriptions(relay);
         pending += engine.pending_batches(relay);
     }
-    let s = engine.stats();
-    build_info(&mut out);
-    shard_info(&mut out, engine);
-    gauge_labeled(
-        &mut out,
-        "grasp_sync_relays",
-        "This shard's remote relays by connection status (the own relay: grasp_sync_own_relay_connected).",
-        "status",
-        &[
-            ("disconnected", status[0] as u64),
-            ("connecting", status[1] as u64),
-            ("connected", status[2] as u64),
-        ],
-    );
-    gauge_labeled(
-        &mut out,
-        "grasp_sync_relays_health",
-        "This shard's remote relays by health.",
-        "health",
-        &[
-            ("healthy", health[0] as u64),
-            ("degraded", health[1] as u64),
-            ("dead", health[2] as u64),
-            ("rate_limited", health[3] as u64),
-        ],
-    );
-    counter_labeled(
-        &mut out,
-        "grasp_sync_connection_attempts_total",
-        "Connect attempts by result.",
-        "result",
-        &[
-            ("started", s.connects),
-            ("failed", s.connect_failures),
-            ("address_refused", shell.address_refused),
-            ("relay_cap_refused", shell.relay_cap_refused),
-            ("dns_failed", shell.dns_failures),
-        ],
-    );
     gauge(
-        &mut out,
+        out,
         "grasp_sync_subscriptions_open",
         "Subscriptions open on all relays.",
         subs as u64,
     );
     gauge(
-        &mut out,
+        out,
         "grasp_sync_pending_batches",
         "Batches waiting for EOSE.",
         pending as u64,
     );
+}
+
+/// Events from remote relays by outcome, and messages that were no
+/// event to take.
+fn events(out: &mut String, s: &Stats) {
     counter_labeled(
-        &mut out,
+        out,
         "grasp_sync_events_total",
         "Events from remote relays by outcome.",
         "outcome",
@@ -172,23 +213,28 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         ],
     );
     counter(
-        &mut out,
+        out,
         "grasp_sync_messages_malformed_total",
         "Relay messages that were not nostr JSON.",
         s.messages_malformed,
     );
     counter(
-        &mut out,
+        out,
         "grasp_sync_messages_oversized_total",
         "Relay messages skipped for exceeding --max-frame-bytes (not an offence).",
         s.messages_oversized,
     );
+}
+
+/// How relays and the announcements they carry behaved: offences, input
+/// refused or damped, penalties, and NIP-42 AUTH.
+fn relay_conduct(out: &mut String, engine: &Engine, s: &Stats) {
     let offences: Vec<(&str, u64)> = Offence::ALL
         .iter()
         .map(|o| (o.label(), s.offences[*o as usize]))
         .collect();
     counter_labeled(
-        &mut out,
+        out,
         "grasp_sync_relay_offences_total",
         "Misbehaviour by relays, by kind.",
         "offence",
@@ -196,7 +242,7 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
     );
     let ix = engine.index().stats();
     counter_labeled(
-        &mut out,
+        out,
         "grasp_sync_announcement_input_total",
         "Hostile or sloppy announcement input refused or damped, by what.",
         "what",
@@ -208,13 +254,13 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         ],
     );
     counter(
-        &mut out,
+        out,
         "grasp_sync_relay_penalties_total",
         "Relays cut and backed off longer for repeated misbehaviour.",
         s.penalties,
     );
     counter_labeled(
-        &mut out,
+        out,
         "grasp_sync_auth_total",
         "NIP-42: AUTH sent, rejected, and subscriptions refused with auth-required.",
         "event",
@@ -224,8 +270,13 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
             ("auth_required", s.auth_required),
         ],
     );
+}
+
+/// Reading history whole: NIP-77 reconciliation, what a relay cannot be
+/// asked for, and seconds asked again in parts.
+fn history(out: &mut String, s: &Stats, shell: &ShellStats) {
     counter_labeled(
-        &mut out,
+        out,
         "grasp_sync_negentropy_total",
         "NIP-77: sessions, NEG-MSG rounds, ids found missing, fallbacks to REQ (over_id_budget: those of them that would have held more missing ids than the engine's bound over all relays), jobs that fetched a filter's missing ids while reconciling the next (fetched_ahead), jobs skipped (nothing held), events the sink listed.",
         "event",
@@ -241,7 +292,7 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         ],
     );
     counter_labeled(
-        &mut out,
+        out,
         "grasp_sync_unreachable_total",
         "What a relay cannot be asked for: items with a value it refuses (value), seconds holding more events than it returns that no split or NIP-77 read whole (second; second_unverified where its cap is unknown, so the second may hold no more).",
         "cause",
@@ -252,26 +303,31 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         ],
     );
     counter(
-        &mut out,
+        out,
         "grasp_sync_seconds_split_total",
         "Seconds holding more events for a filter than the relay returns, asked again in parts or by NIP-77.",
         s.seconds_split,
     );
+}
+
+/// Connections paused, cut or refused, the metrics port's pages, and
+/// NIP-11 fetches.
+fn connections_and_pages(out: &mut String, s: &Stats, shell: &ShellStats) {
     counter(
-        &mut out,
+        out,
         "grasp_sync_reads_throttled_total",
         "Times a relay's reads paused for exceeding --max-frames-per-sec.",
         shell.reads_throttled,
     );
     counter(
-        &mut out,
+        out,
         "grasp_sync_metrics_connections_evicted_total",
         "Metrics connections closed early to make room for a newer one.",
         shell.metrics_evicted,
     );
     let [metrics, status, status_json] = shell.metrics_renders;
     counter_labeled(
-        &mut out,
+        out,
         "grasp_sync_metrics_renders_total",
         "Pages the metrics port rendered; a status page is shared by every request within a second of it, /metrics is rendered per scrape.",
         "page",
@@ -282,13 +338,13 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         ],
     );
     counter(
-        &mut out,
+        out,
         "grasp_sync_unfinished_cut_total",
         "Relay connections cut for leaving a message unfinished past its deadline.",
         shell.unfinished_cut,
     );
     counter_labeled(
-        &mut out,
+        out,
         "grasp_sync_relay_info_total",
         "NIP-11 relay information fetches by result.",
         "result",
@@ -299,25 +355,29 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         ],
     );
     counter(
-        &mut out,
+        out,
         "grasp_sync_upgrades_refused_total",
         "Websocket upgrades a relay answered with an HTTP error (429/503 cool down).",
         s.upgrades_refused,
     );
+}
+
+/// REQs sent and how their subscriptions and batches ended.
+fn requests(out: &mut String, s: &Stats, sink: &SinkView) {
     counter(
-        &mut out,
+        out,
         "grasp_sync_reqs_total",
         "REQ messages sent.",
         s.reqs_sent,
     );
     counter(
-        &mut out,
+        out,
         "grasp_sync_refusals_total",
         "Subscriptions refused or closed by relays.",
         s.refusals,
     );
     counter_labeled(
-        &mut out,
+        out,
         "grasp_sync_batches_total",
         "Pending batches by end.",
         "result",
@@ -327,25 +387,29 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         ],
     );
     counter(
-        &mut out,
+        out,
         "grasp_sync_unanswered_subscriptions_total",
         "Subscriptions a relay left silent (no event, EOSE or refusal) while answering later ones, asked again (remote relays' subscriptions and the own relay's listing pages).",
         s.unanswered + sink.listings_unanswered,
     );
     counter(
-        &mut out,
+        out,
         "grasp_sync_consolidations_total",
         "Live subscription consolidations.",
         s.consolidations,
     );
+}
+
+/// The outbox to the own relay, and whether its links are open.
+fn own_relay(out: &mut String, engine: &Engine, sink: &SinkView) {
     gauge(
-        &mut out,
+        out,
         "grasp_sync_outbox_depth",
         "Events waiting for the own relay.",
         sink.outbox_depth as u64,
     );
     gauge(
-        &mut out,
+        out,
         "grasp_sync_outbox_capacity",
         "Events the outbox holds before reads from remote relays pause.",
         sink.outbox_capacity as u64,
@@ -353,15 +417,26 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
     if let Some(open) = sink.own_relay_open {
         let read = engine.relay_status(engine.own_relay()) == Status::Connected;
         gauge_labeled(
-            &mut out,
+            out,
             "grasp_sync_own_relay_connected",
             "1 while each link to the own relay is open: write (synced events go out) and read (the self-subscription that sees new repos and roots, and the listings).",
             "link",
             &[("write", u64::from(open)), ("read", u64::from(read))],
         );
     }
+}
+
+/// How the events handed to the sink ended, the own relay's refusals,
+/// and what the engine remembers of them.
+fn sink_outcomes(
+    out: &mut String,
+    engine: &Engine,
+    s: &Stats,
+    shell: &ShellStats,
+    sink: &SinkView,
+) {
     counter_labeled(
-        &mut out,
+        out,
         "grasp_sync_sink_events_total",
         "Events delivered to the sink by how each ended, once: stored (new), duplicate (the own relay had it), rejected (refused for good), set_aside (too large or struck out); they add up.",
         "outcome",
@@ -373,7 +448,7 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         ],
     );
     counter(
-        &mut out,
+        out,
         "grasp_sync_sink_retries_total",
         "EVENTs to the own relay put back for another attempt (an event retried twice counts twice).",
         sink.outbox.retried,
@@ -383,41 +458,32 @@ pub(crate) fn render(engine: &Engine, now: Time, shell: &ShellStats, sink: &Sink
         .map(|r| (r.label(), sink.outbox.refused[*r as usize]))
         .collect();
     counter_labeled(
-        &mut out,
+        out,
         "grasp_sync_own_relay_refusals_total",
         "EVENTs the own relay refused (OK false) by the reason it gave: rate_limited (retried, paced to what it takes), auth_required and error (retried), blocked, invalid, restricted, other (final).",
         "reason",
         &refusals,
     );
     counter(
-        &mut out,
+        out,
         "grasp_sync_refused_skipped_total",
         "Events neither fetched nor offered because the sink refused them for good before (blocked, invalid, over its size limit).",
         s.events_refused_skipped,
     );
     gauge(
-        &mut out,
+        out,
         "grasp_sync_refused_remembered",
         "Event ids the sink refused for good, remembered (bounded, kept in the state file).",
         engine.refused_remembered() as u64,
     );
     if let Some(per_minute) = sink.accepted_per_minute {
         gauge(
-            &mut out,
+            out,
             "grasp_sync_own_relay_accepted_per_minute",
             "While the own relay rate-limits the sync: the events a minute it takes.",
             per_minute,
         );
     }
-    counter_labeled(
-        &mut out,
-        "grasp_sync_bytes_total",
-        "Websocket payload bytes.",
-        "direction",
-        &[("in", shell.bytes_in), ("out", shell.bytes_out)],
-    );
-    ProcessStats::read().render(&mut out);
-    out
 }
 
 /// The first sync's progress, the sink's pace and the state file's last

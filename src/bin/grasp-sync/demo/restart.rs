@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use nostr::prelude::{Event, EventId};
 
 use super::engine_process::EngineCounters;
-use super::print_progress;
+use super::progress::print_progress;
 use super::shards::EngineSet;
 use grasp_sync::testing::farm::RelayFarm;
 

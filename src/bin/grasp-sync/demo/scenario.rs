@@ -20,7 +20,8 @@ use nostr::prelude::{
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{BUSY_REPLIES, CAPPED_RESULTS, DemoOptions};
+use super::DemoOptions;
+use super::profiles::{BUSY_REPLIES, CAPPED_RESULTS};
 
 /// One generated repository.
 struct Repo {
