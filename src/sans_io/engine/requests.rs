@@ -601,6 +601,12 @@ impl Engine {
             .collect();
         for id in live {
             if let Some(sub) = self.close_subscription(relay, id) {
+                // A Layer 1 read from the beginning, closed before its
+                // EOSE (a fresh sync's first live set replaced at once by
+                // a consolidation), is owed to the new set: else the
+                // announcements of the relay's downtime were never read.
+                let (_, layer1) = sub.uncovered_from(now);
+                self.relay(relay).layer1_unread |= layer1;
                 self.continue_work_elsewhere(relay, sub);
             }
         }
