@@ -928,14 +928,18 @@ fn a_pause_of_an_ended_connection_does_not_end_the_next_ones() {
     let a = sim.id(A);
     assert_eq!(sim.engine.relay_status(a), Status::Connected);
     let paused = |sim: &Sim| sim.engine.relay_view(a, sim.now).paused_until;
-    sim.relay(A).close_next.push_back("rate-limited: slow down".into());
+    sim.relay(A)
+        .close_next
+        .push_back("rate-limited: slow down".into());
     let repo = coord(&owner, "r");
     sim.publish(&own, &root(&owner, 1621, &[&repo], T0 + 1, "issue"));
     sim.advance(Duration::from_secs(6));
     let first = paused(&sim).expect("the first connection pauses");
     sim.stop_relay(A);
     sim.advance(Duration::from_secs(1));
-    sim.relay(A).close_next.push_back("rate-limited: again".into());
+    sim.relay(A)
+        .close_next
+        .push_back("rate-limited: again".into());
     sim.start_relay(A);
     sim.advance(Duration::from_secs(15));
     assert_eq!(sim.engine.relay_status(a), Status::Connected);
