@@ -52,13 +52,7 @@ impl Engine {
             .covered_until
             .filter(|_| !fresh)
             .map(|t| t.saturating_sub(quick_window));
-        if fresh {
-            state.requeue_where(|s| s == ItemState::Confirmed);
-            state.layer1_unread = false;
-        }
         state.status = Status::Connected;
-        // The relay may have changed its cap while we were away.
-        state.result_cap.renew();
         state.conduct.on_connect();
         state.auth.on_connect();
         state.epoch = state.epoch.wrapping_add(1);
@@ -71,15 +65,7 @@ impl Engine {
         state.retry_at = None;
         let since = catch_up.map(|t| Timestamp::from_secs(t.as_secs()));
         self.log_connected(relay, fresh, now);
-        if relay == self.own {
-            self.subscribe_self(since, now);
-        } else {
-            self.subscribe_live(relay, since, !fresh, now);
-            self.requeue_all(relay);
-        }
-        if fresh {
-            self.schedule_daily(relay, now);
-        }
+        self.start_reading(relay, fresh, since, now);
         self.arm_watch(relay, now + self.config.keepalive);
         self.flush(now);
     }
@@ -357,20 +343,34 @@ impl Engine {
         info!("{}: daily fresh sync", self.relay_url(relay));
         self.close_all_subscriptions(relay);
         self.close_all_sessions(relay);
+        let jobs = self.relay(relay).clear_in_flight();
+        self.start_reading(relay, true, None, now);
+        self.neg_jobs_dropped(relay, jobs, now);
+    }
+
+    /// Starts reading a connected relay: the one path of the first
+    /// connect, a stale reconnect and the daily sync (`fresh`: every
+    /// target read again from the beginning, and the next daily sync
+    /// scheduled), and of a quick reconnect (confirmed targets kept, live
+    /// filters reaching back to `since`). Either way the relay's cap is
+    /// proven again: it may have changed while we were away, and a full
+    /// sync catches what a cap lowered since the last one cut.
+    fn start_reading(&mut self, relay: RelayId, fresh: bool, since: Option<Timestamp>, now: Time) {
         let state = self.relay(relay);
-        let jobs = state.clear_in_flight();
-        // A full sync proves the relay's cap again: it catches what a cap
-        // lowered since the last one cut.
         state.result_cap.renew();
-        state.requeue_where(|s| s == ItemState::Confirmed);
+        if fresh {
+            state.requeue_where(|s| s == ItemState::Confirmed);
+            state.layer1_unread = false;
+        }
         if relay == self.own {
-            self.subscribe_self(None, now);
+            self.subscribe_self(since, now);
         } else {
-            self.subscribe_live(relay, None, false, now);
+            self.subscribe_live(relay, since, !fresh, now);
             self.requeue_all(relay);
         }
-        self.schedule_daily(relay, now);
-        self.neg_jobs_dropped(relay, jobs, now);
+        if fresh {
+            self.schedule_daily(relay, now);
+        }
     }
 
     /// A full sync started at `now`: the next is due in 23–25 h (the
