@@ -22,6 +22,8 @@
 
 #[path = "common/engine_process.rs"]
 mod engine_process;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +31,7 @@ use engine_process::{cpu_seconds, engine_bin, metric, start_engine};
 use grasp_sync::testing::farm::{FarmOptions, RelayFarm};
 use grasp_sync::testing::sim::{T0, announcement, coord, keys, reply, root, sign, tag, wide_keys};
 use nostr::prelude::*;
+use support::real::free_port;
 
 /// One binary's figures over one firehose window.
 struct Window {
@@ -84,7 +87,7 @@ fn run(bin: &str, rate: usize, secs: u64) -> Window {
             )
         })
         .collect();
-    let port = support_port();
+    let port = free_port();
     let mut engine = start_engine(bin, &own, port, ["--consolidation-threshold", "3"]);
     let ids: Vec<EventId> = history.iter().map(|e| e.id).collect();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -121,14 +124,6 @@ fn run(bin: &str, rate: usize, secs: u64) -> Window {
         replies_live,
         replies: replies.len(),
     }
-}
-
-/// A port the OS says is free now.
-fn support_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 fn main() {

@@ -67,6 +67,7 @@ mod requests;
 mod resume;
 mod saturated;
 mod sub_table;
+mod timers;
 mod unanswered;
 
 pub use conduct::Offence;
@@ -84,7 +85,7 @@ use rand::rngs::SmallRng;
 use crate::sans_io::config::Config;
 use crate::sans_io::identity::relay_url::{UrlError, normalize};
 use crate::sans_io::identity::service::Service;
-use crate::sans_io::memory::index::{IndexLimits, Item, RelayId, RepoId, RepoIndex};
+use crate::sans_io::memory::index::{IndexLimits, Item, RelayId, RepoIndex};
 use crate::sans_io::memory::refused::RefusedIds;
 use crate::sans_io::memory::saved_state::SavedState;
 use crate::sans_io::memory::seen::Seen;
@@ -97,6 +98,7 @@ use crate::sans_io::wire::signature::Verifier;
 use diff::Batching;
 use negentropy::Listings;
 use relay::{Limits, RelayState, Role};
+use timers::{ConnTimer, Timer, whole_second};
 
 /// Something the shell must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -303,55 +305,6 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
-
-/// Timers of the engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Timer {
-    BatchWindow,
-    DisconnectCheck,
-    Reconnect(RelayId),
-    /// A repo's held relay change is due.
-    ReleaseHeld(RepoId),
-    /// A deadline of one connection (or connect attempt) of a relay, keyed
-    /// by the relay's epoch when it was armed. Every connect and disconnect
-    /// bumps the epoch, so a timer of a connection that has ended is
-    /// dropped in one place ([`Engine::on_timer`]) and never fires into
-    /// the next one.
-    Conn(RelayId, u32, ConnTimer),
-}
-
-/// What a connection's timer is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ConnTimer {
-    ConnectTimeout,
-    Consolidate,
-    EoseTimeout(u64),
-    /// A suspect subscription (silent when a refusal naming none landed,
-    /// or when a later one reached EOSE) is due to have been heard from.
-    Unanswered(u64),
-    Resume,
-    /// A connection's keepalive round, and its daily full sync once due.
-    Watch,
-    /// A negentropy job's progress deadline.
-    NegTimeout(u64),
-}
-
-impl ConnTimer {
-    /// Deadlines that only catch a lack of progress (a connect, an EOSE, a
-    /// negentropy round, an answer) are rounded up to the whole second:
-    /// such deadlines are armed by the thousand in a first sync, each at
-    /// its own millisecond, and their expiry (stale or not) woke the idle
-    /// loop 400 times in a quiet minute at 5,000 relays.
-    fn rounded(self) -> bool {
-        matches!(
-            self,
-            ConnTimer::ConnectTimeout
-                | ConnTimer::EoseTimeout(_)
-                | ConnTimer::Unanswered(_)
-                | ConnTimer::NegTimeout(_)
-        )
-    }
-}
 
 /// The GRASP-02 sync engine.
 ///
@@ -1063,10 +1016,4 @@ impl Engine {
             ConnTimer::NegTimeout(id) => self.on_neg_timeout(relay, id, now),
         }
     }
-}
-
-/// Rounds up to the next whole second, so timers of thousands of relays
-/// share wake-ups instead of spreading over every millisecond.
-fn whole_second(t: Time) -> Time {
-    Time::from_millis(t.as_millis().div_ceil(1000) * 1000)
 }
