@@ -14,7 +14,7 @@
 use log::{debug, info, warn};
 use nostr::prelude::*;
 
-use super::{Action, Engine, Status};
+use super::{Action, Engine};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
@@ -31,13 +31,6 @@ pub(super) struct Auth {
     state: AuthState,
     /// `auth-required:` without a key was logged on this connection.
     required_logged: bool,
-}
-
-impl Auth {
-    /// A new connection has not been challenged nor warned about.
-    pub(super) fn on_connect(&mut self) {
-        *self = Auth::default();
-    }
 }
 
 /// Where a relay connection stands with NIP-42.
@@ -72,16 +65,18 @@ impl Engine {
             );
             return;
         }
-        let state = self.relay(relay);
+        let Some(conn) = self.conn_mut(relay) else {
+            return;
+        };
         if matches!(
-            state.auth.state,
+            conn.auth.state,
             AuthState::Sent(_) | AuthState::Accepted | AuthState::Rejected
         ) {
             // One answer per connection: a relay re-challenging in a loop
             // gets no loop from us.
             return;
         }
-        state.auth.state = AuthState::Challenged(challenge.to_owned());
+        conn.auth.state = AuthState::Challenged(challenge.to_owned());
         self.send_auth(relay, now);
     }
 
@@ -89,9 +84,10 @@ impl Engine {
     pub(super) fn on_auth_required(&mut self, relay: RelayId, now: Time) {
         self.stats.auth_required += 1;
         if self.auth_keys_for(relay).is_none() {
-            let state = self.relay(relay);
-            if !state.auth.required_logged {
-                state.auth.required_logged = true;
+            let Some(conn) = self.conn_mut(relay) else {
+                return;
+            };
+            if !std::mem::replace(&mut conn.auth.required_logged, true) {
                 warn!(
                     "{} requires NIP-42 AUTH and no --auth-key-file is set; backing off",
                     self.relay_url(relay)
@@ -99,10 +95,10 @@ impl Engine {
             }
             return;
         }
-        if matches!(
-            self.relays[relay.index()].auth.state,
-            AuthState::Challenged(_)
-        ) {
+        if self
+            .conn(relay)
+            .is_some_and(|c| matches!(c.auth.state, AuthState::Challenged(_)))
+        {
             self.send_auth(relay, now);
         }
     }
@@ -116,12 +112,15 @@ impl Engine {
         message: &str,
         now: Time,
     ) {
-        if self.relays[relay.index()].auth.state != AuthState::Sent(*id) {
+        let Some(conn) = self.conn_mut(relay) else {
+            return;
+        };
+        if conn.auth.state != AuthState::Sent(*id) {
             return;
         }
         if !accepted {
+            conn.auth.state = AuthState::Rejected;
             self.stats.auth_failures += 1;
-            self.relay(relay).auth.state = AuthState::Rejected;
             if let Some(n) = self.log_budget.admit(relay.index(), now) {
                 let url = self.relay_url(relay);
                 warn!(
@@ -133,9 +132,11 @@ impl Engine {
             return;
         }
         info!("{}: authenticated", self.relay_url(relay));
-        let state = self.relay(relay);
-        state.auth.state = AuthState::Accepted;
-        if state.paused_until.is_none() {
+        let Some(conn) = self.conn_mut(relay) else {
+            return;
+        };
+        conn.auth.state = AuthState::Accepted;
+        if conn.paused_until.is_none() {
             return;
         }
         // Resuming re-opens a refused self-subscription with the `since`
@@ -154,7 +155,7 @@ impl Engine {
     }
 
     fn send_auth(&mut self, relay: RelayId, now: Time) {
-        let AuthState::Challenged(challenge) = &self.relays[relay.index()].auth.state else {
+        let Some(AuthState::Challenged(challenge)) = self.conn(relay).map(|c| &c.auth.state) else {
             return;
         };
         let Some(keys) = self.auth_keys_for(relay) else {
@@ -169,11 +170,10 @@ impl Engine {
             }
         };
         self.stats.auth_attempts += 1;
-        let state = &mut self.relays[relay.index()];
-        if state.status != Status::Connected {
+        let Some(conn) = self.conn_mut(relay) else {
             return;
-        }
-        state.auth.state = AuthState::Sent(event.id);
+        };
+        conn.auth.state = AuthState::Sent(event.id);
         let message = ClientMessage::auth(event).as_json();
         self.actions.push_back(Action::Send { relay, message });
     }
@@ -207,7 +207,11 @@ mod tests {
         let (mut engine, relay) = engine(false);
         engine.on_auth_challenge(relay, &"c".repeat(100), Time::from_secs(1_001));
         assert_eq!(
-            engine.relays[relay.index()].auth.state,
+            engine.relays[relay.index()]
+                .conn()
+                .expect("connected")
+                .auth
+                .state,
             AuthState::Unchallenged
         );
     }
@@ -218,12 +222,20 @@ mod tests {
         let now = Time::from_secs(1_001);
         engine.on_auth_challenge(relay, &"c".repeat(MAX_CHALLENGE_BYTES + 1), now);
         assert_eq!(
-            engine.relays[relay.index()].auth.state,
+            engine.relays[relay.index()]
+                .conn()
+                .expect("connected")
+                .auth
+                .state,
             AuthState::Unchallenged
         );
         engine.on_auth_challenge(relay, &"c".repeat(MAX_CHALLENGE_BYTES), now);
         assert!(matches!(
-            engine.relays[relay.index()].auth.state,
+            engine.relays[relay.index()]
+                .conn()
+                .expect("connected")
+                .auth
+                .state,
             AuthState::Sent(_)
         ));
     }

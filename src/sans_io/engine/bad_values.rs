@@ -20,7 +20,8 @@
 use log::{debug, warn};
 
 use super::Engine;
-use super::relay::{ItemState, MIN_VALUE_BYTES};
+use super::limits::MIN_VALUE_BYTES;
+use super::targets::ItemState;
 use crate::sans_io::memory::index::{Item, RelayId};
 use crate::sans_io::query::subscription::{Subscription, WorkRef};
 use crate::sans_io::wire::relay_text::relay_text;
@@ -52,7 +53,7 @@ impl Engine {
                 let size = items.len().div_ceil(2);
                 let state = self.relay(relay);
                 for item in items {
-                    let at = state.suspects.entry(item).or_insert(size);
+                    let at = state.facts.suspects.entry(item).or_insert(size);
                     *at = (*at).min(size);
                 }
                 debug!("{}: isolating a refused value", self.relay_url(relay));
@@ -66,11 +67,11 @@ impl Engine {
     fn demote_confirmed(&mut self, relay: RelayId, items: &[Item]) {
         let state = self.relay(relay);
         for item in items {
-            if let Some(slot) = state.items.get_mut(item)
+            if let Some(slot) = state.targets.items.get_mut(item)
                 && slot.state == ItemState::Confirmed
             {
                 slot.state = ItemState::Queued;
-                state.queued.push(*item);
+                state.targets.queued.push(*item);
             }
         }
     }
@@ -80,12 +81,12 @@ impl Engine {
     fn mark_unaskable(&mut self, relay: RelayId, item: Item, too_long: bool) {
         let longest = self.longest_value(item);
         let state = self.relay(relay);
-        state.suspects.remove(&item);
-        if !state.unaskable.insert(item) {
+        state.facts.suspects.remove(&item);
+        if !state.facts.unaskable.insert(item) {
             return;
         }
         if too_long && longest > MIN_VALUE_BYTES {
-            state.limits.value_bytes = state.limits.value_bytes.min(longest - 1);
+            state.facts.limits.value_bytes = state.facts.limits.value_bytes.min(longest - 1);
         }
         self.stats.items_unaskable += 1;
         warn!(
@@ -100,10 +101,10 @@ impl Engine {
     /// before any REQ carries it.
     pub(super) fn askable(&mut self, relay: RelayId, item: Item) -> bool {
         let state = &self.relays[relay.index()];
-        if state.unaskable.contains(&item) {
+        if state.facts.unaskable.contains(&item) {
             return false;
         }
-        if self.longest_value(item) > state.limits.value_bytes {
+        if self.longest_value(item) > state.facts.limits.value_bytes {
             self.mark_unaskable(relay, item, false);
             return false;
         }
@@ -112,13 +113,13 @@ impl Engine {
 
     /// A chunk whose items are suspects: it travels in a REQ of its own.
     pub(super) fn is_suspect_chunk(&self, relay: RelayId, work: &WorkRef) -> bool {
-        let suspects = &self.relays[relay.index()].suspects;
+        let suspects = &self.relays[relay.index()].facts.suspects;
         !suspects.is_empty() && work.items.iter().any(|i| suspects.contains_key(i))
     }
 
     /// The chunks of `work` were answered to EOSE: their items are cleared.
     pub(super) fn clear_suspects(&mut self, relay: RelayId, work: &[WorkRef]) {
-        let suspects = &mut self.relay(relay).suspects;
+        let suspects = &mut self.relay(relay).facts.suspects;
         if suspects.is_empty() {
             return;
         }

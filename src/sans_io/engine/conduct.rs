@@ -167,7 +167,7 @@ impl Engine {
             return;
         };
         self.stats.messages_oversized += 1;
-        if std::mem::replace(&mut state.conduct.oversized_logged, true) {
+        if std::mem::replace(&mut state.facts.conduct.oversized_logged, true) {
             return;
         }
         warn!(
@@ -183,7 +183,7 @@ impl Engine {
             return;
         }
         self.stats.offences[offence as usize] += 1;
-        if !self.relays[relay.index()].conduct.offend(offence) {
+        if !self.relays[relay.index()].facts.conduct.offend(offence) {
             return;
         }
         self.stats.penalties += 1;
@@ -191,9 +191,9 @@ impl Engine {
             "{}: penalised for misbehaving ({}; {} penalties)",
             self.relay_url(relay),
             offence.label(),
-            self.relays[relay.index()].conduct.penalties()
+            self.relays[relay.index()].facts.conduct.penalties()
         );
-        if self.relays[relay.index()].status != Status::Disconnected {
+        if self.relays[relay.index()].status() != Status::Disconnected {
             self.actions.push_back(Action::Disconnect { relay });
             self.fail_connection(relay, now, "cut for misbehaving");
         }
@@ -270,6 +270,6 @@ mod tests {
         }
         assert_eq!(engine.stats.messages_oversized, 1_000);
         assert_eq!(engine.stats.penalties, 0);
-        assert_eq!(engine.relays[relay.index()].conduct.penalties(), 0);
+        assert_eq!(engine.relays[relay.index()].facts.conduct.penalties(), 0);
     }
 }

@@ -11,7 +11,8 @@
 use log::{debug, info};
 use nostr::prelude::Event;
 
-use super::relay::{Batch, ItemState, Slot};
+use super::connection::Batch;
+use super::targets::{ItemState, Slot};
 use super::{Engine, Status, Timer};
 use crate::sans_io::memory::index::{Item, RelayId, RepoId, TargetChange};
 use crate::sans_io::query::subscription::WorkRef;
@@ -122,17 +123,18 @@ impl Engine {
             let state = &mut self.relays[change.relay.index()];
             if change.added {
                 let slot = state
+                    .targets
                     .items
                     .entry(change.item)
                     .or_insert(Slot::new(restored));
                 slot.refs += 1;
-                if slot.refs == 1 && state.status == Status::Connected {
-                    state.queued.push(change.item);
+                if slot.refs == 1 && state.status() == Status::Connected {
+                    state.targets.queued.push(change.item);
                 }
-            } else if let Some(slot) = state.items.get_mut(&change.item) {
+            } else if let Some(slot) = state.targets.items.get_mut(&change.item) {
                 slot.refs -= 1;
                 if slot.refs == 0 {
-                    state.items.remove(&change.item);
+                    state.targets.items.remove(&change.item);
                 }
             }
             if touched.last() != Some(&change.relay) {
@@ -142,7 +144,7 @@ impl Engine {
         touched.sort_unstable();
         touched.dedup();
         for relay in touched {
-            match self.relays[relay.index()].status {
+            match self.relays[relay.index()].status() {
                 Status::Connected => self.dirty.push(relay),
                 Status::Disconnected if self.wants_connection(relay) => self.connect(relay, now),
                 _ => {}
@@ -172,25 +174,25 @@ impl Engine {
         let chunk_size = self.chunk_size(relay);
         let batch_id = self.batching.next_batch;
         let state = &mut self.relays[relay.index()];
-        if state.status != Status::Connected || state.paused_until.is_some() {
+        if state.conn().is_none_or(|c| c.paused_until.is_some()) {
             return;
         }
         let mut repos = Vec::new();
         let mut roots = Vec::new();
         let mut suspects = Vec::new();
-        for item in std::mem::take(&mut state.queued) {
+        for item in std::mem::take(&mut state.targets.queued) {
             if !self.askable(relay, item) {
                 continue;
             }
             let state = &mut self.relays[relay.index()];
-            let Some(slot) = state.items.get_mut(&item) else {
+            let Some(slot) = state.targets.items.get_mut(&item) else {
                 continue;
             };
             if slot.state != ItemState::Queued {
                 continue;
             }
             slot.state = ItemState::Pending(batch_id);
-            match (state.suspects.get(&item), item) {
+            match (state.facts.suspects.get(&item), item) {
                 (Some(&size), _) => suspects.push((size, item)),
                 (None, Item::Repo(_)) => repos.push(item),
                 (None, Item::Root(_)) => roots.push(item),
@@ -200,12 +202,15 @@ impl Engine {
             return;
         }
         self.batching.next_batch += 1;
-        let state = &mut self.relays[relay.index()];
+        // Connected: checked above, and asking `askable` changes nothing.
+        let Some(flight) = self.conn_mut(relay).map(|c| &mut c.flight) else {
+            return;
+        };
         let mut chunks = 0;
         let mut isolated: Vec<Item> = Vec::new();
         for part in [repos.as_slice(), roots.as_slice()] {
             for chunk in part.chunks(chunk_size) {
-                state.work.push_back(WorkRef {
+                flight.work.push_back(WorkRef {
                     batch: batch_id,
                     items: chunk.to_vec(),
                 });
@@ -222,7 +227,7 @@ impl Engine {
             for chunk in group.chunks(size) {
                 let items: Vec<Item> = chunk.iter().map(|&(_, i)| i).collect();
                 isolated.extend(&items);
-                state.work.push_back(WorkRef {
+                flight.work.push_back(WorkRef {
                     batch: batch_id,
                     items,
                 });
@@ -236,7 +241,7 @@ impl Engine {
         );
         repos.extend(roots);
         repos.extend(isolated);
-        state.batches.insert(
+        flight.batches.insert(
             batch_id,
             Batch {
                 items: repos,
@@ -249,18 +254,22 @@ impl Engine {
     /// One chunk of `batch` reached its last EOSE at `now`.
     pub(super) fn complete_chunk(&mut self, relay: RelayId, batch: u64, now: Time) {
         let state = &mut self.relays[relay.index()];
-        let Some(b) = state.batches.get_mut(&batch) else {
+        let Some(conn) = state.conn_mut() else {
+            return;
+        };
+        let Some(b) = conn.flight.batches.get_mut(&batch) else {
             return;
         };
         b.chunks_left = b.chunks_left.saturating_sub(1);
         if b.chunks_left > 0 {
             return;
         }
-        let Some(done) = state.batches.remove(&batch) else {
+        let Some(done) = conn.flight.batches.remove(&batch) else {
             return;
         };
+        let covered = conn.live_covers_all(&done.items);
         for item in &done.items {
-            if let Some(slot) = state.items.get_mut(item)
+            if let Some(slot) = state.targets.items.get_mut(item)
                 && slot.state == ItemState::Pending(batch)
             {
                 slot.confirm(now);
@@ -271,10 +280,10 @@ impl Engine {
         // knew the pages open then, so the batch itself says so: else its
         // items waited for the next reconnect or the daily sync (found by
         // the oracle's timeliness check, world 180).
-        if !state.live_covers_all(&done.items) {
+        if !covered {
             state.mark_uncovered(done.started);
         }
-        state.health.record_progress();
+        state.facts.health.record_progress();
         self.stats.batches_confirmed += 1;
         self.note_batch_confirmed(relay);
         debug!(
@@ -287,20 +296,24 @@ impl Engine {
     /// A chunk of `batch` failed: the whole batch goes back to the diff.
     pub(super) fn fail_batch(&mut self, relay: RelayId, batch: u64) {
         let state = &mut self.relays[relay.index()];
-        let Some(failed) = state.batches.remove(&batch) else {
+        let Some(conn) = state.conn_mut() else {
             return;
         };
+        let flight = &mut conn.flight;
+        let Some(failed) = flight.batches.remove(&batch) else {
+            return;
+        };
+        flight.work.retain(|w| w.batch != batch);
+        // A chunk built ahead may be of this batch: never keep it idle.
+        flight.built_front = None;
         for item in failed.items {
-            if let Some(slot) = state.items.get_mut(&item)
+            if let Some(slot) = state.targets.items.get_mut(&item)
                 && slot.state == ItemState::Pending(batch)
             {
                 slot.state = ItemState::Queued;
-                state.queued.push(item);
+                state.targets.queued.push(item);
             }
         }
-        state.work.retain(|w| w.batch != batch);
-        // A chunk built ahead may be of this batch: never keep it idle.
-        state.built_front = None;
         self.stats.batches_failed += 1;
         info!(
             "{}: batch {batch} failed; items back to the diff",

@@ -9,8 +9,10 @@
 use log::{debug, info, warn};
 use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
-use super::relay::{LiveMode, MIN_MESSAGE_BYTES};
-use super::{ConnTimer, Engine, Offence, Output, Status};
+use super::connection::LiveMode;
+use super::limits::MIN_MESSAGE_BYTES;
+use super::relay::Link;
+use super::{ConnTimer, Engine, Offence, Output};
 use crate::sans_io::memory::index::{
     Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, is_index_kind,
 };
@@ -22,12 +24,14 @@ use crate::sans_io::wire::relay_text::{dropped, relay_text};
 impl Engine {
     /// A text frame from `relay`: parsed, checked and dispatched by kind.
     pub(super) fn receive_message(&mut self, now: Time, relay: RelayId, text: &str) {
-        if relay.index() >= self.relays.len()
-            || self.relays[relay.index()].status != Status::Connected
-        {
+        let Some(conn) = self
+            .relays
+            .get_mut(relay.index())
+            .and_then(|s| s.conn_mut())
+        else {
             return;
-        }
-        self.relay(relay).last_heard = now;
+        };
+        conn.last_heard = now;
         if self.drop_live_duplicate(relay, text, now) {
             return;
         }
@@ -101,8 +105,10 @@ impl Engine {
         if !self.seen.contains(&id) {
             return false;
         }
-        let subs = &mut self.relays[relay.index()].subs;
-        match sub_key(sub).and_then(|k| subs.get_mut(k)) {
+        let Some(conn) = self.conn_mut(relay) else {
+            return false;
+        };
+        match sub_key(sub).and_then(|k| conn.subs.get_mut(k)) {
             Some(s) if s.eose => s.heard = true,
             _ => return false,
         }
@@ -118,7 +124,8 @@ impl Engine {
             self.stats.events_received += 1;
             self.note_event(relay, now);
         }
-        let Some(s) = sub.and_then(|id| self.relays[relay.index()].subs.get_mut(id)) else {
+        let conn = self.conn_mut(relay);
+        let Some(s) = sub.and_then(|id| conn?.subs.get_mut(id)) else {
             self.stats.events_unwanted += 1;
             return;
         };
@@ -205,7 +212,11 @@ impl Engine {
             return;
         }
         let budget = self.config.max_new_items_per_relay_minute;
-        if !self.relays[relay.index()].conduct.fresh_item(now, budget) {
+        if !self.relays[relay.index()]
+            .facts
+            .conduct
+            .fresh_item(now, budget)
+        {
             self.offended(now, relay, Offence::ItemFlood);
         }
     }
@@ -288,7 +299,7 @@ impl Engine {
 
     /// True if `event` tags a repo or root that `relay` targets.
     fn tags_target(&self, relay: RelayId, event: &Event) -> bool {
-        let items = &self.relays[relay.index()].items;
+        let items = &self.relays[relay.index()].targets.items;
         let targeted = |item: Option<Item>| item.is_some_and(|i| items.contains_key(&i));
         if event.kind.as_u16() == KIND_STATE {
             // The per-id filter asks `#d` alone: state from any maintainer of
@@ -327,7 +338,10 @@ impl Engine {
         let max_pages = self.config.max_pages;
         let Some(id) = sub else { return };
         let state = self.relay(relay);
-        let Some(s) = state.subs.get_mut(id) else {
+        let Link::Up(conn) = &mut state.link else {
+            return;
+        };
+        let Some(s) = conn.subs.get_mut(id) else {
             return;
         };
         if s.eose {
@@ -335,7 +349,7 @@ impl Engine {
         }
         s.eose = true;
         s.heard = true;
-        state.health.record_success();
+        state.facts.health.record_success();
         if s.scope == Scope::Own {
             // Everything before now is read: a re-subscription after a
             // refusal need only reach back over the quick window.
@@ -344,10 +358,13 @@ impl Engine {
         }
         self.suspect_skipped(relay, id, now);
         let state = self.relay(relay);
-        let Some(s) = state.subs.get_mut(id) else {
+        let Link::Up(conn) = &mut state.link else {
             return;
         };
-        let end = s.next_page(limit, &mut state.result_cap);
+        let Some(s) = conn.subs.get_mut(id) else {
+            return;
+        };
+        let end = s.next_page(limit, &mut state.facts.result_cap);
         s.end_stored();
         let next = end.next;
         let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
@@ -368,14 +385,16 @@ impl Engine {
                     "{}: page {page} of {id:x} full; asking the next",
                     self.relay_url(relay)
                 );
-                self.relay(relay).next_pages.push_back(NextPage {
-                    filters,
-                    scope,
-                    work,
-                    page: page + 1,
-                    started,
-                    reconcile: None,
-                });
+                if let Some(flight) = self.flight_mut(relay) {
+                    flight.next_pages.push_back(NextPage {
+                        filters,
+                        scope,
+                        work,
+                        page: page + 1,
+                        started,
+                        reconcile: None,
+                    });
+                }
             }
             _ => {
                 if next.is_some() {
@@ -402,7 +421,7 @@ impl Engine {
 
     fn on_closed(&mut self, relay: RelayId, sub: Option<u64>, reason: &str, now: Time) {
         let Some(id) = sub else { return };
-        let Some(s) = self.relay(relay).subs.remove(id) else {
+        let Some(s) = self.conn_mut(relay).and_then(|c| c.subs.remove(id)) else {
             return;
         };
         let refusal = Refusal::of_closed(reason);
@@ -446,16 +465,18 @@ impl Engine {
             refusal,
             Refusal::TooManyValues | Refusal::TooManyKinds | Refusal::BadValue { .. }
         ) {
-            let state = self.relay(relay);
-            state.value_notice = state.value_notice.or(Some(refusal));
+            if let Some(flight) = self.flight_mut(relay) {
+                flight.value_notice = flight.value_notice.or(Some(refusal));
+            }
             return;
         }
-        let newest_silent = self.relays[relay.index()]
-            .subs
-            .iter()
-            .filter(|(_, s)| !s.heard)
-            .map(|(id, _)| id)
-            .max();
+        let newest_silent = self.conn(relay).and_then(|c| {
+            c.subs
+                .iter()
+                .filter(|(_, s)| !s.heard)
+                .map(|(id, _)| id)
+                .max()
+        });
         match newest_silent.and_then(|id| self.close_subscription(relay, id)) {
             Some(s) => self.refused(relay, s, refusal, now),
             None => self.lower_limits(relay, refusal, 0),
@@ -469,14 +490,16 @@ impl Engine {
     /// engine closed before the relay answered it takes the NOTICE too;
     /// its work was queued again when it was closed.
     fn blame_value_notice(&mut self, relay: RelayId, sub: Option<u64>, now: Time) -> bool {
-        let state = &self.relays[relay.index()];
-        let (Some(refusal), Some(id)) = (state.value_notice, sub) else {
+        let Some(conn) = self.conn_mut(relay) else {
             return false;
         };
-        if state.subs.get(id).is_some_and(|s| s.heard) {
+        let (Some(refusal), Some(id)) = (conn.flight.value_notice, sub) else {
+            return false;
+        };
+        if conn.subs.get(id).is_some_and(|s| s.heard) {
             return false;
         }
-        self.relay(relay).value_notice = None;
+        conn.flight.value_notice = None;
         let Some(s) = self.close_subscription(relay, id) else {
             return false;
         };
@@ -494,7 +517,7 @@ impl Engine {
         now: Time,
     ) {
         self.note_refusal(relay);
-        let open_before = self.relays[relay.index()].subs.len() + 1;
+        let open_before = self.conn(relay).map_or(0, |c| c.subs.len()) + 1;
         self.give_back(relay, &sub, now);
         if sub.scope == Scope::Own {
             self.pause(relay, refusal, now);
@@ -508,7 +531,7 @@ impl Engine {
             // chunks, so the offending item stands alone in a few rounds.
             return self.isolate_bad_value(relay, &sub, too_long);
         }
-        if refusal.is_limit() && !self.relays[relay.index()].limits.at_floor(refusal) {
+        if refusal.is_limit() && !self.relays[relay.index()].facts.limits.at_floor(refusal) {
             let hint = match refusal {
                 Refusal::TooManyValues | Refusal::TooManyKinds => {
                     counted(refusal, &sub).max().unwrap_or(0)
@@ -533,25 +556,28 @@ impl Engine {
         if sub.scope == Scope::Own {
             return;
         }
-        if sub.purpose == Purpose::Live && self.relays[relay.index()].live_mode != LiveMode::Wide
-            || sub.scope == Scope::Wide
-        {
+        let per_id = self
+            .conn(relay)
+            .is_none_or(|c| c.live_mode != LiveMode::Wide);
+        if sub.purpose == Purpose::Live && per_id || sub.scope == Scope::Wide {
             let (lost, layer1) = sub.uncovered_from(now);
-            let state = self.relay(relay);
-            state.layer1_unread |= layer1;
-            state.gap_from(lost);
+            let coverage = &mut self.relay(relay).coverage;
+            coverage.owe_layer1(layer1);
+            coverage.gap_from(lost);
         }
     }
 
     fn lower_limits(&mut self, relay: RelayId, refusal: Refusal, hint: usize) {
         let state = self.relay(relay);
-        let limits = &mut state.limits;
+        let open = state
+            .conn()
+            .map_or(0, |c| c.subs.len() + c.flight.neg_jobs.len());
+        let limits = &mut state.facts.limits;
         match refusal {
             Refusal::TooManySubscriptions => {
                 // What was open of the refused kind; jobs count with REQs
                 // in our budget, so they count here too (else the limit
                 // fell to the REQs alone, 1 beside nine jobs, for good).
-                let open = state.subs.len() + state.neg_jobs.len();
                 limits.subscriptions = open.clamp(1, limits.subscriptions.saturating_sub(1).max(1));
             }
             Refusal::TooManyFilters => {
@@ -571,7 +597,7 @@ impl Engine {
         info!(
             "{}: limits now {:?}",
             self.relay_url(relay),
-            self.relays[relay.index()].limits
+            self.relays[relay.index()].facts.limits
         );
         self.dirty.push(relay);
     }
@@ -581,15 +607,18 @@ impl Engine {
         let policy = self.policy;
         let state = &mut self.relays[relay.index()];
         let until = match refusal {
-            Refusal::RateLimited => state.health.record_rate_limit(now, &policy),
+            Refusal::RateLimited => state.facts.health.record_rate_limit(now, &policy),
             _ => {
-                let penalty = state.conduct.backoff_steps();
+                let penalty = state.facts.conduct.backoff_steps();
                 state
+                    .facts
                     .health
                     .record_refusal(now, &policy, penalty, &mut self.rng)
             }
         };
-        state.paused_until = Some(until);
+        if let Some(conn) = state.conn_mut() {
+            conn.paused_until = Some(until);
+        }
         self.arm_conn(until, relay, ConnTimer::Resume);
     }
 }

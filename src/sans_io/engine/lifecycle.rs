@@ -13,12 +13,14 @@ use log::{debug, info, warn};
 use nostr::prelude::Timestamp;
 use rand::rngs::SmallRng;
 
+use super::connection::Connection;
 use super::failure_log::Loudness;
-use super::relay::{ItemState, RelayState, Role, StatedLimits};
+use super::limits::StatedLimits;
+use super::relay::{InfoFetch, Link, Role};
+use super::targets::ItemState;
 use super::{Action, ConnTimer, Engine, Status, Timer, whole_second};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::health::{BackoffPolicy, HealthTracker};
-use crate::sans_io::timing::silence::SilenceGrace;
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_info::RelayInfo;
 
@@ -27,21 +29,20 @@ impl Engine {
     /// the live set, the queued history and the daily schedule.
     pub(super) fn connected(&mut self, now: Time, relay: RelayId) {
         let quick_window = self.config.quick_reconnect;
-        let state = self.relay(relay);
-        if state.status != Status::Connecting {
+        let Link::Connecting { .. } = self.relays[relay.index()].link else {
             debug!(
                 "connected report for relay {} not connecting; ignored",
                 relay.index()
             );
             return;
-        }
+        };
         self.resume.forget(relay);
         let state = self.relay(relay);
         // The daily full sync is a per-relay schedule that connections do
         // not reset: one due while the relay was away is done now.
-        let daily_due = state.daily_due.is_some_and(|due| now >= due);
+        let daily_due = state.facts.daily_due.is_some_and(|due| now >= due);
         let fresh = daily_due
-            || match (state.last_connected, state.disconnected_at) {
+            || match (state.facts.last_connected, state.facts.disconnected_at) {
                 (Some(_), Some(at)) => now.since(at) > quick_window,
                 _ => true,
             };
@@ -49,20 +50,16 @@ impl Engine {
         // disconnect, or an earlier refused live set), not from when the
         // connection began: a relay connected for weeks is not re-read.
         let catch_up = state
-            .covered_until
+            .coverage
+            .take_gap()
             .filter(|_| !fresh)
             .map(|t| t.saturating_sub(quick_window));
-        state.status = Status::Connected;
-        state.conduct.on_connect();
-        state.auth.on_connect();
-        state.epoch = state.epoch.wrapping_add(1);
-        state.silence = SilenceGrace::default();
-        state.reads_paused = false;
-        state.last_connected = Some(now);
-        state.last_heard = now;
-        state.pinged = false;
-        state.disconnected_at = None;
-        state.retry_at = None;
+        let generation = self.next_generation();
+        let state = self.relay(relay);
+        state.link = Link::Up(Box::new(Connection::new(generation, now)));
+        state.facts.conduct.on_connect();
+        state.facts.last_connected = Some(now);
+        state.facts.disconnected_at = None;
         let since = catch_up.map(|t| Timestamp::from_secs(t.as_secs()));
         self.log_connected(relay, fresh, now);
         self.start_reading(relay, fresh, since, now);
@@ -76,7 +73,7 @@ impl Engine {
         let Some(state) = self.relays.get_mut(relay.index()) else {
             return;
         };
-        state.limits.lower_to(StatedLimits {
+        state.facts.limits.lower_to(StatedLimits {
             subscriptions: info.max_subscriptions,
             filters_per_req: info.max_filters,
             message_bytes: info.max_message_length,
@@ -87,7 +84,7 @@ impl Engine {
         info!(
             "{}: NIP-11 limits {:?}",
             self.index.relay_url(relay),
-            self.relays[relay.index()].limits
+            self.relays[relay.index()].facts.limits
         );
     }
 
@@ -96,11 +93,13 @@ impl Engine {
     /// could otherwise hold a never-finished message (and our memory for
     /// it) forever by sending pongs that keep the keepalive content.
     pub(super) fn heard_pong(&mut self, now: Time, relay: RelayId) {
-        if let Some(state) = self.relays.get_mut(relay.index())
-            && state.status == Status::Connected
-            && std::mem::take(&mut state.pinged)
+        if let Some(conn) = self
+            .relays
+            .get_mut(relay.index())
+            .and_then(|s| s.conn_mut())
+            && std::mem::take(&mut conn.pinged)
         {
-            state.last_heard = now;
+            conn.last_heard = now;
         }
     }
 
@@ -110,10 +109,10 @@ impl Engine {
     /// timer slab (see `TimerWheel::shrink_to_fit`).
     pub(super) fn on_watch(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.status != Status::Connected {
+        if state.status() != Status::Connected {
             return;
         }
-        if state.daily_due.is_some_and(|due| now >= due) {
+        if state.facts.daily_due.is_some_and(|due| now >= due) {
             self.daily_sync(relay, now);
         }
         if let Some(next) = self.keepalive(relay, now) {
@@ -127,7 +126,10 @@ impl Engine {
     fn arm_watch(&mut self, relay: RelayId, keepalive: Time) {
         let state = &self.relays[relay.index()];
         let keepalive = whole_second(keepalive);
-        let at = state.daily_due.map_or(keepalive, |due| due.min(keepalive));
+        let at = state
+            .facts
+            .daily_due
+            .map_or(keepalive, |due| due.min(keepalive));
         self.arm_conn(at, relay, ConnTimer::Watch);
     }
 
@@ -136,26 +138,29 @@ impl Engine {
     /// would otherwise look connected forever). Returns when to check
     /// again, unless the relay was dropped.
     fn keepalive(&mut self, relay: RelayId, now: Time) -> Option<Time> {
-        let state = &self.relays[relay.index()];
-        let silent = now.since(state.last_heard);
+        let conn = self.relays[relay.index()].conn()?;
+        let last_heard = conn.last_heard;
+        let silent = now.since(last_heard);
         let (keepalive, pong) = (self.config.keepalive, self.config.pong_timeout);
         if silent >= keepalive + pong {
             self.actions.push_back(Action::Disconnect { relay });
             self.fail_connection(relay, now, &format!("silent for {silent:?}"));
             None
         } else if silent >= keepalive {
-            self.relays[relay.index()].pinged = true;
+            if let Some(conn) = self.relay(relay).conn_mut() {
+                conn.pinged = true;
+            }
             self.actions.push_back(Action::Ping { relay });
             Some(now + pong)
         } else {
-            Some(state.last_heard + keepalive)
+            Some(last_heard + keepalive)
         }
     }
 
     /// A connect attempt failed for `cause`: backoff, unless the attempt
     /// was abandoned.
     pub(super) fn connect_failed(&mut self, now: Time, relay: RelayId, cause: &str) {
-        if self.relays[relay.index()].status == Status::Connecting {
+        if self.relays[relay.index()].status() == Status::Connecting {
             self.fail_connection(relay, now, cause);
         }
     }
@@ -165,7 +170,7 @@ impl Engine {
     /// retry that would hammer it. Anything else is an ordinary failure
     /// with backoff.
     pub(super) fn connect_refused(&mut self, now: Time, relay: RelayId, status: u16) {
-        if self.relays[relay.index()].status != Status::Connecting {
+        if self.relays[relay.index()].status() != Status::Connecting {
             return;
         }
         self.stats.upgrades_refused += 1;
@@ -182,7 +187,7 @@ impl Engine {
     /// A lost connection fails like a connect: backoff and retry. A report
     /// for a connection the engine already dropped is ignored.
     pub(super) fn disconnected(&mut self, now: Time, relay: RelayId, cause: &str) {
-        if self.relays[relay.index()].status != Status::Disconnected {
+        if self.relays[relay.index()].status() != Status::Disconnected {
             self.fail_connection(relay, now, cause);
         }
     }
@@ -191,11 +196,11 @@ impl Engine {
     /// or backing off.
     pub(super) fn connect(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.status != Status::Disconnected || state.retry_at.is_some_and(|t| now < t) {
+        if state.status() != Status::Disconnected || state.retry_at().is_some_and(|t| now < t) {
             return;
         }
-        let state = self.relay(relay);
-        state.status = Status::Connecting;
+        let generation = self.next_generation();
+        self.relay(relay).link = Link::Connecting { generation };
         self.stats.connects += 1;
         let url = self.relay_url(relay).to_owned();
         debug!("connecting {url}");
@@ -205,8 +210,8 @@ impl Engine {
         });
         let ask_info = self.config.relay_info;
         let state = self.relay(relay);
-        if !state.info_asked && state.role != Role::Own && ask_info {
-            state.info_asked = true;
+        if state.facts.info == InfoFetch::NotAsked && state.facts.role != Role::Own && ask_info {
+            state.facts.info = InfoFetch::Asked;
             self.actions.push_back(Action::FetchInfo { relay, url });
         }
         self.arm_conn(
@@ -224,7 +229,7 @@ impl Engine {
                 health.record_failure_exact(now, &OWN_RECONNECT)
             });
         }
-        let penalty = self.relays[relay.index()].conduct.backoff_steps();
+        let penalty = self.relays[relay.index()].facts.conduct.backoff_steps();
         self.fail_connection_with(relay, now, cause, |health, policy, rng| {
             health.record_failure(now, policy, penalty, rng)
         });
@@ -243,8 +248,10 @@ impl Engine {
         self.drop_connection(relay, now);
         let policy = self.policy;
         let state = &mut self.relays[relay.index()];
-        let retry = retry_at(&mut state.health, &policy, &mut self.rng);
-        state.retry_at = Some(retry);
+        let retry = retry_at(&mut state.facts.health, &policy, &mut self.rng);
+        state.link = Link::Down {
+            retry_at: Some(retry),
+        };
         let url = self.index.relay_url(relay);
         let retry_in = retry.since(now);
         let loud = match relay == self.own {
@@ -279,34 +286,19 @@ impl Engine {
         }
     }
 
-    /// Forgets the connection: subscriptions and batches go, confirmed stays.
-    /// `disconnected_at` marks the loss of a connection, not a failed
-    /// attempt, so retries cannot keep a stale relay looking quick.
+    /// Forgets the connection, or the attempt: what outlives it is kept
+    /// (`RelayState::end_connection`), the rest is dropped with it.
     fn drop_connection(&mut self, relay: RelayId, now: Time) {
-        let jobs = {
-            let state = self.relay(relay);
-            if state.status == Status::Connected {
-                state.disconnected_at = Some(now);
-                let (gap, layer1) = coverage_end(state, now);
-                state.layer1_unread |= layer1;
-                state.covered_until = Some(gap);
-            }
-            state.status = Status::Disconnected;
-            state.epoch = state.epoch.wrapping_add(1);
-            let jobs = state.clear_in_flight();
-            state.queued.clear();
-            state.paused_until = None;
-            jobs
-        };
+        let jobs = self.relay(relay).end_connection(now);
         self.neg_jobs_dropped(relay, jobs, now);
     }
 
     pub(super) fn on_reconnect_timer(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.retry_at.is_some_and(|t| now < t) {
+        if state.retry_at().is_some_and(|t| now < t) {
             return;
         }
-        self.relay(relay).retry_at = None;
+        self.relay(relay).link = Link::Down { retry_at: None };
         if self.wants_connection(relay) {
             self.connect(relay, now);
         }
@@ -314,7 +306,7 @@ impl Engine {
 
     pub(super) fn on_connect_timeout(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.status == Status::Connecting {
+        if state.status() == Status::Connecting {
             self.actions.push_back(Action::Disconnect { relay });
             self.fail_connection(relay, now, "connect timed out");
         }
@@ -324,10 +316,10 @@ impl Engine {
     /// a bootstrap or targeted relay of this engine's shard.
     pub(super) fn wants_connection(&self, relay: RelayId) -> bool {
         let state = &self.relays[relay.index()];
-        match state.role {
+        match state.facts.role {
             Role::Own => self.config.self_subscribe,
             Role::Remote { bootstrap } => {
-                (bootstrap || !state.items.is_empty())
+                (bootstrap || !state.targets.items.is_empty())
                     && self.config.shard.owns(self.relay_url(relay))
             }
         }
@@ -343,7 +335,7 @@ impl Engine {
         info!("{}: daily fresh sync", self.relay_url(relay));
         self.close_all_subscriptions(relay);
         self.close_all_sessions(relay);
-        let jobs = self.relay(relay).clear_in_flight();
+        let jobs = self.relay(relay).restart_flight();
         self.start_reading(relay, true, None, now);
         self.neg_jobs_dropped(relay, jobs, now);
     }
@@ -357,10 +349,10 @@ impl Engine {
     /// sync catches what a cap lowered since the last one cut.
     fn start_reading(&mut self, relay: RelayId, fresh: bool, since: Option<Timestamp>, now: Time) {
         let state = self.relay(relay);
-        state.result_cap.renew();
+        state.facts.result_cap.renew();
         if fresh {
-            state.requeue_where(|s| s == ItemState::Confirmed);
-            state.layer1_unread = false;
+            state.targets.requeue_where(|s| s == ItemState::Confirmed);
+            state.coverage.clear();
         }
         if relay == self.own {
             self.subscribe_self(since, now);
@@ -377,7 +369,7 @@ impl Engine {
     /// connection's watch looks for it).
     fn schedule_daily(&mut self, relay: RelayId, now: Time) {
         let delay = self.jitter_between(self.config.daily_min, self.config.daily_max);
-        self.relay(relay).daily_due = Some(now + delay);
+        self.relay(relay).facts.daily_due = Some(now + delay);
     }
 
     /// Every `disconnect_check`: drop remote relays that are not bootstrap
@@ -386,9 +378,9 @@ impl Engine {
         for i in 0..self.relays.len() {
             let relay = RelayId(i as u32);
             let state = &self.relays[i];
-            let idle =
-                matches!(state.role, Role::Remote { bootstrap: false }) && state.items.is_empty();
-            if idle && state.status != Status::Disconnected {
+            let idle = matches!(state.facts.role, Role::Remote { bootstrap: false })
+                && state.targets.items.is_empty();
+            if idle && state.status() != Status::Disconnected {
                 info!("{}: nothing to sync; disconnecting", self.relay_url(relay));
                 self.actions.push_back(Action::Disconnect { relay });
                 self.drop_connection(relay, now);
@@ -400,29 +392,15 @@ impl Engine {
     /// Puts every queued item of a connected relay up for the next diff.
     pub(super) fn requeue_all(&mut self, relay: RelayId) {
         let state = self.relay(relay);
-        state.queued = state
+        state.targets.queued = state
+            .targets
             .items
             .iter()
             .filter(|(_, s)| s.state == ItemState::Queued)
             .map(|(i, _)| *i)
             .collect();
-        if !state.queued.is_empty() {
+        if !state.targets.queued.is_empty() {
             self.dirty.push(relay);
         }
     }
-}
-
-/// Where a connected relay's live coverage would end were its connection
-/// lost at `now` (a disconnect, or a save before a restart), and whether
-/// layer 1 would then be unread: a live set cut before its EOSE covered
-/// nothing yet.
-pub(super) fn coverage_end(state: &RelayState, now: Time) -> (Time, bool) {
-    let mut gap = state.uncovered_since.map_or(now, |t| t.min(now));
-    let mut layer1 = false;
-    for sub in state.live_subs().filter(|s| !s.eose) {
-        let (lost, from_start) = sub.uncovered_from(now);
-        gap = gap.min(lost);
-        layer1 |= from_start;
-    }
-    (gap, layer1)
 }

@@ -53,11 +53,14 @@ mod auth;
 mod bad_values;
 mod built_chunk;
 mod conduct;
+mod connection;
+mod coverage;
 mod diff;
 mod failure_log;
 mod id_budget;
 mod inbound;
 mod lifecycle;
+mod limits;
 mod listing_cache;
 mod neg_turns;
 mod negentropy;
@@ -67,12 +70,13 @@ mod requests;
 mod resume;
 mod saturated;
 mod sub_table;
+mod targets;
 mod timers;
 mod unanswered;
 
 pub use conduct::Offence;
-pub use relay::ItemState;
 pub use relay_view::{LimitsView, RelayView};
+pub use targets::ItemState;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -95,9 +99,11 @@ use crate::sans_io::timing::timer::TimerWheel;
 use crate::sans_io::wire::relay_info::RelayInfo;
 use crate::sans_io::wire::relay_text::LogBudget;
 use crate::sans_io::wire::signature::Verifier;
+use connection::{Connection, Flight};
 use diff::Batching;
+use limits::Limits;
 use negentropy::Listings;
-use relay::{Limits, RelayState, Role};
+use relay::{InfoFetch, RelayState, Role};
 use timers::{ConnTimer, Timer, whole_second};
 
 /// Something the shell must do.
@@ -404,6 +410,8 @@ pub struct Engine {
     failure_log: failure_log::FailureLog,
     /// What a restore left to apply as relays become known (`resume`).
     resume: resume::Resume,
+    /// The last connection generation handed out (`next_generation`).
+    generations: u32,
 }
 
 impl Engine {
@@ -461,12 +469,13 @@ impl Engine {
             log_budget: LogBudget::default(),
             failure_log: failure_log::FailureLog::default(),
             resume: resume::Resume::default(),
+            generations: 0,
             config,
         };
         engine.ensure_relay_slots();
-        engine.relays[own.index()].role = Role::Own;
+        engine.relays[own.index()].facts.role = Role::Own;
         for &relay in &bootstrap {
-            engine.relays[relay.index()].role = Role::Remote { bootstrap: true };
+            engine.relays[relay.index()].facts.role = Role::Remote { bootstrap: true };
         }
         engine.arm(now + engine.config.disconnect_check, Timer::DisconnectCheck);
         for relay in std::iter::once(own).chain(bootstrap) {
@@ -539,8 +548,12 @@ impl Engine {
     /// NIP-77 was marked as not speaking it, for the process's life, when
     /// a first sync held its reads past `neg_timeout`.
     pub fn handle_reads_paused(&mut self, relay: RelayId) {
-        if let Some(state) = self.relays.get_mut(relay.index()) {
-            state.reads_paused = true;
+        if let Some(conn) = self
+            .relays
+            .get_mut(relay.index())
+            .and_then(|s| s.conn_mut())
+        {
+            conn.reads_paused = true;
         }
     }
 
@@ -555,7 +568,7 @@ impl Engine {
     /// apply to the next REQs.
     pub fn handle_relay_info(&mut self, now: Time, relay: RelayId, info: Option<RelayInfo>) {
         if let Some(state) = self.relays.get_mut(relay.index()) {
-            state.info_answered = true;
+            state.facts.info = InfoFetch::Answered;
         }
         if let Some(info) = info {
             self.apply_relay_info(relay, info);
@@ -564,7 +577,7 @@ impl Engine {
         if self
             .relays
             .get(relay.index())
-            .is_some_and(|s| s.status == Status::Connected)
+            .is_some_and(|s| s.status() == Status::Connected)
         {
             self.dirty.push(relay);
             self.flush(now);
@@ -647,8 +660,8 @@ impl Engine {
     /// calls it when it trims the heap, after activity, so an idle engine
     /// at thousands of relays holds what it uses, not its peak. O(relays).
     pub fn shrink_to_fit(&mut self) {
-        for relay in &mut self.relays {
-            relay.shrink_to_fit();
+        for conn in self.relays.iter_mut().filter_map(|r| r.conn_mut()) {
+            conn.shrink_to_fit();
         }
         self.shrink_listings();
         self.timers.shrink_to_fit();
@@ -707,9 +720,12 @@ impl Engine {
     /// failures in a row (1: in its first backoff).
     pub fn own_read_link(&self) -> Option<(bool, u32)> {
         let own = &self.relays[self.own.index()];
-        self.config
-            .self_subscribe
-            .then(|| (own.status == Status::Connected, own.health.failures()))
+        self.config.self_subscribe.then(|| {
+            (
+                own.status() == Status::Connected,
+                own.facts.health.failures(),
+            )
+        })
     }
 
     /// Every relay the engine knows, the own relay included (released
@@ -722,30 +738,35 @@ impl Engine {
 
     /// Connection status of a relay.
     pub fn relay_status(&self, relay: RelayId) -> Status {
-        self.relays[relay.index()].status
+        self.relays[relay.index()].status()
     }
 
     /// Health of a relay at `now`.
     pub fn relay_health(&self, relay: RelayId, now: Time) -> Health {
-        self.relays[relay.index()].health.health(now, &self.policy)
+        self.relays[relay.index()]
+            .facts
+            .health
+            .health(now, &self.policy)
     }
 
     /// Penalties `relay` has earned so far.
     pub fn relay_penalties(&self, relay: RelayId) -> u32 {
         self.relays
             .get(relay.index())
-            .map_or(0, |s| s.conduct.penalties())
+            .map_or(0, |s| s.facts.conduct.penalties())
     }
 
     /// Items of a relay per state.
     pub fn item_counts(&self, relay: RelayId) -> ItemCounts {
         let state = &self.relays[relay.index()];
-        let (queued, pending, confirmed) = state.item_counts();
+        let (queued, pending, confirmed) = state.targets.counts();
         let unaskable = state
+            .facts
             .unaskable
             .iter()
             .filter(|i| {
                 state
+                    .targets
                     .items
                     .get(i)
                     .is_some_and(|s| s.state == ItemState::Queued)
@@ -765,27 +786,37 @@ impl Engine {
             ItemKey::Repo(coord) => Item::Repo(self.index.repo_id(coord)?),
             ItemKey::Root(id) => Item::Root(self.index.root_id(id)?),
         };
-        self.relays[relay.index()].items.get(&item).map(|s| s.state)
+        self.relays[relay.index()]
+            .targets
+            .items
+            .get(&item)
+            .map(|s| s.state)
     }
 
     /// Subscriptions open on a relay.
     pub fn open_subscriptions(&self, relay: RelayId) -> usize {
-        self.relays[relay.index()].subs.len()
+        self.relays[relay.index()]
+            .conn()
+            .map_or(0, |c| c.subs.len())
     }
 
     /// Filters of a relay's live subscriptions.
     pub fn live_filter_count(&self, relay: RelayId) -> usize {
-        self.relays[relay.index()].live_filter_count()
+        self.relays[relay.index()]
+            .conn()
+            .map_or(0, |c| c.live_filter_count())
     }
 
     /// The relay's current limit of concurrent subscriptions.
     pub fn subscription_limit(&self, relay: RelayId) -> usize {
-        self.relays[relay.index()].limits.subscriptions
+        self.relays[relay.index()].facts.limits.subscriptions
     }
 
     /// Pending batches of a relay.
     pub fn pending_batches(&self, relay: RelayId) -> usize {
-        self.relays[relay.index()].batches.len()
+        self.relays[relay.index()]
+            .conn()
+            .map_or(0, |c| c.flight.batches.len())
     }
 
     /// What an operator's status page shows of `relay` at `now`
@@ -834,17 +865,19 @@ impl Engine {
         let targets = self.index.derive_relay_targets();
         for (i, relay) in self.relays.iter().enumerate() {
             let id = RelayId(i as u32);
+            let items = &relay.targets.items;
             let want = targets.get(&id);
             let want_len = want.map_or(0, |t| t.len());
-            if relay.items.len() != want_len {
+            if items.len() != want_len {
                 return Err(format!(
                     "{}: {} items, targets {}",
                     self.relay_url(id),
-                    relay.items.len(),
+                    items.len(),
                     want_len
                 ));
             }
-            for (item, slot) in &relay.items {
+            let batches = relay.conn().map(|c| &c.flight.batches);
+            for (item, slot) in items {
                 let refs = want.and_then(|t| t.get(item)).copied().unwrap_or(0);
                 if slot.refs != refs {
                     return Err(format!(
@@ -854,9 +887,8 @@ impl Engine {
                     ));
                 }
                 if let ItemState::Pending(b) = slot.state {
-                    let batch = relay
-                        .batches
-                        .get(&b)
+                    let batch = batches
+                        .and_then(|batches| batches.get(&b))
                         .ok_or(format!("{item:?} pending in missing batch {b}"))?;
                     if !batch.items.contains(item) {
                         return Err(format!(
@@ -865,8 +897,11 @@ impl Engine {
                     }
                 }
             }
-            let chains = relay.open_chains();
-            for (b, batch) in &relay.batches {
+            let Some(conn) = relay.conn() else {
+                continue;
+            };
+            let chains = conn.open_chains();
+            for (b, batch) in &conn.flight.batches {
                 let open = chains.get(b).copied().unwrap_or(0);
                 if open != batch.chunks_left {
                     return Err(format!(
@@ -875,14 +910,6 @@ impl Engine {
                         batch.chunks_left
                     ));
                 }
-            }
-            if relay.status != Status::Connected
-                && (!relay.subs.is_empty() || !relay.batches.is_empty())
-            {
-                return Err(format!(
-                    "{}: disconnected with subscriptions or batches",
-                    self.relay_url(id)
-                ));
             }
         }
         self.check_neg_room()?;
@@ -894,13 +921,13 @@ impl Engine {
 impl Engine {
     /// The `limit` to ask `relay` per filter.
     fn page_limit(&self, relay: RelayId) -> usize {
-        self.relays[relay.index()].limits.page_limit
+        self.relays[relay.index()].facts.limits.page_limit
     }
 
     /// Items per historic chunk and per live per-id filter on `relay`:
     /// ours, or fewer if the relay refuses that many tag values.
     fn chunk_size(&self, relay: RelayId) -> usize {
-        let limits = &self.relays[relay.index()].limits;
+        let limits = &self.relays[relay.index()].facts.limits;
         self.config.chunk_size.min(limits.tag_values).max(1)
     }
 
@@ -912,13 +939,38 @@ impl Engine {
     /// attempt) at `at`, rounded up to the whole second if it only catches
     /// a lack of progress ([`ConnTimer::rounded`]).
     fn arm_conn(&mut self, at: Time, relay: RelayId, timer: ConnTimer) {
-        let epoch = self.relays[relay.index()].epoch;
+        let Some(generation) = self.relays[relay.index()].generation() else {
+            return;
+        };
         let at = if timer.rounded() {
             whole_second(at)
         } else {
             at
         };
-        self.arm(at, Timer::Conn(relay, epoch, timer));
+        self.arm(at, Timer::Conn(relay, generation, timer));
+    }
+
+    /// A number no connection or connect attempt had before: its timers
+    /// carry it ([`Timer::Conn`]). A `u32` wraps after four billion
+    /// connects, long after any timer of the first is gone.
+    fn next_generation(&mut self) -> u32 {
+        self.generations = self.generations.wrapping_add(1);
+        self.generations
+    }
+
+    /// The relay's open connection, if any.
+    fn conn(&self, relay: RelayId) -> Option<&Connection> {
+        self.relays[relay.index()].conn()
+    }
+
+    /// The relay's open connection, if any.
+    fn conn_mut(&mut self, relay: RelayId) -> Option<&mut Connection> {
+        self.relays[relay.index()].conn_mut()
+    }
+
+    /// The history in flight on the relay's connection, if any.
+    fn flight_mut(&mut self, relay: RelayId) -> Option<&mut Flight> {
+        self.conn_mut(relay).map(|c| &mut c.flight)
     }
 
     fn relay(&mut self, relay: RelayId) -> &mut RelayState {
@@ -950,26 +1002,23 @@ impl Engine {
 
     /// Releases every relay no announcement lists any more once nothing
     /// can report on it: disconnected, no NIP-11 fetch pending. Its id goes
-    /// back to the index for the next relay interned, with a fresh state
-    /// whose epoch continues the old one's, so a timer armed for the old
-    /// relay is stale for the new. Without this, junk relays of replaced
+    /// back to the index for the next relay interned, with a fresh state;
+    /// a timer armed for the old relay names a generation the new one
+    /// never has. Without this, junk relays of replaced
     /// announcements would hold the known-relay cap until restart.
     fn release_unreferenced(&mut self) {
         let limits = self.starting_limits();
         for i in 0..self.relays.len() {
             let relay = RelayId(i as u32);
             let state = &self.relays[i];
-            let quiet = state.status == Status::Disconnected
-                && state.items.is_empty()
-                && (!state.info_asked || state.info_answered)
-                && matches!(state.role, Role::Remote { bootstrap: false });
+            let quiet = state.status() == Status::Disconnected
+                && state.targets.items.is_empty()
+                && state.facts.info != InfoFetch::Asked
+                && matches!(state.facts.role, Role::Remote { bootstrap: false });
             if quiet && self.index.release_relay(relay) {
                 self.resume.forget(relay);
                 self.failure_log.forget(relay);
-                let epoch = state.epoch.wrapping_add(1);
-                let mut fresh = RelayState::new(Role::Remote { bootstrap: false }, limits);
-                fresh.epoch = epoch;
-                self.relays[i] = fresh;
+                self.relays[i] = RelayState::new(Role::Remote { bootstrap: false }, limits);
             }
         }
     }
@@ -996,8 +1045,8 @@ impl Engine {
             }
             Timer::Reconnect(relay) => self.on_reconnect_timer(relay, now),
             Timer::ReleaseHeld(repo) => self.release_held(repo, now),
-            Timer::Conn(relay, epoch, timer) => {
-                if self.relays[relay.index()].epoch == epoch {
+            Timer::Conn(relay, generation, timer) => {
+                if self.relays[relay.index()].generation() == Some(generation) {
                     self.on_conn_timer(relay, timer, now);
                 }
             }

@@ -31,7 +31,7 @@ use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionI
 use super::id_budget::IdBudget;
 use super::listing_cache::{Held, Join, ListingCache, Waiter, parts};
 use super::neg_turns::Turns;
-use super::{Action, ConnTimer, Engine, Status};
+use super::{Action, ConnTimer, Engine};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::query::filters::Encoded;
 use crate::sans_io::query::reconcile::{
@@ -173,7 +173,7 @@ impl Engine {
         self.config.negentropy
             && self.listings.sink_lists
             && relay != self.own
-            && self.relays[relay.index()].neg != NegSupport::Unsupported
+            && self.relays[relay.index()].facts.neg != NegSupport::Unsupported
     }
 
     /// True when `relay` may start a negentropy job now. Otherwise it waits
@@ -188,7 +188,11 @@ impl Engine {
     /// that counts sessions (strfry) would count them for good, and refuse
     /// every later one over its limit.
     pub(super) fn close_all_sessions(&mut self, relay: RelayId) {
-        let open: Vec<u64> = self.relays[relay.index()]
+        let Some(conn) = self.conn(relay) else {
+            return;
+        };
+        let open: Vec<u64> = conn
+            .flight
             .neg_jobs
             .iter()
             .filter(|(_, j)| j.session.is_some())
@@ -209,7 +213,7 @@ impl Engine {
     /// Counts again the ids `relay`'s jobs and waiting pages hold; true
     /// when all relays together now hold more than `Config::neg_ids_held`.
     pub(super) fn recount_ids(&mut self, relay: RelayId) -> bool {
-        let count = self.relays[relay.index()].ids_in_hand();
+        let count = self.conn(relay).map_or(0, |c| c.ids_in_hand());
         self.listings.ids.recount(relay.index(), count);
         self.listings.ids.over()
     }
@@ -241,10 +245,15 @@ impl Engine {
         true
     }
 
+    /// Job `id` of `relay`'s connection.
+    fn neg_job_mut(&mut self, relay: RelayId, id: u64) -> Option<&mut NegJob> {
+        self.flight_mut(relay)?.neg_jobs.get_mut(&id)
+    }
+
     /// Removes job `id` of `relay`, freeing its room and, at the next
     /// sweep, its listings.
     fn end_job(&mut self, relay: RelayId, id: u64) -> Option<NegJob> {
-        let job = self.relay(relay).neg_jobs.remove(&id)?;
+        let job = self.flight_mut(relay)?.neg_jobs.remove(&id)?;
         self.listings.turns.ended(relay, id);
         self.listings.cache.jobs_ended(1);
         Some(job)
@@ -310,7 +319,10 @@ impl Engine {
 
     /// Records job `id` (its room taken) and arms its progress deadline.
     fn insert_job(&mut self, relay: RelayId, id: u64, job: NegJob, now: Time) {
-        self.relay(relay).neg_jobs.insert(id, job);
+        let Some(flight) = self.flight_mut(relay) else {
+            return;
+        };
+        flight.neg_jobs.insert(id, job);
         self.arm_conn(
             now + self.config.neg_timeout,
             relay,
@@ -378,7 +390,7 @@ impl Engine {
         };
         let (listed, waiters) = self.listings.cache.answered(request, held);
         for (relay, id, i) in waiters {
-            let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
+            let Some(job) = self.neg_job_mut(relay, id) else {
                 continue;
             };
             job.progress = now;
@@ -410,7 +422,7 @@ impl Engine {
     /// nothing for any (negentropy would only add a round), else the first
     /// session. Schedules nothing itself: its callers flush.
     fn job_listed(&mut self, relay: RelayId, id: u64, now: Time) {
-        let Some(job) = self.relays[relay.index()].neg_jobs.get(&id) else {
+        let Some(job) = self.conn(relay).and_then(|c| c.flight.neg_jobs.get(&id)) else {
             return;
         };
         if job.held.iter().any(|(_, h)| h.is_none()) {
@@ -433,8 +445,8 @@ impl Engine {
     /// share of the listing until it ends, so jobs of other relays asking
     /// the same filter meanwhile use it too.
     fn open_session(&mut self, relay: RelayId, id: u64, now: Time) {
-        let limit = self.relays[relay.index()].limits.message_bytes;
-        let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
+        let limit = self.relays[relay.index()].facts.limits.message_bytes;
+        let Some(job) = self.neg_job_mut(relay, id) else {
             return;
         };
         let current = job.current;
@@ -449,7 +461,7 @@ impl Engine {
         let started = Reconciliation::start(&format!("{id:x}"), filter, held, limit);
         match started {
             Ok((session, open)) => {
-                if let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) {
+                if let Some(job) = self.neg_job_mut(relay, id) {
                     job.session = Some(session);
                 }
                 self.stats.neg_sessions += 1;
@@ -474,7 +486,7 @@ impl Engine {
         now: Time,
     ) {
         let Some(id) = sub else { return };
-        let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
+        let Some(job) = self.neg_job_mut(relay, id) else {
             return;
         };
         job.progress = now;
@@ -504,7 +516,7 @@ impl Engine {
                     relay,
                     message: close,
                 });
-                self.relay(relay).neg = NegSupport::Supported;
+                self.relay(relay).facts.neg = NegSupport::Supported;
                 self.filter_reconciled(relay, id, need, now);
             }
             Step::Failed { reason, close } => {
@@ -552,12 +564,7 @@ impl Engine {
         if !names_neg || Refusal::of_notice(text) != Some(Refusal::TooManySubscriptions) {
             return false;
         }
-        let refused = self.relays[relay.index()]
-            .neg_jobs
-            .iter()
-            .filter(|(_, j)| j.session.as_ref().is_some_and(|s| !s.answered()))
-            .map(|(id, _)| *id)
-            .max();
+        let refused = self.unanswered_sessions(relay).max();
         info!(
             "{}: negentropy session refused for its limit: {}",
             self.relay_url(relay),
@@ -576,11 +583,7 @@ impl Engine {
     /// cannot see): waiting would ask again at once, forever, so the job
     /// goes to REQ.
     fn neg_limit_refusal(&mut self, relay: RelayId) -> ToReq {
-        let open = self.relays[relay.index()]
-            .neg_jobs
-            .values()
-            .filter(|j| j.session.is_some())
-            .count();
+        let open = self.open_sessions(relay);
         self.lower_neg_limit(relay);
         if open > 1 {
             ToReq::Limit
@@ -592,18 +595,13 @@ impl Engine {
     /// The relay refused one session more than it allows: it allows those
     /// open besides that one.
     fn lower_neg_limit(&mut self, relay: RelayId) {
-        let state = self.relay(relay);
-        let open = state
-            .neg_jobs
-            .values()
-            .filter(|j| j.session.is_some())
-            .count();
-        let limits = &mut state.limits;
+        let open = self.open_sessions(relay);
+        let limits = &mut self.relay(relay).facts.limits;
         limits.neg_sessions = open.saturating_sub(1).clamp(1, limits.neg_sessions);
         debug!(
             "{}: negentropy sessions now at most {}",
             self.relay_url(relay),
-            self.relays[relay.index()].limits.neg_sessions
+            self.relays[relay.index()].facts.limits.neg_sessions
         );
     }
 
@@ -612,21 +610,34 @@ impl Engine {
         if !means_unsupported(text) {
             return false;
         }
-        let waiting: Vec<u64> = self.relays[relay.index()]
-            .neg_jobs
-            .iter()
-            .filter(|(_, j)| j.session.as_ref().is_some_and(|s| !s.answered()))
-            .map(|(id, _)| *id)
-            .collect();
+        let waiting: Vec<u64> = self.unanswered_sessions(relay).collect();
         for &id in &waiting {
             self.job_to_req(relay, id, ToReq::Unsupported, now);
         }
         !waiting.is_empty()
     }
 
+    /// Jobs of `relay` whose session is open.
+    fn open_sessions(&self, relay: RelayId) -> usize {
+        self.conn(relay).map_or(0, |c| {
+            let jobs = c.flight.neg_jobs.values();
+            jobs.filter(|j| j.session.is_some()).count()
+        })
+    }
+
+    /// Jobs of `relay` whose session the relay has not answered yet.
+    fn unanswered_sessions(&self, relay: RelayId) -> impl Iterator<Item = u64> + '_ {
+        let jobs = self
+            .conn(relay)
+            .into_iter()
+            .flat_map(|c| &c.flight.neg_jobs);
+        jobs.filter(|(_, j)| j.session.as_ref().is_some_and(|s| !s.answered()))
+            .map(|(id, _)| *id)
+    }
+
     /// The job's current filter is reconciled: on to the next, or fetch.
     fn filter_reconciled(&mut self, relay: RelayId, id: u64, need: Vec<EventId>, now: Time) {
-        let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
+        let Some(job) = self.neg_job_mut(relay, id) else {
             return;
         };
         job.current += 1;
@@ -670,7 +681,7 @@ impl Engine {
             .ids
             .max()
             .saturating_sub(self.listings.ids.held());
-        let Some(job) = self.relay(relay).neg_jobs.get_mut(&id) else {
+        let Some(job) = self.neg_job_mut(relay, id) else {
             return;
         };
         if job.second.is_some() || job.need.is_empty() || 2 * job.need.len() > room {
@@ -734,7 +745,7 @@ impl Engine {
         );
         let state = &self.relays[relay.index()];
         let max_ids = IDS_PER_FILTER.min(self.page_limit(relay)).max(1);
-        let groups = fetch_filters(&need, max_ids, state.limits.message_bytes);
+        let groups = fetch_filters(&need, max_ids, state.facts.limits.message_bytes);
         if groups.is_empty() {
             if last {
                 for w in work {
@@ -745,14 +756,16 @@ impl Engine {
             return;
         }
         let extra = groups.len() as u32 - u32::from(last);
-        let state = self.relay(relay);
+        let Some(flight) = self.flight_mut(relay) else {
+            return;
+        };
         for w in work {
-            if let Some(b) = state.batches.get_mut(&w.batch) {
+            if let Some(b) = flight.batches.get_mut(&w.batch) {
                 b.chunks_left += extra;
             }
         }
         for group in groups {
-            state.next_pages.push_back(NextPage {
+            flight.next_pages.push_back(NextPage {
                 filters: vec![PageFilter::first(group.filter)],
                 scope: Scope::Exact,
                 work: work.to_vec(),
@@ -783,9 +796,9 @@ impl Engine {
             ToReq::Failed => self.stats.neg_fallbacks += 1,
             ToReq::Unsupported => {
                 self.stats.neg_fallbacks += 1;
-                if self.relays[relay.index()].neg != NegSupport::Supported {
+                if self.relays[relay.index()].facts.neg != NegSupport::Supported {
                     info!("{}: no negentropy; REQ from now on", self.relay_url(relay));
-                    self.relay(relay).neg = NegSupport::Unsupported;
+                    self.relay(relay).facts.neg = NegSupport::Unsupported;
                 }
             }
             ToReq::Limit => self.note_refusal(relay),
@@ -803,10 +816,11 @@ impl Engine {
             self.dirty.push(relay);
             return;
         }
-        let state = self.relay(relay);
-        state.neg_bypass.extend(job.work.iter().map(|w| w.batch));
-        for work in job.work.into_iter().rev() {
-            state.work.push_front(work);
+        if let Some(flight) = self.flight_mut(relay) {
+            flight.neg_bypass.extend(job.work.iter().map(|w| w.batch));
+            for work in job.work.into_iter().rev() {
+                flight.work.push_front(work);
+            }
         }
         self.dirty.push(relay);
     }
@@ -815,9 +829,11 @@ impl Engine {
     /// its chunks to the front of the queue, a saturated second to the
     /// front of the follow-up pages, both for negentropy again.
     fn wait_for_neg_room(&mut self, relay: RelayId, job: NegJob) {
-        let state = self.relay(relay);
+        let Some(flight) = self.flight_mut(relay) else {
+            return;
+        };
         match job.second {
-            Some((sat, scope)) => state.next_pages.push_front(NextPage {
+            Some((sat, scope)) => flight.next_pages.push_front(NextPage {
                 filters: Vec::new(),
                 scope,
                 work: job.work,
@@ -827,7 +843,7 @@ impl Engine {
             }),
             None => {
                 for work in job.work.into_iter().rev() {
-                    state.work.push_front(work);
+                    flight.work.push_front(work);
                 }
             }
         }
@@ -850,7 +866,8 @@ impl Engine {
         self.listings.cache.release(|&(relay, id, _)| {
             !relays
                 .get(relay.index())
-                .is_some_and(|s| s.neg_jobs.contains_key(&id))
+                .and_then(|s| s.conn())
+                .is_some_and(|c| c.flight.neg_jobs.contains_key(&id))
         });
         self.listings.cache.shrink_to_fit();
         self.listings.turns.shrink_to_fit();
@@ -863,7 +880,8 @@ impl Engine {
         let alive = |relay: RelayId, id: u64| {
             relays
                 .get(relay.index())
-                .is_some_and(|s| s.neg_jobs.contains_key(&id))
+                .and_then(|s| s.conn())
+                .is_some_and(|c| c.flight.neg_jobs.contains_key(&id))
         };
         self.listings
             .cache
@@ -877,8 +895,12 @@ impl Engine {
         let mut jobs = 0;
         for (i, relay) in self.relays.iter().enumerate() {
             let id = RelayId(i as u32);
-            jobs += relay.neg_jobs.len();
-            if let Some(job) = relay
+            let Some(conn) = relay.conn() else {
+                continue;
+            };
+            jobs += conn.flight.neg_jobs.len();
+            if let Some(job) = conn
+                .flight
                 .neg_jobs
                 .keys()
                 .find(|&&j| !self.listings.turns.holds(id, j))
@@ -890,7 +912,8 @@ impl Engine {
         if held != jobs {
             return Err(format!("{held} jobs hold room, {jobs} exist"));
         }
-        let ids: usize = self.relays.iter().map(|r| r.ids_in_hand()).sum();
+        let conns = self.relays.iter().filter_map(|r| r.conn());
+        let ids: usize = conns.map(|c| c.ids_in_hand()).sum();
         if ids != self.listings.ids.held() {
             return Err(format!(
                 "{ids} ids held, {} counted",
@@ -908,20 +931,25 @@ impl Engine {
         self.listings.turns.retain(|relay, id| {
             relays
                 .get(relay.index())
-                .is_some_and(|s| s.neg_jobs.contains_key(&id))
+                .and_then(|s| s.conn())
+                .is_some_and(|c| c.flight.neg_jobs.contains_key(&id))
         });
     }
 
     /// `relay` is read again: each of its sessions counts as progressing
     /// now, so it gets a whole `neg_timeout` to be heard.
     pub(super) fn neg_reads_resumed(&mut self, relay: RelayId, now: Time) {
-        let Some(state) = self.relays.get_mut(relay.index()) else {
+        let Some(conn) = self
+            .relays
+            .get_mut(relay.index())
+            .and_then(|s| s.conn_mut())
+        else {
             return;
         };
-        if !std::mem::take(&mut state.reads_paused) {
+        if !std::mem::take(&mut conn.reads_paused) {
             return;
         }
-        for job in state.neg_jobs.values_mut() {
+        for job in conn.flight.neg_jobs.values_mut() {
             if job.session.is_some() {
                 job.progress = now;
             }
@@ -932,18 +960,17 @@ impl Engine {
     /// answered `NEG-OPEN` does not speak negentropy; a job that stalled
     /// later goes back to REQ.
     pub(super) fn on_neg_timeout(&mut self, relay: RelayId, id: u64, now: Time) {
-        let state = &self.relays[relay.index()];
-        if state.status != Status::Connected {
+        let Some(conn) = self.conn(relay) else {
             return;
-        }
-        let Some(job) = state.neg_jobs.get(&id) else {
+        };
+        let Some(job) = conn.flight.neg_jobs.get(&id) else {
             return;
         };
         let timeout = match job.session {
             Some(_) => self.config.neg_timeout,
             None => self.listing_timeout(),
         };
-        if job.session.is_some() && state.reads_paused {
+        if job.session.is_some() && conn.reads_paused {
             // Its answer may wait unread: asked again once reads resume.
             self.arm_conn(now + timeout, relay, ConnTimer::NegTimeout(id));
             return;

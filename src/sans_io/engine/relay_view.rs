@@ -9,8 +9,10 @@
 //! up, over every relay, to the engine counter of the same name in
 //! [`Stats`](super::Stats), so the status page and `/metrics` agree.
 
+use super::connection::LiveMode;
 use super::negentropy::NegSupport;
-use super::relay::{ItemState, LiveMode, RelayState, Role};
+use super::relay::{RelayState, Role};
+use super::targets::ItemState;
 use super::{Engine, ItemCounts, Status};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::health::Health;
@@ -99,28 +101,25 @@ impl Engine {
         let state = &self.relays[relay.index()];
         let items = self.item_counts(relay);
         let history_done =
-            state.status == Status::Connected && items.queued == 0 && items.pending == 0;
-        let limits = &state.limits;
-        let cap = state.result_cap.for_saving();
+            state.status() == Status::Connected && items.queued == 0 && items.pending == 0;
+        let limits = &state.facts.limits;
+        let conn = state.conn();
+        let cap = state.facts.result_cap.for_saving();
         let bounded = |v: usize| (v != usize::MAX).then_some(v);
         RelayView {
-            status: state.status,
-            health: state.health.health(now, &self.policy),
-            failures: state.health.failures(),
-            retry_at: state
-                .retry_at
-                .filter(|&t| t > now && state.status == Status::Disconnected),
-            paused_until: state
-                .paused_until
-                .filter(|&t| t > now && state.status == Status::Connected),
-            last_connected: state.last_connected,
-            disconnected_at: state.disconnected_at,
-            first_history_done: state.notes.first_history_done || history_done,
+            status: state.status(),
+            health: state.facts.health.health(now, &self.policy),
+            failures: state.facts.health.failures(),
+            retry_at: state.retry_at().filter(|&t| t > now),
+            paused_until: conn.and_then(|c| c.paused_until).filter(|&t| t > now),
+            last_connected: state.facts.last_connected,
+            disconnected_at: state.facts.disconnected_at,
+            first_history_done: state.facts.notes.first_history_done || history_done,
             history_done,
             items,
-            subscriptions_open: state.subs.len(),
-            live_filters: state.live_filter_count(),
-            live_wide: state.live_mode == LiveMode::Wide,
+            subscriptions_open: conn.map_or(0, |c| c.subs.len()),
+            live_filters: conn.map_or(0, |c| c.live_filter_count()),
+            live_wide: conn.is_some_and(|c| c.live_mode == LiveMode::Wide),
             limits: LimitsView {
                 subscriptions: limits.subscriptions,
                 filters_per_req: limits.filters_per_req,
@@ -132,17 +131,17 @@ impl Engine {
                 value_bytes: bounded(limits.value_bytes),
                 message_bytes: limits.message_bytes,
             },
-            negentropy: match state.neg {
+            negentropy: match state.facts.neg {
                 NegSupport::Unknown => None,
                 NegSupport::Supported => Some(true),
                 NegSupport::Unsupported => Some(false),
             },
-            penalties: state.conduct.penalties(),
-            events_received: state.notes.events_received,
-            events_ingested: state.notes.events_ingested,
-            refusals: state.notes.refusals,
-            last_event_at: state.notes.last_event_at,
-            bootstrap: state.role == Role::Remote { bootstrap: true },
+            penalties: state.facts.conduct.penalties(),
+            events_received: state.facts.notes.events_received,
+            events_ingested: state.facts.notes.events_ingested,
+            refusals: state.facts.notes.refusals,
+            last_event_at: state.facts.notes.last_event_at,
+            bootstrap: state.facts.role == Role::Remote { bootstrap: true },
         }
     }
 
@@ -157,20 +156,20 @@ impl Engine {
 
     /// An EVENT came from `relay` (counted in `Stats::events_received`).
     pub(super) fn note_event(&mut self, relay: RelayId, now: Time) {
-        let notes = &mut self.relay(relay).notes;
+        let notes = &mut self.relay(relay).facts.notes;
         notes.events_received += 1;
         notes.last_event_at = Some(now);
     }
 
     /// An event from `relay` went to the sink (`Stats::events_ingested`).
     pub(super) fn note_ingested(&mut self, relay: RelayId) {
-        self.relay(relay).notes.events_ingested += 1;
+        self.relay(relay).facts.notes.events_ingested += 1;
     }
 
     /// `relay` refused or closed a subscription (`Stats::refusals`).
     pub(super) fn note_refusal(&mut self, relay: RelayId) {
         self.stats.refusals += 1;
-        self.relay(relay).notes.refusals += 1;
+        self.relay(relay).facts.notes.refusals += 1;
     }
 
     /// A batch of `relay` was confirmed: if none is left and nothing
@@ -179,17 +178,18 @@ impl Engine {
     /// done.
     pub(super) fn note_batch_confirmed(&mut self, relay: RelayId) {
         let state = &mut self.relays[relay.index()];
-        if state.notes.first_history_done || !state.batches.is_empty() {
+        let pending = state.conn().is_some_and(|c| !c.flight.batches.is_empty());
+        if state.facts.notes.first_history_done || pending {
             return;
         }
-        state.notes.first_history_done = nothing_waits(state);
+        state.facts.notes.first_history_done = nothing_waits(state);
     }
 }
 
 /// Every targeted item of `state` is confirmed or cannot be asked.
 fn nothing_waits(state: &RelayState) -> bool {
-    state.items.iter().all(|(item, slot)| {
+    state.targets.items.iter().all(|(item, slot)| {
         slot.state == ItemState::Confirmed
-            || (slot.state == ItemState::Queued && state.unaskable.contains(item))
+            || (slot.state == ItemState::Queued && state.facts.unaskable.contains(item))
     })
 }

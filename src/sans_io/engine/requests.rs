@@ -18,8 +18,9 @@ use nostr::prelude::Timestamp;
 use std::collections::HashSet;
 
 use super::built_chunk::BuiltChunk;
-use super::relay::{ItemState, Limits, LiveMode};
-use super::{Action, ConnTimer, Engine, Status};
+use super::connection::LiveMode;
+use super::limits::Limits;
+use super::{Action, ConnTimer, Engine};
 use crate::sans_io::memory::index::{Item, RelayId};
 use crate::sans_io::query::filters::{
     Encoded, REPO_FILTERS_PER_CHUNK, ROOT_FILTERS_PER_CHUNK, announcement_filter,
@@ -35,17 +36,17 @@ impl Engine {
         self.recount_ids(relay);
         loop {
             let state = &self.relays[relay.index()];
-            if state.status != Status::Connected
-                || state.paused_until.is_some()
-                || state.work.is_empty()
-            {
+            let Some(conn) = state.conn() else {
+                break;
+            };
+            if conn.paused_until.is_some() || conn.flight.work.is_empty() {
                 break;
             }
             // A suspect of a refused value goes by REQ: only a REQ's
             // answer clears it (a relay may take in NEG-OPEN what it
             // refuses in a REQ, and the live set would be refused again).
-            let bypass = state.work.front().is_some_and(|w| {
-                state.neg_bypass.contains(&w.batch) || self.is_suspect_chunk(relay, w)
+            let bypass = conn.flight.work.front().is_some_and(|w| {
+                conn.flight.neg_bypass.contains(&w.batch) || self.is_suspect_chunk(relay, w)
             });
             let neg = !bypass && self.negentropy_usable(relay);
             if !state.req_room() && !self.evict_live_for_history(relay, now) {
@@ -59,9 +60,10 @@ impl Engine {
                 self.start_neg_job(relay, chunks, filters, now);
                 continue;
             }
-            let state = self.relay(relay);
-            for w in &chunks {
-                state.neg_bypass.remove(&w.batch);
+            if let Some(conn) = self.conn_mut(relay) {
+                for w in &chunks {
+                    conn.flight.neg_bypass.remove(&w.batch);
+                }
             }
             let purpose = self.purpose_for(relay, filters.len());
             if purpose == Purpose::Page {
@@ -90,10 +92,13 @@ impl Engine {
     fn open_next_pages(&mut self, relay: RelayId, now: Time) {
         loop {
             let state = &self.relays[relay.index()];
-            let Some(next) = state.next_pages.front() else {
+            let Some(conn) = state.conn() else {
                 return;
             };
-            if state.status != Status::Connected || state.paused_until.is_some() {
+            let Some(next) = conn.flight.next_pages.front() else {
+                return;
+            };
+            if conn.paused_until.is_some() {
                 return;
             }
             let may_evict = !next.work.is_empty();
@@ -104,7 +109,10 @@ impl Engine {
             } else if !(state.req_room() || may_evict && self.evict_live_for_history(relay, now)) {
                 return;
             }
-            let Some(mut next) = self.relay(relay).next_pages.pop_front() else {
+            let Some(mut next) = self
+                .conn_mut(relay)
+                .and_then(|c| c.flight.next_pages.pop_front())
+            else {
                 return;
             };
             if let Some(sat) = next.reconcile.take() {
@@ -122,7 +130,7 @@ impl Engine {
                 next.started,
                 now,
             );
-            if let Some(s) = self.relays[relay.index()].subs.get_mut(id) {
+            if let Some(s) = self.conn_mut(relay).and_then(|c| c.subs.get_mut(id)) {
                 s.set_previous(&next.filters);
             }
         }
@@ -132,11 +140,13 @@ impl Engine {
     /// waiting, history would never run: close one live subscription and let
     /// the next consolidation re-cover its gap with `since`.
     fn evict_live_for_history(&mut self, relay: RelayId, now: Time) -> bool {
-        let state = &self.relays[relay.index()];
-        if state.subs.values().any(|s| s.purpose == Purpose::Page) {
+        let Some(conn) = self.conn(relay) else {
+            return false;
+        };
+        if conn.subs.values().any(|s| s.purpose == Purpose::Page) {
             return false;
         }
-        let Some(id) = state
+        let Some(id) = conn
             .subs
             .iter()
             .filter(|(_, s)| s.eose)
@@ -151,7 +161,7 @@ impl Engine {
         );
         if let Some(sub) = self.close_subscription(relay, id) {
             let lost = if sub.eose { now } else { sub.started.min(now) };
-            self.relay(relay).gap_from(lost);
+            self.relay(relay).coverage.gap_from(lost);
         }
         true
     }
@@ -162,16 +172,17 @@ impl Engine {
     fn take_packed_chunks(&mut self, relay: RelayId) -> (Vec<WorkRef>, Vec<Encoded>) {
         self.split_front_chunk(relay);
         let limit = self.page_limit(relay);
-        let limits = self.relays[relay.index()].limits;
+        let limits = self.relays[relay.index()].facts.limits;
         let mut chunks = Vec::new();
         let mut filters: Vec<Encoded> = Vec::new();
         let mut bytes = REQ_OVERHEAD;
-        let mut built = self.relay(relay).built_front.take();
-        loop {
-            let state = &self.relays[relay.index()];
-            let Some(work) = state.work.get(chunks.len()) else {
-                break;
-            };
+        let mut built = self
+            .conn_mut(relay)
+            .and_then(|c| c.flight.built_front.take());
+        while let Some(work) = self
+            .conn(relay)
+            .and_then(|c| c.flight.work.get(chunks.len()))
+        {
             // A chunk suspected of a refused value goes alone: strfry
             // refuses a whole REQ for one value.
             if !chunks.is_empty() && self.is_suspect_chunk(relay, work) {
@@ -186,11 +197,13 @@ impl Engine {
                 && bytes + more_bytes <= limits.message_bytes;
             if !chunks.is_empty() && !fits {
                 let work = work.clone();
-                self.relay(relay).built_front = Some(BuiltChunk {
-                    work,
-                    limit,
-                    filters: more,
-                });
+                if let Some(flight) = self.flight_mut(relay) {
+                    flight.built_front = Some(BuiltChunk {
+                        work,
+                        limit,
+                        filters: more,
+                    });
+                }
                 break;
             }
             bytes += more_bytes;
@@ -200,8 +213,9 @@ impl Engine {
                 break;
             }
         }
-        let state = self.relay(relay);
-        state.work.drain(..chunks.len());
+        if let Some(conn) = self.conn_mut(relay) {
+            conn.flight.work.drain(..chunks.len());
+        }
         (chunks, filters)
     }
 
@@ -209,14 +223,16 @@ impl Engine {
     /// split to the relay's chunk size, so no REQ repeats what it refused.
     fn split_front_chunk(&mut self, relay: RelayId) {
         let size = self.chunk_size(relay);
-        let state = self.relay(relay);
-        let Some(front) = state.work.front() else {
+        let Some(flight) = self.conn_mut(relay).map(|c| &mut c.flight) else {
+            return;
+        };
+        let Some(front) = flight.work.front() else {
             return;
         };
         if front.items.len() <= size {
             return;
         }
-        let Some(work) = state.work.pop_front() else {
+        let Some(work) = flight.work.pop_front() else {
             return;
         };
         let parts: Vec<WorkRef> = work
@@ -227,11 +243,11 @@ impl Engine {
                 items: items.to_vec(),
             })
             .collect();
-        if let Some(b) = state.batches.get_mut(&work.batch) {
+        if let Some(b) = flight.batches.get_mut(&work.batch) {
             b.chunks_left += parts.len() as u32 - 1;
         }
         for part in parts.into_iter().rev() {
-            state.work.push_front(part);
+            flight.work.push_front(part);
         }
     }
 
@@ -240,12 +256,15 @@ impl Engine {
     /// and half the subscription budget (the other half is for history).
     fn purpose_for(&self, relay: RelayId, filters: usize) -> Purpose {
         let state = &self.relays[relay.index()];
-        let live_subs = state.live_subs().count();
-        let fits = state.live_mode == LiveMode::PerId
-            && !state.consolidating
-            && state.uncovered_since.is_none()
-            && state.live_filter_count() + filters <= self.config.consolidation_threshold
-            && live_subs < (state.limits.subscriptions / 2).max(1);
+        let Some(conn) = state.conn() else {
+            return Purpose::Page;
+        };
+        let live_subs = conn.live_subs().count();
+        let fits = conn.live_mode == LiveMode::PerId
+            && !conn.flight.consolidating
+            && state.coverage.gap().is_none()
+            && conn.live_filter_count() + filters <= self.config.consolidation_threshold
+            && live_subs < (state.facts.limits.subscriptions / 2).max(1);
         if fits { Purpose::Live } else { Purpose::Page }
     }
 
@@ -268,12 +287,10 @@ impl Engine {
         let message = req_message_encoded(&sub_id, &filters);
         let filters = filters.into_iter().map(|f| f.filter).collect();
         self.stats.reqs_sent += 1;
-        let state = self.relay(relay);
-        state.reqs_sent += 1;
-        state.subs.insert(
-            id,
-            Subscription::new(filters, purpose, scope, work, page, started),
-        );
+        if let Some(conn) = self.conn_mut(relay) {
+            let sub = Subscription::new(filters, purpose, scope, work, page, started);
+            conn.subs.insert(id, sub);
+        }
         self.actions.push_back(Action::Send { relay, message });
         // Each page gets its own EOSE deadline from when it is sent; a long
         // chain of pages must not time out its later pages on arrival.
@@ -287,7 +304,7 @@ impl Engine {
 
     /// Sends CLOSE for a subscription and forgets it.
     pub(super) fn close_subscription(&mut self, relay: RelayId, id: u64) -> Option<Subscription> {
-        let sub = self.relay(relay).subs.remove(id)?;
+        let sub = self.conn_mut(relay)?.subs.remove(id)?;
         self.actions.push_back(Action::Send {
             relay,
             message: close_message(&format!("{id:x}")),
@@ -297,7 +314,9 @@ impl Engine {
 
     /// Sends CLOSE for every subscription of `relay`.
     pub(super) fn close_all_subscriptions(&mut self, relay: RelayId) {
-        let ids: Vec<u64> = self.relays[relay.index()].subs.ids().collect();
+        let ids: Vec<u64> = self
+            .conn(relay)
+            .map_or(Vec::new(), |c| c.subs.ids().collect());
         for id in ids {
             self.close_subscription(relay, id);
         }
@@ -340,7 +359,9 @@ impl Engine {
         } else {
             LiveMode::Wide
         };
-        self.relay(relay).live_mode = mode;
+        if let Some(conn) = self.conn_mut(relay) {
+            conn.live_mode = mode;
+        }
         let layer1_since = self.layer1_since(relay, since);
         let (units, scope) = match mode {
             LiveMode::PerId => {
@@ -390,7 +411,7 @@ impl Engine {
 
     /// Records what a live subscription covers (see [`Subscription::covers`]).
     fn set_cover(&mut self, relay: RelayId, id: u64, covers: Option<Vec<Item>>, layer1: bool) {
-        if let Some(s) = self.relay(relay).subs.get_mut(id) {
+        if let Some(s) = self.conn_mut(relay).and_then(|c| c.subs.get_mut(id)) {
             s.covers = covers.map(Vec::into_boxed_slice);
             s.layer1 = layer1;
         }
@@ -398,18 +419,13 @@ impl Engine {
 
     /// The relay's confirmed items, in no order.
     fn confirmed_items(&self, relay: RelayId) -> Vec<Item> {
-        self.relays[relay.index()]
-            .items
-            .iter()
-            .filter(|(_, s)| s.state == ItemState::Confirmed)
-            .map(|(i, _)| *i)
-            .collect()
+        self.relays[relay.index()].targets.confirmed()
     }
 
     /// Whether `per_id` filters (plus Layer 1) fit the consolidation
     /// threshold and half the relay's subscription budget.
     fn per_id_fits(&self, relay: RelayId, per_id: usize) -> bool {
-        let limits = self.relays[relay.index()].limits;
+        let limits = self.relays[relay.index()].facts.limits;
         per_id < self.config.consolidation_threshold
             && (1 + per_id).div_ceil(limits.filters_per_req) <= live_budget(limits.subscriptions)
     }
@@ -417,7 +433,7 @@ impl Engine {
     /// `since` for Layer 1 in a new live set: from the beginning when it
     /// was refused before it was read to the end.
     fn layer1_since(&mut self, relay: RelayId, since: Option<Timestamp>) -> Option<Timestamp> {
-        if std::mem::take(&mut self.relay(relay).layer1_unread) {
+        if self.relay(relay).coverage.take_layer1() {
             None
         } else {
             since
@@ -473,7 +489,7 @@ impl Engine {
     /// the relay takes.
     fn wide_units(&self, relay: RelayId, layer1: Option<Timestamp>, since: Timestamp) -> Vec<Unit> {
         let limit = self.page_limit(relay);
-        let per_filter = self.relays[relay.index()].limits.kinds.max(1);
+        let per_filter = self.relays[relay.index()].facts.limits.kinds.max(1);
         let announcement = std::iter::once((true, announcement_filter(layer1)));
         let wide = self
             .config
@@ -495,7 +511,7 @@ impl Engine {
     /// A unit too big for any REQ is split filter by filter; the groups it
     /// lands in then cover nothing known.
     fn pack_units(&self, relay: RelayId, units: Vec<Unit>) -> Vec<Group> {
-        let limits = self.relays[relay.index()].limits;
+        let limits = self.relays[relay.index()].facts.limits;
         let mut packer = Packer {
             limits,
             groups: Vec::new(),
@@ -527,16 +543,18 @@ impl Engine {
     /// batch is pending, else after the pending batches or the timeout.
     pub(super) fn maybe_consolidate(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.status != Status::Connected
-            || state.uncovered_since.is_none()
-            || state.paused_until.is_some()
-        {
+        let Some(conn) = state.conn() else {
+            return;
+        };
+        if state.coverage.gap().is_none() || conn.paused_until.is_some() {
             return;
         }
-        if state.batches.is_empty() {
+        if conn.flight.batches.is_empty() {
             self.consolidate(relay, now);
-        } else if !state.consolidating {
-            self.relay(relay).consolidating = true;
+        } else if !conn.flight.consolidating {
+            if let Some(conn) = self.conn_mut(relay) {
+                conn.flight.consolidating = true;
+            }
             self.arm_conn(
                 now + self.config.consolidation_timeout,
                 relay,
@@ -550,14 +568,16 @@ impl Engine {
     /// Confirmed state is kept; historic pages in flight continue.
     pub(super) fn consolidate(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.status != Status::Connected
-            || (!state.consolidating && state.uncovered_since.is_none())
-        {
+        let Some(conn) = state.conn() else {
+            return;
+        };
+        if !conn.flight.consolidating && state.coverage.gap().is_none() {
             return;
         }
         let window_start = now.saturating_sub(self.config.quick_reconnect);
         let since = state
-            .uncovered_since
+            .coverage
+            .gap()
             .map_or(window_start, |t| t.min(window_start));
         info!(
             "{}: consolidating live subscriptions",
@@ -566,39 +586,46 @@ impl Engine {
         self.stats.consolidations += 1;
         let since = Timestamp::from_secs(since.as_secs());
         let state = self.relay(relay);
-        state.consolidating = false;
-        state.uncovered_since = None;
+        state.coverage.take_gap();
+        if let Some(conn) = state.conn_mut() {
+            conn.flight.consolidating = false;
+        }
         if !self.extend_live_set(relay, since, now) {
             self.resubscribe_live(relay, since, now);
         }
-        let mode = self.relays[relay.index()].live_mode;
         let state = self.relay(relay);
-        if mode == LiveMode::PerId {
+        if let Some(conn) = state.conn()
+            && conn.live_mode == LiveMode::PerId
+        {
             // Only pages still working for a pending batch count: one whose
             // batch failed (a sibling chunk was refused) holds stale work,
             // and with no batch pending `schedule` would consolidate again
             // at once, and again, until the stack overflowed (found by
             // fuzzing).
-            let batches = &state.batches;
-            state.uncovered_since = state
+            let batches = &conn.flight.batches;
+            let gap = conn
                 .subs
                 .values()
                 .filter(|s| s.purpose == Purpose::Page)
                 .filter(|s| s.work.iter().any(|w| batches.contains_key(&w.batch)))
                 .map(|s| s.started)
                 .min();
+            if let Some(gap) = gap {
+                state.coverage.gap_from(gap);
+            }
         }
         self.schedule(relay, now);
     }
 
     /// Closes every live subscription and opens the live set anew.
     fn resubscribe_live(&mut self, relay: RelayId, since: Timestamp, now: Time) {
-        let live: Vec<u64> = self.relays[relay.index()]
-            .subs
-            .iter()
-            .filter(|(_, s)| s.purpose == Purpose::Live)
-            .map(|(id, _)| id)
-            .collect();
+        let live: Vec<u64> = self.conn(relay).map_or(Vec::new(), |c| {
+            c.subs
+                .iter()
+                .filter(|(_, s)| s.purpose == Purpose::Live)
+                .map(|(id, _)| id)
+                .collect()
+        });
         for id in live {
             if let Some(sub) = self.close_subscription(relay, id) {
                 // A Layer 1 read from the beginning, closed before its
@@ -606,7 +633,7 @@ impl Engine {
                 // a consolidation), is owed to the new set: else the
                 // announcements of the relay's downtime were never read.
                 let (_, layer1) = sub.uncovered_from(now);
-                self.relay(relay).layer1_unread |= layer1;
+                self.relay(relay).coverage.owe_layer1(layer1);
                 self.continue_work_elsewhere(relay, sub);
             }
         }
@@ -623,12 +650,15 @@ impl Engine {
     /// covers is unknown): the caller re-subscribes it whole.
     fn extend_live_set(&mut self, relay: RelayId, since: Timestamp, now: Time) -> bool {
         let state = &self.relays[relay.index()];
-        let live: Vec<(u64, &Subscription)> = state
+        let Some(conn) = state.conn() else {
+            return false;
+        };
+        let live: Vec<(u64, &Subscription)> = conn
             .subs
             .iter()
             .filter(|(_, s)| s.purpose == Purpose::Live)
             .collect();
-        if state.live_mode != LiveMode::PerId || live.iter().any(|(_, s)| s.covers.is_none()) {
+        if conn.live_mode != LiveMode::PerId || live.iter().any(|(_, s)| s.covers.is_none()) {
             return false;
         }
         let confirmed = self.confirmed_items(relay);
@@ -643,7 +673,7 @@ impl Engine {
             .into_iter()
             .filter(|i| !covered.contains(i))
             .collect();
-        let need_layer1 = state.layer1_unread || !live.iter().any(|(_, s)| s.layer1);
+        let need_layer1 = state.coverage.layer1_unread() || !live.iter().any(|(_, s)| s.layer1);
         // Merge candidates, smallest first: only those past EOSE (one still
         // reading history keeps its chain).
         let mut candidates: Vec<(usize, u64)> = live
@@ -653,7 +683,7 @@ impl Engine {
             .collect();
         candidates.sort_unstable();
         let live_filters: usize = live.iter().map(|(_, s)| s.filter_count).sum();
-        let (live_count, budget) = (live.len(), live_budget(state.limits.subscriptions));
+        let (live_count, budget) = (live.len(), live_budget(state.facts.limits.subscriptions));
         if uncovered.is_empty() && !need_layer1 {
             return true;
         }
@@ -667,10 +697,10 @@ impl Engine {
                 let units =
                     self.live_units(relay, &items, with_layer1.then_some(layer1), Some(since));
                 let groups = self.pack_units(relay, units);
-                let state = &self.relays[relay.index()];
+                let subs = self.conn(relay).map(|c| &c.subs);
                 let dropped: usize = ids
                     .iter()
-                    .filter_map(|id| state.subs.get(*id))
+                    .filter_map(|id| subs.and_then(|subs| subs.get(*id)))
                     .map(|s| s.filter_count)
                     .sum();
                 let kept = live_filters.saturating_sub(dropped);
@@ -691,7 +721,7 @@ impl Engine {
             }
         }
         // Layer 1 from the beginning is still owed to the full set.
-        self.relay(relay).layer1_unread |= layer1.is_none();
+        self.relay(relay).coverage.owe_layer1(layer1.is_none());
         false
     }
 
@@ -708,13 +738,16 @@ impl Engine {
         let state = &self.relays[relay.index()];
         let mut items = uncovered.to_vec();
         let mut layer1 = need_layer1;
-        for sub in merged.iter().filter_map(|id| state.subs.get(*id)) {
+        let Some(conn) = state.conn() else {
+            return (items, layer1);
+        };
+        for sub in merged.iter().filter_map(|id| conn.subs.get(*id)) {
             layer1 |= sub.layer1;
             let still = sub
                 .covers
                 .iter()
                 .flatten()
-                .filter(|i| state.items.contains_key(i));
+                .filter(|i| state.targets.items.contains_key(i));
             items.extend(still);
         }
         items.sort_unstable();
@@ -728,16 +761,18 @@ impl Engine {
         if sub.eose || sub.work.is_empty() {
             return;
         }
-        let state = self.relay(relay);
+        let Some(conn) = self.conn_mut(relay) else {
+            return;
+        };
         for work in sub.work.into_iter().rev() {
-            state.work.push_front(work);
+            conn.flight.work.push_front(work);
         }
     }
 
     /// A page never reached EOSE in time: treat it as refused.
     pub(super) fn on_eose_timeout(&mut self, relay: RelayId, id: u64, now: Time) {
-        let state = &self.relays[relay.index()];
-        if state.subs.get(id).is_none_or(|s| s.eose) {
+        let sub = self.conn(relay).and_then(|c| c.subs.get(id));
+        if sub.is_none_or(|s| s.eose) {
             return;
         }
         info!(
@@ -756,13 +791,13 @@ impl Engine {
 
     /// A pause after a refusal ended: retry what was refused.
     pub(super) fn on_resume(&mut self, relay: RelayId, now: Time) {
-        let state = self.relay(relay);
-        if state.status != Status::Connected {
+        let own = relay == self.own;
+        let Some(conn) = self.conn_mut(relay) else {
             return;
-        }
-        state.paused_until = None;
-        if relay == self.own {
-            if self.relays[relay.index()].subs.is_empty() {
+        };
+        conn.paused_until = None;
+        if own {
+            if conn.subs.is_empty() {
                 // The refused subscription's own `since` until it reached
                 // EOSE (a first read refused for AUTH must start over from
                 // the beginning), the quick window before its EOSE after.

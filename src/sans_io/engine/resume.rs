@@ -29,9 +29,11 @@ use std::time::Duration;
 
 use log::info;
 
+use super::coverage::Coverage;
+use super::limits::StatedLimits;
 use super::negentropy::NegSupport;
-use super::relay::{RelayState, StatedLimits};
-use super::{Action, Engine, Output, Status, Timer, lifecycle};
+use super::relay::{InfoFetch, Link, RelayState};
+use super::{Action, Engine, Output, Status, Timer};
 use crate::sans_io::identity::relay_url::normalize;
 use crate::sans_io::memory::index::{Item, RelayId};
 use crate::sans_io::memory::saved_state::{
@@ -167,36 +169,35 @@ impl Engine {
         let state = &self.relays[relay.index()];
         let now = anchor.now;
         let (mut disconnected, mut covered, mut layer1) = (
-            state.disconnected_at,
-            state.covered_until,
-            state.layer1_unread,
+            state.facts.disconnected_at,
+            state.coverage.gap(),
+            state.coverage.layer1_unread(),
         );
-        if state.status == Status::Connected {
-            let (gap, cut) = lifecycle::coverage_end(state, now);
-            (disconnected, covered, layer1) = (Some(now), Some(gap), layer1 || cut);
+        if let Some((gap, cut)) = state.coverage_end(now) {
+            (disconnected, covered, layer1) = (Some(now), Some(gap), cut);
         }
         let covered = covered.map(|t| unsettled.map_or(t, |u| t.min(u)));
-        let health = state.health.saved();
-        let useful = disconnected.or(state.last_connected);
-        if useful.is_none() && health == SavedHealth::default() && state.retry_at.is_none() {
+        let health = state.facts.health.saved();
+        let useful = disconnected.or(state.facts.last_connected);
+        if useful.is_none() && health == SavedHealth::default() && state.retry_at().is_none() {
             return None;
         }
         let unix = |t: Option<Time>| t.map(|t| anchor.to_unix(t));
         let record = SavedRelay {
             url: self.relay_url(relay).to_owned(),
-            last_connected: unix(state.last_connected),
+            last_connected: unix(state.facts.last_connected),
             disconnected: unix(disconnected),
             covered_until: unix(covered),
             layer1_unread: layer1,
-            next_full_sync: unix(state.daily_due),
+            next_full_sync: unix(state.facts.daily_due),
             failures: health.failures,
             refusals: health.refusals,
             failing_since: unix(health.failing_since),
             rate_limited_until: unix(health.rate_limited_until),
-            retry_at: unix(state.retry_at),
-            penalties: state.conduct.penalties(),
+            retry_at: unix(state.retry_at()),
+            penalties: state.facts.conduct.penalties(),
             limits: self.saved_limits(state),
-            negentropy: match state.neg {
+            negentropy: match state.facts.neg {
                 NegSupport::Unknown => None,
                 NegSupport::Supported => Some(true),
                 NegSupport::Unsupported => Some(false),
@@ -209,9 +210,9 @@ impl Engine {
     /// The limits `state` holds below our starting ones.
     fn saved_limits(&self, state: &RelayState) -> SavedLimits {
         let ours = self.starting_limits();
-        let l = &state.limits;
+        let l = &state.facts.limits;
         let below = |theirs: usize, ours: usize| (theirs < ours).then_some(theirs as u64);
-        let hint = state.result_cap.for_saving();
+        let hint = state.facts.result_cap.for_saving();
         SavedLimits {
             subscriptions: below(l.subscriptions, ours.subscriptions),
             filters: below(l.filters_per_req, ours.filters_per_req),
@@ -233,6 +234,7 @@ impl Engine {
         unsettled: Option<Time>,
     ) -> Vec<u64> {
         let mut hashes: Vec<u64> = state
+            .targets
             .items
             .iter()
             .filter(|(_, s)| s.settled(unsettled))
@@ -305,7 +307,7 @@ impl Engine {
         let window = self.config.quick_reconnect;
         let daily_max = self.config.daily_max;
         let state = &mut self.relays[relay.index()];
-        state.daily_due = anchor.to_time(saved.next_full_sync, now + daily_max);
+        state.facts.daily_due = anchor.to_time(saved.next_full_sync, now + daily_max);
         let connected = anchor.to_time(saved.last_connected, now);
         let lost = anchor.to_time(saved.disconnected, now);
         let covered = anchor.to_time(saved.covered_until, now);
@@ -314,15 +316,14 @@ impl Engine {
         };
         if connected > lost
             || now.since(lost) > window
-            || state.last_connected.is_some()
-            || state.daily_due.is_none()
+            || state.facts.last_connected.is_some()
+            || state.facts.daily_due.is_none()
         {
             return;
         }
-        state.last_connected = Some(connected);
-        state.disconnected_at = Some(lost);
-        state.covered_until = Some(covered.min(lost));
-        state.layer1_unread = saved.layer1_unread;
+        state.facts.last_connected = Some(connected);
+        state.facts.disconnected_at = Some(lost);
+        state.coverage = Coverage::restored(covered.min(lost), saved.layer1_unread);
         // Called before the relay's first targets are added (`diff`), so
         // the hashes apply as targets arrive.
         if !saved.confirmed.is_empty() {
@@ -350,21 +351,22 @@ impl Engine {
             .to_time(saved.retry_at, now + longest)
             .filter(|&t| t > now);
         let state = &mut self.relays[relay.index()];
-        state.health = HealthTracker::restored(health, now, &policy);
+        state.facts.health = HealthTracker::restored(health, now, &policy);
         state
+            .facts
             .conduct
             .restore_penalties(saved.penalties.min(MAX_SAVED_PENALTIES));
         let Some(retry) = retry else {
             return;
         };
-        state.retry_at = Some(retry);
-        if state.status == Status::Connecting {
-            state.status = Status::Disconnected;
-            state.epoch = state.epoch.wrapping_add(1);
-            state.info_asked = false;
+        if state.status() == Status::Connecting {
+            state.facts.info = InfoFetch::NotAsked;
             self.actions.retain(|a| !connects(a, relay));
             self.stats.connects = self.stats.connects.saturating_sub(1);
         }
+        state.link = Link::Down {
+            retry_at: Some(retry),
+        };
         info!(
             "{}: failing before the restart; next try in {:?}",
             self.relay_url(relay),
@@ -378,7 +380,7 @@ impl Engine {
         let l = saved.limits;
         let state = &mut self.relays[relay.index()];
         let size = |v: Option<u64>| v.map(|v| usize::try_from(v).unwrap_or(usize::MAX));
-        let limits = &mut state.limits;
+        let limits = &mut state.facts.limits;
         limits.lower_to(StatedLimits {
             subscriptions: size(l.subscriptions),
             filters_per_req: size(l.filters),
@@ -392,7 +394,7 @@ impl Engine {
         let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX).clamp(1, page);
         // What an earlier process learnt is a hint, never proof: the relay
         // may have changed its cap since.
-        state.result_cap = ResultCap::from_hint(Hint {
+        state.facts.result_cap = ResultCap::from_hint(Hint {
             proven: l.result_cap.map(clamp),
             floor: l.result_floor.map_or(0, clamp),
         });
@@ -400,7 +402,7 @@ impl Engine {
         // saved "does" would stop a relay's failures from ever turning
         // negentropy off for it, so it must be shown again.
         if saved.negentropy == Some(false) {
-            state.neg = NegSupport::Unsupported;
+            state.facts.neg = NegSupport::Unsupported;
         }
     }
 

@@ -25,7 +25,7 @@ use log::{debug, info, warn};
 use nostr::prelude::{Filter, Kind};
 
 use super::Engine;
-use super::relay::MAX_UNSURE;
+use super::connection::MAX_UNSURE;
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::query::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
 use crate::sans_io::timing::time::Time;
@@ -59,14 +59,16 @@ impl Engine {
         if scope != Scope::Own && tagged && self.negentropy_usable(relay) {
             self.stats.seconds_split += 1;
             self.add_chains(relay, work, 1);
-            self.relay(relay).next_pages.push_back(NextPage {
-                filters: Vec::new(),
-                scope,
-                work: work.to_vec(),
-                page: 1,
-                started,
-                reconcile: Some(sat),
-            });
+            if let Some(flight) = self.flight_mut(relay) {
+                flight.next_pages.push_back(NextPage {
+                    filters: Vec::new(),
+                    scope,
+                    work: work.to_vec(),
+                    page: 1,
+                    started,
+                    reconcile: Some(sat),
+                });
+            }
             return;
         }
         self.split_by_kind(relay, sat, scope, work, started, now);
@@ -116,11 +118,13 @@ impl Engine {
     /// Seconds that may be saturated if the relay caps as low as their
     /// count: kept until the connection shows which.
     pub(super) fn note_unsure(&mut self, relay: RelayId, unsure: Vec<Saturated>, scope: Scope) {
-        let state = self.relay(relay);
-        state.unsure.extend(unsure.into_iter().map(|s| (s, scope)));
-        let over = state.unsure.len().saturating_sub(MAX_UNSURE);
+        let Some(flight) = self.flight_mut(relay) else {
+            return;
+        };
+        flight.unsure.extend(unsure.into_iter().map(|s| (s, scope)));
+        let over = flight.unsure.len().saturating_sub(MAX_UNSURE);
         if over > 0 {
-            state.unsure.drain(..over);
+            flight.unsure.drain(..over);
             debug!("{}: {over} unsure seconds dropped", self.relay_url(relay));
         }
     }
@@ -139,20 +143,24 @@ impl Engine {
     /// too few events to be capping them.
     pub(super) fn recheck_unsure(&mut self, relay: RelayId, now: Time) {
         let state = self.relay(relay);
-        if state.unsure.is_empty() {
+        let cap = state.facts.result_cap;
+        let Some(flight) = state.conn_mut().map(|c| &mut c.flight) else {
+            return;
+        };
+        if flight.unsure.is_empty() {
             return;
         }
-        let cap = state.result_cap;
-        let read = state.batches.is_empty() && state.work.is_empty() && state.next_pages.is_empty();
+        let read =
+            flight.batches.is_empty() && flight.work.is_empty() && flight.next_pages.is_empty();
         let cut = |s: &Saturated| {
             cap.proven().is_some_and(|c| s.count >= c)
                 || (read && s.count >= cap.floor() && s.count >= SMALLEST_CAP_GUESS)
         };
-        let (saturated, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut state.unsure)
+        let (saturated, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut flight.unsure)
             .into_iter()
             .filter(|(s, _)| cut(s) || s.count >= cap.floor())
             .partition(|(s, _)| cut(s));
-        state.unsure = rest;
+        flight.unsure = rest;
         for (sat, scope) in saturated {
             self.split_saturated(relay, sat, scope, &[], now, now);
         }
@@ -177,21 +185,26 @@ impl Engine {
         );
         self.add_chains(relay, work, parts.len() as u32);
         for filter in parts {
-            self.relay(relay).next_pages.push_back(NextPage {
-                filters: vec![PageFilter::first(filter)],
-                scope,
-                work: work.to_vec(),
-                page: 1,
-                started,
-                reconcile: None,
-            });
+            if let Some(flight) = self.flight_mut(relay) {
+                flight.next_pages.push_back(NextPage {
+                    filters: vec![PageFilter::first(filter)],
+                    scope,
+                    work: work.to_vec(),
+                    page: 1,
+                    started,
+                    reconcile: None,
+                });
+            }
         }
     }
 
     /// `n` more chains complete each chunk of `work`: its batch waits for
     /// them all.
     fn add_chains(&mut self, relay: RelayId, work: &[WorkRef], n: u32) {
-        let batches = &mut self.relay(relay).batches;
+        let Some(flight) = self.flight_mut(relay) else {
+            return;
+        };
+        let batches = &mut flight.batches;
         for w in work {
             if let Some(b) = batches.get_mut(&w.batch) {
                 b.chunks_left += n;
@@ -206,8 +219,12 @@ impl Engine {
     /// is said apart so that an alert on the first means a loss.
     pub(super) fn unreachable_second(&mut self, relay: RelayId, sat: &Saturated, now: Time) {
         let state = &self.relays[relay.index()];
-        let cut = sat.count >= state.limits.page_limit
-            || state.result_cap.proven().is_some_and(|c| sat.count >= c);
+        let cut = sat.count >= state.facts.limits.page_limit
+            || state
+                .facts
+                .result_cap
+                .proven()
+                .is_some_and(|c| sat.count >= c);
         if cut {
             self.stats.seconds_unreachable += 1;
         } else {

@@ -43,10 +43,6 @@ impl SubTable {
         Some(self.entries.swap_remove(at).1)
     }
 
-    pub(super) fn clear(&mut self) {
-        self.entries.clear();
-    }
-
     pub(super) fn len(&self) -> usize {
         self.entries.len()
     }

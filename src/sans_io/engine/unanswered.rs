@@ -34,10 +34,12 @@ impl Engine {
     /// past the grace ([`Self::on_unanswered`]). Ids grow with every REQ
     /// sent, so a smaller id was sent earlier.
     pub(super) fn suspect_silent(&mut self, relay: RelayId, before: u64, now: Time) {
-        let grace = self.relays[relay.index()].silence.grace();
-        let state = self.relay(relay);
+        let Some(conn) = self.conn_mut(relay) else {
+            return;
+        };
+        let grace = conn.silence.grace();
         let mut newly = Vec::new();
-        for (id, s) in state
+        for (id, s) in conn
             .subs
             .iter_mut()
             .filter(|(id, s)| *id < before && !s.heard && !s.suspect)
@@ -63,15 +65,17 @@ impl Engine {
     /// dropped. Its work goes back to be asked again; the limit is not
     /// lowered (a refusal's NOTICE already lowered it).
     pub(super) fn on_unanswered(&mut self, relay: RelayId, id: u64, now: Time) {
-        let state = &self.relays[relay.index()];
-        if state.subs.get(id).is_none_or(|s| s.heard) {
+        let sub = self.conn(relay).and_then(|c| c.subs.get(id));
+        if sub.is_none_or(|s| s.heard) {
             return;
         }
         info!(
             "{}: subscription {id:x} unanswered while later ones were answered or refused; asking again",
             self.relay_url(relay)
         );
-        self.relay(relay).silence.count(now);
+        if let Some(conn) = self.conn_mut(relay) {
+            conn.silence.count(now);
+        }
         self.stats.unanswered += 1;
         if let Some(sub) = self.close_subscription(relay, id) {
             self.give_back(relay, &sub, now);

@@ -1,0 +1,239 @@
+//! What lives and dies with one socket to a relay: its subscriptions,
+//! NIP-42 state, keepalive, paused reads, and the history work in flight
+//! on it. A disconnect drops the whole [`Connection`]; nothing in it
+//! needs resetting, and no timer of it can fire into the next one (its
+//! `generation` is in every timer it arms). What must survive the socket
+//! is handed back by `RelayState::end_connection`: the coverage watermark
+//! and the pending items, back to queued.
+//!
+//! The aspects own the types held here (`auth`'s [`Auth`], `negentropy`'s
+//! jobs, `sub_table`'s table); this module only aggregates them.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use super::auth::Auth;
+use super::built_chunk::BuiltChunk;
+use super::negentropy::NegJob;
+use super::sub_table::SubTable;
+use crate::sans_io::memory::index::Item;
+use crate::sans_io::query::refusal::Refusal;
+use crate::sans_io::query::subscription::{
+    NextPage, Purpose, Saturated, Scope, Subscription, WorkRef,
+};
+use crate::sans_io::timing::silence::SilenceGrace;
+use crate::sans_io::timing::time::Time;
+
+/// Unsure seconds a connection keeps at most; the oldest go first.
+pub(super) const MAX_UNSURE: usize = 256;
+
+/// How a relay's live traffic is covered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LiveMode {
+    /// Per-id filters for every confirmed item.
+    PerId,
+    /// One kind-based filter matched locally (per-id filters would not fit).
+    Wide,
+}
+
+/// Items of one pending batch and how many of its chunks are still fetching.
+#[derive(Debug)]
+pub(super) struct Batch {
+    pub items: Vec<Item>,
+    pub chunks_left: u32,
+    /// When the batch was made, before any of its REQs: history was read
+    /// up to at least then, so live coverage must reach back to it.
+    pub started: Time,
+}
+
+/// One open connection to a relay.
+#[derive(Debug)]
+pub(super) struct Connection {
+    /// Unique over the engine's life: timers armed for this connection
+    /// carry it, and fire only while it is the relay's connection.
+    pub generation: u32,
+    /// NIP-42 on this connection.
+    pub auth: Auth,
+    /// Rounds of silent subscriptions taken as unanswered on this
+    /// connection (`Engine::on_unanswered`): each doubles the next
+    /// suspects' grace.
+    pub silence: SilenceGrace,
+    /// Last time the relay sent a whole message, or answered our ping.
+    pub last_heard: Time,
+    /// A keepalive ping is out and not answered: only then is a pong news.
+    pub pinged: bool,
+    /// The shell leaves this relay's frames unread (the sink is full):
+    /// nothing it answered can be seen, so no session of it is silent.
+    pub reads_paused: bool,
+    /// Historic work paused (after a refusal) until this time.
+    pub paused_until: Option<Time>,
+    /// How the live set of this connection covers the relay.
+    pub live_mode: LiveMode,
+    pub subs: SubTable,
+    /// History being fetched.
+    pub flight: Flight,
+}
+
+/// The history work in flight on a connection: what a daily sync starts
+/// over, and what a disconnect drops.
+#[derive(Debug, Default)]
+pub(super) struct Flight {
+    pub batches: HashMap<u64, Batch>,
+    /// Chunks of pending batches waiting for a subscription slot.
+    pub work: VecDeque<WorkRef>,
+    /// Follow-up pages waiting for a subscription slot; they go before
+    /// new chunks, so chains finish first.
+    pub next_pages: VecDeque<NextPage>,
+    /// The front chunk's filters, built for a REQ they did not fit.
+    pub built_front: Option<BuiltChunk>,
+    /// Negentropy jobs in flight, by subscription id (each holds a
+    /// subscription slot on the relay).
+    pub neg_jobs: HashMap<u64, NegJob>,
+    /// Batches whose chunks fell back from negentropy: REQ for them.
+    pub neg_bypass: HashSet<u64>,
+    /// A value or kind refusal heard by NOTICE, which names no
+    /// subscription: the next subscription not heard from yet that the
+    /// relay answers is the refused one (see `Engine::blame_value_notice`).
+    pub value_notice: Option<Refusal>,
+    /// Seconds that may hold more than the relay returned, if it caps as
+    /// low as their count (`saturated`): split once a cut that low shows,
+    /// dropped once a larger page does. At most [`MAX_UNSURE`].
+    pub unsure: Vec<(Saturated, Scope)>,
+    /// Waiting for pending batches before consolidating.
+    pub consolidating: bool,
+}
+
+impl Connection {
+    /// A connection just opened at `now`.
+    pub(super) fn new(generation: u32, now: Time) -> Connection {
+        Connection {
+            generation,
+            auth: Auth::default(),
+            silence: SilenceGrace::default(),
+            last_heard: now,
+            pinged: false,
+            reads_paused: false,
+            paused_until: None,
+            live_mode: LiveMode::PerId,
+            subs: SubTable::default(),
+            flight: Flight::default(),
+        }
+    }
+
+    pub(super) fn live_subs(&self) -> impl Iterator<Item = &Subscription> {
+        self.subs.values().filter(|s| s.purpose == Purpose::Live)
+    }
+
+    /// Filters of subscriptions kept open for live events.
+    pub(super) fn live_filter_count(&self) -> usize {
+        self.live_subs().map(|s| s.filter_count).sum()
+    }
+
+    /// True if every one of `items` is covered by an open live
+    /// subscription of its own.
+    /// The set built is the batch's, not the relay's coverage: a first
+    /// sync confirms thousands of batches on relays covering thousands of
+    /// items each.
+    pub(super) fn live_covers_all(&self, items: &[Item]) -> bool {
+        let mut left: HashSet<Item> = items.iter().copied().collect();
+        for sub in self.live_subs() {
+            if left.is_empty() {
+                break;
+            }
+            for item in sub.covers.iter().flatten() {
+                left.remove(item);
+            }
+        }
+        left.is_empty()
+    }
+
+    /// Where live coverage would end were the connection lost at `now`
+    /// (a disconnect, or a save before a restart), and whether Layer 1
+    /// would then be unread: a live set cut before its EOSE covered
+    /// nothing yet.
+    pub(super) fn coverage_end(&self, now: Time) -> (Time, bool) {
+        let mut gap = now;
+        let mut layer1 = false;
+        for sub in self.live_subs().filter(|s| !s.eose) {
+            let (lost, from_start) = sub.uncovered_from(now);
+            gap = gap.min(lost);
+            layer1 |= from_start;
+        }
+        (gap, layer1)
+    }
+
+    /// Chains still working for each batch: chunks queued, REQs before
+    /// their last EOSE, follow-up pages, negentropy jobs. A batch is
+    /// confirmed when its count of chains left reaches zero, so the two
+    /// must agree: more chains than counted would confirm it while some
+    /// are unanswered, fewer would never confirm it.
+    #[cfg(any(test, feature = "testing"))]
+    pub(super) fn open_chains(&self) -> HashMap<u64, u32> {
+        let mut chains: HashMap<u64, u32> = HashMap::new();
+        let f = &self.flight;
+        let refs = f
+            .work
+            .iter()
+            .chain(self.subs.values().flat_map(|s| s.work.iter()))
+            .chain(f.next_pages.iter().flat_map(|p| p.work.iter()))
+            .chain(f.neg_jobs.values().flat_map(|j| j.work().iter()));
+        for w in refs {
+            *chains.entry(w.batch).or_default() += 1;
+        }
+        chains
+    }
+
+    /// Event ids its negentropy work holds: found missing by its jobs, and
+    /// waiting in `ids` pages for a subscription slot (`IdBudget`).
+    pub(super) fn ids_in_hand(&self) -> usize {
+        let f = &self.flight;
+        let jobs: usize = f.neg_jobs.values().map(NegJob::ids_held).sum();
+        let pages = f.next_pages.iter().flat_map(|p| &p.filters);
+        let asked = pages
+            .filter_map(|f| f.filter.ids.as_ref())
+            .map(|ids| ids.len());
+        jobs + asked.sum::<usize>()
+    }
+
+    /// Gives back the room a burst left in its collections (a first sync's
+    /// dozens of subscriptions, batches and queued chunks) once they hold
+    /// little again. Collections keep their largest size otherwise: at
+    /// thousands of relays that was most of an idle relay's memory.
+    pub(super) fn shrink_to_fit(&mut self) {
+        self.subs.shrink_to_fit();
+        let f = &mut self.flight;
+        f.neg_jobs.shrink_to_fit();
+        f.neg_bypass.shrink_to_fit();
+        f.batches.shrink_to_fit();
+        f.work.shrink_to_fit();
+        f.next_pages.shrink_to_fit();
+        f.unsure.shrink_to_fit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_gives_its_room_back() {
+        let mut conn = Connection::new(1, Time::default());
+        for id in 0..64 {
+            let sub = Subscription::new(
+                Vec::new(),
+                Purpose::Page,
+                Scope::Targets,
+                Vec::new(),
+                1,
+                Time::default(),
+            );
+            conn.subs.insert(id, sub);
+        }
+        for id in 1..64 {
+            conn.subs.remove(id);
+        }
+        assert!(conn.subs.capacity() >= 64, "a map keeps its room");
+        conn.shrink_to_fit();
+        assert!(conn.subs.capacity() < 8, "{}", conn.subs.capacity());
+        assert!(conn.subs.get(0).is_some(), "and its contents");
+    }
+}

@@ -1,0 +1,87 @@
+//! What one relay accepts: our limits, lowered to what it stated (its
+//! NIP-11 document, a saved state) or taught us by refusing. They are
+//! facts of the relay, not of a connection: they outlive every socket.
+
+use crate::sans_io::query::refusal::Refusal;
+
+/// Limits of one relay, lowered when it refuses.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    /// REQs open at once.
+    pub subscriptions: usize,
+    /// NIP-77 sessions open at once. strfry counts them apart from REQs
+    /// (each against `maxSubsPerConnection`) and refuses one over it with
+    /// its own NOTICE, so each kind has its own limit, learnt apart.
+    pub neg_sessions: usize,
+    pub filters_per_req: usize,
+    pub message_bytes: usize,
+    /// `limit` asked per filter: ours, or the relay's NIP-11 `max_limit`.
+    pub page_limit: usize,
+    /// Values per tag filter (repo refs, root ids) the relay accepts.
+    pub tag_values: usize,
+    /// Kinds per filter the relay accepts.
+    pub kinds: usize,
+    /// Bytes of one tag value the relay accepts in a filter (strfry: 255);
+    /// an item with a longer value cannot be asked there.
+    pub value_bytes: usize,
+}
+
+/// REQs, and negentropy sessions, a relay gets at once while its NIP-11
+/// document is on its way.
+pub(super) const PROVISIONAL_LIMIT: usize = 4;
+
+/// The smallest message limit a refusal may lower us to.
+pub(super) const MIN_MESSAGE_BYTES: usize = 4096;
+
+/// The shortest tag value limit a relay may teach us: a root id is 64 hex
+/// characters, and a limit below it would make every root unaskable.
+pub(super) const MIN_VALUE_BYTES: usize = 64;
+
+/// Limits a relay stated (its NIP-11 document, or a state file that
+/// remembers what it taught us); `None` where it said nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct StatedLimits {
+    pub subscriptions: Option<usize>,
+    pub filters_per_req: Option<usize>,
+    pub message_bytes: Option<usize>,
+    pub page_limit: Option<usize>,
+    pub tag_values: Option<usize>,
+    pub kinds: Option<usize>,
+    pub value_bytes: Option<usize>,
+}
+
+impl Limits {
+    /// Lowers ours to what the relay stated, never raising them (ours are
+    /// what we can afford) and never below a usable floor.
+    pub(super) fn lower_to(&mut self, stated: StatedLimits) {
+        let lower = |ours: &mut usize, theirs: Option<usize>, floor: usize| {
+            if let Some(t) = theirs {
+                *ours = (*ours).min(t.max(floor));
+            }
+        };
+        lower(&mut self.subscriptions, stated.subscriptions, 1);
+        lower(&mut self.neg_sessions, stated.subscriptions, 1);
+        lower(&mut self.filters_per_req, stated.filters_per_req, 1);
+        lower(
+            &mut self.message_bytes,
+            stated.message_bytes,
+            MIN_MESSAGE_BYTES,
+        );
+        lower(&mut self.page_limit, stated.page_limit, 1);
+        lower(&mut self.tag_values, stated.tag_values, 1);
+        lower(&mut self.kinds, stated.kinds, 1);
+        lower(&mut self.value_bytes, stated.value_bytes, MIN_VALUE_BYTES);
+    }
+
+    /// True when the limit `refusal` names cannot be lowered any further.
+    pub(super) fn at_floor(&self, refusal: Refusal) -> bool {
+        match refusal {
+            Refusal::TooManySubscriptions => self.subscriptions <= 1,
+            Refusal::TooManyFilters => self.filters_per_req <= 1,
+            Refusal::TooLarge => self.message_bytes <= MIN_MESSAGE_BYTES,
+            Refusal::TooManyValues => self.tag_values <= 1,
+            Refusal::TooManyKinds => self.kinds <= 1,
+            _ => false,
+        }
+    }
+}
