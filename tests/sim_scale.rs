@@ -92,3 +92,40 @@ fn ten_thousand_repos_and_a_hundred_thousand_roots_fit_one_relays_limits() {
     );
     sim.engine.check_invariants().unwrap();
 }
+
+/// A first sync's pages leave nothing in the timer wheel once they end:
+/// each page's EOSE deadline goes with its EOSE. They held their slots
+/// for the deadline's two minutes, about 400 bytes of every idle relay.
+#[test]
+fn finished_pages_leave_no_timers_behind() {
+    let mut sim = Sim::new(config());
+    let mut history = Vec::new();
+    let relays: Vec<String> = (0..20).map(|i| format!("wss://r{i}.example")).collect();
+    for (i, url) in relays.iter().enumerate() {
+        sim.add_relay(url).filter_cap = 100;
+        let owner = keys(10 + i as u8);
+        let repo = announce(&mut sim, &owner, "repo", &[url.as_str()], T0);
+        let issue = root(&owner, 1621, &[&repo], T0 - 2_000, "issue");
+        sim.seed(url, &issue);
+        for n in 0..1_000u64 {
+            let r = reply(&keys(2), &issue, T0 - 1_000 + n, &format!("r{n}"));
+            sim.seed(url, &r);
+            history.push(r);
+        }
+        sim.local_event(issue);
+    }
+    sim.advance(Duration::from_secs(30));
+    assert_eq!(sim.missing(&history).len(), 0, "every reply synced");
+    for url in &relays {
+        let a = sim.id(url);
+        let counts = sim.engine.item_counts(a);
+        assert_eq!((counts.queued, counts.pending), (0, 0), "{url}: {counts:?}");
+        assert!(sim.reqs(url).len() >= 10, "{url}: paged by the hundred");
+    }
+    let armed = sim.engine.timers_armed();
+    assert!(
+        armed <= 2 * relays.len() + 10,
+        "{armed} timers armed for {} idle relays",
+        relays.len()
+    );
+}

@@ -14,12 +14,11 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use super::auth::Auth;
 use super::built_chunk::BuiltChunk;
 use super::negentropy::NegJob;
+use super::saturated::Unsure;
 use super::sub_table::SubTable;
 use crate::sans_io::memory::index::Item;
 use crate::sans_io::query::refusal::Refusal;
-use crate::sans_io::query::subscription::{
-    NextPage, Purpose, Saturated, Scope, Subscription, WorkRef,
-};
+use crate::sans_io::query::subscription::{NextPage, Purpose, Subscription, WorkRef};
 use crate::sans_io::timing::silence::SilenceGrace;
 use crate::sans_io::timing::time::Time;
 
@@ -69,8 +68,15 @@ pub(super) struct Connection {
     /// How the live set of this connection covers the relay.
     pub live_mode: LiveMode,
     pub subs: SubTable,
-    /// History being fetched.
-    pub flight: Flight,
+    /// Seconds that may hold more than the relay returned, if it caps as
+    /// low as their count (`saturated`): split once a cut that low shows,
+    /// dropped once a larger page does. At most [`MAX_UNSURE`]; they
+    /// outlive the history that found them, until the connection shows
+    /// the relay's cap.
+    pub unsure: Vec<Unsure>,
+    /// History being fetched; none while the connection is idle, so an
+    /// idle connection holds none of its queues (`Connection::settle`).
+    flight: Option<Box<Flight>>,
 }
 
 /// The history work in flight on a connection: what a daily sync starts
@@ -94,12 +100,22 @@ pub(super) struct Flight {
     /// subscription: the next subscription not heard from yet that the
     /// relay answers is the refused one (see `Engine::blame_value_notice`).
     pub value_notice: Option<Refusal>,
-    /// Seconds that may hold more than the relay returned, if it caps as
-    /// low as their count (`saturated`): split once a cut that low shows,
-    /// dropped once a larger page does. At most [`MAX_UNSURE`].
-    pub unsure: Vec<(Saturated, Scope)>,
     /// Waiting for pending batches before consolidating.
     pub consolidating: bool,
+}
+
+impl Flight {
+    /// Nothing in flight, nothing waiting: the connection may let it go.
+    fn is_idle(&self) -> bool {
+        self.batches.is_empty()
+            && self.work.is_empty()
+            && self.next_pages.is_empty()
+            && self.built_front.is_none()
+            && self.neg_jobs.is_empty()
+            && self.neg_bypass.is_empty()
+            && self.value_notice.is_none()
+            && !self.consolidating
+    }
 }
 
 impl Connection {
@@ -115,8 +131,36 @@ impl Connection {
             paused_until: None,
             live_mode: LiveMode::PerId,
             subs: SubTable::default(),
-            flight: Flight::default(),
+            unsure: Vec::new(),
+            flight: None,
         }
+    }
+
+    /// The history in flight, if any.
+    pub(super) fn flight(&self) -> Option<&Flight> {
+        self.flight.as_deref()
+    }
+
+    /// The history in flight, made when history starts.
+    pub(super) fn flight_mut(&mut self) -> &mut Flight {
+        self.flight.get_or_insert_default()
+    }
+
+    /// Drops the history in flight (a daily sync starts over), with the
+    /// unsure seconds it found.
+    pub(super) fn take_flight(&mut self) -> Option<Box<Flight>> {
+        self.unsure = Vec::new();
+        self.flight.take()
+    }
+
+    /// Negentropy jobs in flight.
+    pub(super) fn neg_jobs(&self) -> usize {
+        self.flight().map_or(0, |f| f.neg_jobs.len())
+    }
+
+    /// Batches pending.
+    pub(super) fn batches(&self) -> usize {
+        self.flight().map_or(0, |f| f.batches.len())
     }
 
     pub(super) fn live_subs(&self) -> impl Iterator<Item = &Subscription> {
@@ -169,13 +213,21 @@ impl Connection {
     #[cfg(any(test, feature = "testing"))]
     pub(super) fn open_chains(&self) -> HashMap<u64, u32> {
         let mut chains: HashMap<u64, u32> = HashMap::new();
-        let f = &self.flight;
+        let f = self.flight();
         let refs = f
-            .work
-            .iter()
+            .into_iter()
+            .flat_map(|f| &f.work)
             .chain(self.subs.values().flat_map(|s| s.work.iter()))
-            .chain(f.next_pages.iter().flat_map(|p| p.work.iter()))
-            .chain(f.neg_jobs.values().flat_map(|j| j.work().iter()));
+            .chain(
+                f.into_iter()
+                    .flat_map(|f| &f.next_pages)
+                    .flat_map(|p| &p.work),
+            )
+            .chain(
+                f.into_iter()
+                    .flat_map(|f| f.neg_jobs.values())
+                    .flat_map(|j| j.work()),
+            );
         for w in refs {
             *chains.entry(w.batch).or_default() += 1;
         }
@@ -185,7 +237,9 @@ impl Connection {
     /// Event ids its negentropy work holds: found missing by its jobs, and
     /// waiting in `ids` pages for a subscription slot (`IdBudget`).
     pub(super) fn ids_in_hand(&self) -> usize {
-        let f = &self.flight;
+        let Some(f) = self.flight() else {
+            return 0;
+        };
         let jobs: usize = f.neg_jobs.values().map(NegJob::ids_held).sum();
         let pages = f.next_pages.iter().flat_map(|p| &p.filters);
         let asked = pages
@@ -198,21 +252,28 @@ impl Connection {
     /// dozens of subscriptions, batches and queued chunks) once they hold
     /// little again. Collections keep their largest size otherwise: at
     /// thousands of relays that was most of an idle relay's memory.
+    /// An idle connection lets its flight go.
     pub(super) fn shrink_to_fit(&mut self) {
         self.subs.shrink_to_fit();
-        let f = &mut self.flight;
+        self.unsure.shrink_to_fit();
+        if self.flight().is_some_and(Flight::is_idle) {
+            self.flight = None;
+        }
+        let Some(f) = self.flight.as_deref_mut() else {
+            return;
+        };
         f.neg_jobs.shrink_to_fit();
         f.neg_bypass.shrink_to_fit();
         f.batches.shrink_to_fit();
         f.work.shrink_to_fit();
         f.next_pages.shrink_to_fit();
-        f.unsure.shrink_to_fit();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sans_io::query::subscription::Scope;
 
     #[test]
     fn a_burst_gives_its_room_back() {

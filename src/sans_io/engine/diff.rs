@@ -203,7 +203,7 @@ impl Engine {
         }
         self.batching.next_batch += 1;
         // Connected: checked above, and asking `askable` changes nothing.
-        let Some(flight) = self.conn_mut(relay).map(|c| &mut c.flight) else {
+        let Some(flight) = self.flight_mut(relay) else {
             return;
         };
         let mut chunks = 0;
@@ -257,14 +257,14 @@ impl Engine {
         let Some(conn) = state.conn_mut() else {
             return;
         };
-        let Some(b) = conn.flight.batches.get_mut(&batch) else {
+        let Some(b) = conn.flight_mut().batches.get_mut(&batch) else {
             return;
         };
         b.chunks_left = b.chunks_left.saturating_sub(1);
         if b.chunks_left > 0 {
             return;
         }
-        let Some(done) = conn.flight.batches.remove(&batch) else {
+        let Some(done) = conn.flight_mut().batches.remove(&batch) else {
             return;
         };
         let covered = conn.live_covers_all(&done.items);
@@ -299,7 +299,7 @@ impl Engine {
         let Some(conn) = state.conn_mut() else {
             return;
         };
-        let flight = &mut conn.flight;
+        let flight = conn.flight_mut();
         let Some(failed) = flight.batches.remove(&batch) else {
             return;
         };

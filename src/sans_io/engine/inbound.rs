@@ -349,8 +349,12 @@ impl Engine {
         }
         s.eose = true;
         s.heard = true;
+        let (timer, own) = (s.eose_timer.take(), s.scope == Scope::Own);
         state.facts.health.record_success();
-        if s.scope == Scope::Own {
+        if let Some(timer) = timer {
+            self.timers.cancel(timer);
+        }
+        if own {
             // Everything before now is read: a re-subscription after a
             // refusal need only reach back over the quick window.
             let back = now.saturating_sub(self.config.quick_reconnect);
@@ -493,13 +497,14 @@ impl Engine {
         let Some(conn) = self.conn_mut(relay) else {
             return false;
         };
-        let (Some(refusal), Some(id)) = (conn.flight.value_notice, sub) else {
+        let notice = conn.flight().and_then(|f| f.value_notice);
+        let (Some(refusal), Some(id)) = (notice, sub) else {
             return false;
         };
         if conn.subs.get(id).is_some_and(|s| s.heard) {
             return false;
         }
-        conn.flight.value_notice = None;
+        conn.flight_mut().value_notice = None;
         let Some(s) = self.close_subscription(relay, id) else {
             return false;
         };
@@ -569,9 +574,7 @@ impl Engine {
 
     fn lower_limits(&mut self, relay: RelayId, refusal: Refusal, hint: usize) {
         let state = self.relay(relay);
-        let open = state
-            .conn()
-            .map_or(0, |c| c.subs.len() + c.flight.neg_jobs.len());
+        let open = state.conn().map_or(0, |c| c.subs.len() + c.neg_jobs());
         let limits = &mut state.facts.limits;
         match refusal {
             Refusal::TooManySubscriptions => {

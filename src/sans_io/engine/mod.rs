@@ -95,7 +95,7 @@ use crate::sans_io::memory::saved_state::SavedState;
 use crate::sans_io::memory::seen::Seen;
 use crate::sans_io::timing::health::{BackoffPolicy, Health};
 use crate::sans_io::timing::time::Time;
-use crate::sans_io::timing::timer::TimerWheel;
+use crate::sans_io::timing::timer::{TimerId, TimerWheel};
 use crate::sans_io::wire::relay_info::RelayInfo;
 use crate::sans_io::wire::relay_text::LogBudget;
 use crate::sans_io::wire::signature::Verifier;
@@ -814,9 +814,7 @@ impl Engine {
 
     /// Pending batches of a relay.
     pub fn pending_batches(&self, relay: RelayId) -> usize {
-        self.relays[relay.index()]
-            .conn()
-            .map_or(0, |c| c.flight.batches.len())
+        self.relays[relay.index()].conn().map_or(0, |c| c.batches())
     }
 
     /// What an operator's status page shows of `relay` at `now`
@@ -857,6 +855,12 @@ impl Engine {
         &self.index
     }
 
+    /// Timers armed, stale ones not yet fired among them. For tests.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn timers_armed(&self) -> usize {
+        self.timers.len()
+    }
+
     /// Every relay's state against a full recompute of targets from the
     /// index (the seed's `derive_relay_targets`), and every batch's
     /// bookkeeping. For tests and fuzzing; O(everything).
@@ -876,7 +880,7 @@ impl Engine {
                     want_len
                 ));
             }
-            let batches = relay.conn().map(|c| &c.flight.batches);
+            let batches = relay.conn().and_then(|c| c.flight()).map(|f| &f.batches);
             for (item, slot) in items {
                 let refs = want.and_then(|t| t.get(item)).copied().unwrap_or(0);
                 if slot.refs != refs {
@@ -901,7 +905,7 @@ impl Engine {
                 continue;
             };
             let chains = conn.open_chains();
-            for (b, batch) in &conn.flight.batches {
+            for (b, batch) in conn.flight().into_iter().flat_map(|f| &f.batches) {
                 let open = chains.get(b).copied().unwrap_or(0);
                 if open != batch.chunks_left {
                     return Err(format!(
@@ -931,23 +935,21 @@ impl Engine {
         self.config.chunk_size.min(limits.tag_values).max(1)
     }
 
-    fn arm(&mut self, at: Time, timer: Timer) -> crate::sans_io::timing::timer::TimerId {
+    fn arm(&mut self, at: Time, timer: Timer) -> TimerId {
         self.timers.insert(at.as_millis(), timer)
     }
 
     /// Arms `timer` for the relay's current connection (or connect
     /// attempt) at `at`, rounded up to the whole second if it only catches
     /// a lack of progress ([`ConnTimer::rounded`]).
-    fn arm_conn(&mut self, at: Time, relay: RelayId, timer: ConnTimer) {
-        let Some(generation) = self.relays[relay.index()].generation() else {
-            return;
-        };
+    fn arm_conn(&mut self, at: Time, relay: RelayId, timer: ConnTimer) -> Option<TimerId> {
+        let generation = self.relays[relay.index()].generation()?;
         let at = if timer.rounded() {
             whole_second(at)
         } else {
             at
         };
-        self.arm(at, Timer::Conn(relay, generation, timer));
+        Some(self.arm(at, Timer::Conn(relay, generation, timer)))
     }
 
     /// A number no connection or connect attempt had before: its timers
@@ -970,7 +972,7 @@ impl Engine {
 
     /// The history in flight on the relay's connection, if any.
     fn flight_mut(&mut self, relay: RelayId) -> Option<&mut Flight> {
-        self.conn_mut(relay).map(|c| &mut c.flight)
+        self.conn_mut(relay).map(|c| c.flight_mut())
     }
 
     fn relay(&mut self, relay: RelayId) -> &mut RelayState {

@@ -192,9 +192,9 @@ impl Engine {
             return;
         };
         let open: Vec<u64> = conn
-            .flight
-            .neg_jobs
-            .iter()
+            .flight()
+            .into_iter()
+            .flat_map(|f| &f.neg_jobs)
             .filter(|(_, j)| j.session.is_some())
             .map(|(id, _)| *id)
             .collect();
@@ -422,7 +422,7 @@ impl Engine {
     /// nothing for any (negentropy would only add a round), else the first
     /// session. Schedules nothing itself: its callers flush.
     fn job_listed(&mut self, relay: RelayId, id: u64, now: Time) {
-        let Some(job) = self.conn(relay).and_then(|c| c.flight.neg_jobs.get(&id)) else {
+        let Some(job) = self.conn(relay).and_then(|c| c.flight()?.neg_jobs.get(&id)) else {
             return;
         };
         if job.held.iter().any(|(_, h)| h.is_none()) {
@@ -620,7 +620,7 @@ impl Engine {
     /// Jobs of `relay` whose session is open.
     fn open_sessions(&self, relay: RelayId) -> usize {
         self.conn(relay).map_or(0, |c| {
-            let jobs = c.flight.neg_jobs.values();
+            let jobs = c.flight().into_iter().flat_map(|f| f.neg_jobs.values());
             jobs.filter(|j| j.session.is_some()).count()
         })
     }
@@ -630,7 +630,8 @@ impl Engine {
         let jobs = self
             .conn(relay)
             .into_iter()
-            .flat_map(|c| &c.flight.neg_jobs);
+            .flat_map(|c| c.flight())
+            .flat_map(|f| &f.neg_jobs);
         jobs.filter(|(_, j)| j.session.as_ref().is_some_and(|s| !s.answered()))
             .map(|(id, _)| *id)
     }
@@ -867,7 +868,8 @@ impl Engine {
             !relays
                 .get(relay.index())
                 .and_then(|s| s.conn())
-                .is_some_and(|c| c.flight.neg_jobs.contains_key(&id))
+                .and_then(|c| c.flight())
+                .is_some_and(|f| f.neg_jobs.contains_key(&id))
         });
         self.listings.cache.shrink_to_fit();
         self.listings.turns.shrink_to_fit();
@@ -881,7 +883,8 @@ impl Engine {
             relays
                 .get(relay.index())
                 .and_then(|s| s.conn())
-                .is_some_and(|c| c.flight.neg_jobs.contains_key(&id))
+                .and_then(|c| c.flight())
+                .is_some_and(|f| f.neg_jobs.contains_key(&id))
         };
         self.listings
             .cache
@@ -898,11 +901,11 @@ impl Engine {
             let Some(conn) = relay.conn() else {
                 continue;
             };
-            jobs += conn.flight.neg_jobs.len();
+            jobs += conn.neg_jobs();
             if let Some(job) = conn
-                .flight
-                .neg_jobs
-                .keys()
+                .flight()
+                .into_iter()
+                .flat_map(|f| f.neg_jobs.keys())
                 .find(|&&j| !self.listings.turns.holds(id, j))
             {
                 return Err(format!("{}: job {job} holds no room", self.relay_url(id)));
@@ -932,7 +935,8 @@ impl Engine {
             relays
                 .get(relay.index())
                 .and_then(|s| s.conn())
-                .is_some_and(|c| c.flight.neg_jobs.contains_key(&id))
+                .and_then(|c| c.flight())
+                .is_some_and(|f| f.neg_jobs.contains_key(&id))
         });
     }
 
@@ -949,7 +953,7 @@ impl Engine {
         if !std::mem::take(&mut conn.reads_paused) {
             return;
         }
-        for job in conn.flight.neg_jobs.values_mut() {
+        for job in conn.flight_mut().neg_jobs.values_mut() {
             if job.session.is_some() {
                 job.progress = now;
             }
@@ -963,7 +967,7 @@ impl Engine {
         let Some(conn) = self.conn(relay) else {
             return;
         };
-        let Some(job) = conn.flight.neg_jobs.get(&id) else {
+        let Some(job) = conn.flight().and_then(|f| f.neg_jobs.get(&id)) else {
             return;
         };
         let timeout = match job.session {

@@ -204,7 +204,7 @@ impl RelayState {
     /// 110,000 items).
     pub(super) fn req_room(&self) -> bool {
         self.conn().is_some_and(|c| {
-            c.subs.len() + c.flight.neg_jobs.len() < self.budget(self.facts.limits.subscriptions)
+            c.subs.len() + c.neg_jobs() < self.budget(self.facts.limits.subscriptions)
         })
     }
 
@@ -213,9 +213,9 @@ impl RelayState {
     /// refuses one over it by its own NOTICE).
     pub(super) fn neg_room(&self) -> bool {
         self.req_room()
-            && self.conn().is_some_and(|c| {
-                c.flight.neg_jobs.len() < self.budget(self.facts.limits.neg_sessions)
-            })
+            && self
+                .conn()
+                .is_some_and(|c| c.neg_jobs() < self.budget(self.facts.limits.neg_sessions))
     }
 
     /// `limit`, or [`PROVISIONAL_LIMIT`] below it until the relay's NIP-11
@@ -256,10 +256,10 @@ impl RelayState {
         let Some(conn) = self.conn_mut() else {
             return 0;
         };
-        let flight = std::mem::take(&mut conn.flight);
+        let flight = conn.take_flight();
         self.targets
             .requeue_where(|s| matches!(s, ItemState::Pending(_)));
-        flight.neg_jobs.len()
+        flight.map_or(0, |f| f.neg_jobs.len())
     }
 
     /// Drops the connection (or the attempt) and hands back what outlives
@@ -279,6 +279,6 @@ impl RelayState {
         self.targets
             .requeue_where(|s| matches!(s, ItemState::Pending(_)));
         self.targets.queued.clear();
-        conn.flight.neg_jobs.len()
+        conn.neg_jobs()
     }
 }

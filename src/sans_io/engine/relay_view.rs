@@ -178,7 +178,7 @@ impl Engine {
     /// done.
     pub(super) fn note_batch_confirmed(&mut self, relay: RelayId) {
         let state = &mut self.relays[relay.index()];
-        let pending = state.conn().is_some_and(|c| !c.flight.batches.is_empty());
+        let pending = state.conn().is_some_and(|c| c.batches() > 0);
         if state.facts.notes.first_history_done || pending {
             return;
         }

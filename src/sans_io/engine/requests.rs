@@ -39,14 +39,17 @@ impl Engine {
             let Some(conn) = state.conn() else {
                 break;
             };
-            if conn.paused_until.is_some() || conn.flight.work.is_empty() {
+            let Some(flight) = conn.flight().filter(|f| !f.work.is_empty()) else {
+                break;
+            };
+            if conn.paused_until.is_some() {
                 break;
             }
             // A suspect of a refused value goes by REQ: only a REQ's
             // answer clears it (a relay may take in NEG-OPEN what it
             // refuses in a REQ, and the live set would be refused again).
-            let bypass = conn.flight.work.front().is_some_and(|w| {
-                conn.flight.neg_bypass.contains(&w.batch) || self.is_suspect_chunk(relay, w)
+            let bypass = flight.work.front().is_some_and(|w| {
+                flight.neg_bypass.contains(&w.batch) || self.is_suspect_chunk(relay, w)
             });
             let neg = !bypass && self.negentropy_usable(relay);
             if !state.req_room() && !self.evict_live_for_history(relay, now) {
@@ -60,9 +63,9 @@ impl Engine {
                 self.start_neg_job(relay, chunks, filters, now);
                 continue;
             }
-            if let Some(conn) = self.conn_mut(relay) {
+            if let Some(flight) = self.flight_mut(relay) {
                 for w in &chunks {
-                    conn.flight.neg_bypass.remove(&w.batch);
+                    flight.neg_bypass.remove(&w.batch);
                 }
             }
             let purpose = self.purpose_for(relay, filters.len());
@@ -95,7 +98,7 @@ impl Engine {
             let Some(conn) = state.conn() else {
                 return;
             };
-            let Some(next) = conn.flight.next_pages.front() else {
+            let Some(next) = conn.flight().and_then(|f| f.next_pages.front()) else {
                 return;
             };
             if conn.paused_until.is_some() {
@@ -111,7 +114,7 @@ impl Engine {
             }
             let Some(mut next) = self
                 .conn_mut(relay)
-                .and_then(|c| c.flight.next_pages.pop_front())
+                .and_then(|c| c.flight_mut().next_pages.pop_front())
             else {
                 return;
             };
@@ -178,10 +181,10 @@ impl Engine {
         let mut bytes = REQ_OVERHEAD;
         let mut built = self
             .conn_mut(relay)
-            .and_then(|c| c.flight.built_front.take());
+            .and_then(|c| c.flight_mut().built_front.take());
         while let Some(work) = self
             .conn(relay)
-            .and_then(|c| c.flight.work.get(chunks.len()))
+            .and_then(|c| c.flight()?.work.get(chunks.len()))
         {
             // A chunk suspected of a refused value goes alone: strfry
             // refuses a whole REQ for one value.
@@ -214,7 +217,7 @@ impl Engine {
             }
         }
         if let Some(conn) = self.conn_mut(relay) {
-            conn.flight.work.drain(..chunks.len());
+            conn.flight_mut().work.drain(..chunks.len());
         }
         (chunks, filters)
     }
@@ -223,7 +226,7 @@ impl Engine {
     /// split to the relay's chunk size, so no REQ repeats what it refused.
     fn split_front_chunk(&mut self, relay: RelayId) {
         let size = self.chunk_size(relay);
-        let Some(flight) = self.conn_mut(relay).map(|c| &mut c.flight) else {
+        let Some(flight) = self.flight_mut(relay) else {
             return;
         };
         let Some(front) = flight.work.front() else {
@@ -261,7 +264,7 @@ impl Engine {
         };
         let live_subs = conn.live_subs().count();
         let fits = conn.live_mode == LiveMode::PerId
-            && !conn.flight.consolidating
+            && !conn.flight().is_some_and(|f| f.consolidating)
             && state.coverage.gap().is_none()
             && conn.live_filter_count() + filters <= self.config.consolidation_threshold
             && live_subs < (state.facts.limits.subscriptions / 2).max(1);
@@ -294,17 +297,23 @@ impl Engine {
         self.actions.push_back(Action::Send { relay, message });
         // Each page gets its own EOSE deadline from when it is sent; a long
         // chain of pages must not time out its later pages on arrival.
-        self.arm_conn(
+        let timer = self.arm_conn(
             now + self.config.eose_timeout,
             relay,
             ConnTimer::EoseTimeout(id),
         );
+        if let Some(sub) = self.conn_mut(relay).and_then(|c| c.subs.get_mut(id)) {
+            sub.eose_timer = timer;
+        }
         id
     }
 
     /// Sends CLOSE for a subscription and forgets it.
     pub(super) fn close_subscription(&mut self, relay: RelayId, id: u64) -> Option<Subscription> {
         let sub = self.conn_mut(relay)?.subs.remove(id)?;
+        if let Some(timer) = sub.eose_timer {
+            self.timers.cancel(timer);
+        }
         self.actions.push_back(Action::Send {
             relay,
             message: close_message(&format!("{id:x}")),
@@ -549,11 +558,11 @@ impl Engine {
         if state.coverage.gap().is_none() || conn.paused_until.is_some() {
             return;
         }
-        if conn.flight.batches.is_empty() {
+        if conn.batches() == 0 {
             self.consolidate(relay, now);
-        } else if !conn.flight.consolidating {
-            if let Some(conn) = self.conn_mut(relay) {
-                conn.flight.consolidating = true;
+        } else if !conn.flight().is_some_and(|f| f.consolidating) {
+            if let Some(flight) = self.flight_mut(relay) {
+                flight.consolidating = true;
             }
             self.arm_conn(
                 now + self.config.consolidation_timeout,
@@ -571,7 +580,7 @@ impl Engine {
         let Some(conn) = state.conn() else {
             return;
         };
-        if !conn.flight.consolidating && state.coverage.gap().is_none() {
+        if !conn.flight().is_some_and(|f| f.consolidating) && state.coverage.gap().is_none() {
             return;
         }
         let window_start = now.saturating_sub(self.config.quick_reconnect);
@@ -588,7 +597,7 @@ impl Engine {
         let state = self.relay(relay);
         state.coverage.take_gap();
         if let Some(conn) = state.conn_mut() {
-            conn.flight.consolidating = false;
+            conn.flight_mut().consolidating = false;
         }
         if !self.extend_live_set(relay, since, now) {
             self.resubscribe_live(relay, since, now);
@@ -602,12 +611,15 @@ impl Engine {
             // and with no batch pending `schedule` would consolidate again
             // at once, and again, until the stack overflowed (found by
             // fuzzing).
-            let batches = &conn.flight.batches;
+            let batches = conn.flight().map(|f| &f.batches);
             let gap = conn
                 .subs
                 .values()
                 .filter(|s| s.purpose == Purpose::Page)
-                .filter(|s| s.work.iter().any(|w| batches.contains_key(&w.batch)))
+                .filter(|s| {
+                    let pending = |b: &u64| batches.is_some_and(|bs| bs.contains_key(b));
+                    s.work.iter().any(|w| pending(&w.batch))
+                })
                 .map(|s| s.started)
                 .min();
             if let Some(gap) = gap {
@@ -765,7 +777,7 @@ impl Engine {
             return;
         };
         for work in sub.work.into_iter().rev() {
-            conn.flight.work.push_front(work);
+            conn.flight_mut().work.push_front(work);
         }
     }
 

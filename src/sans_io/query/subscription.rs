@@ -6,6 +6,7 @@
 //! `created_at` seen, per filter, until a page comes back short. Without this
 //! a relay with a 500-event cap silently loses everything older.
 
+use crate::sans_io::timing::timer::TimerId;
 use std::collections::HashSet;
 
 use nostr::prelude::{Event, EventId, Filter, MatchEventOptions, Timestamp};
@@ -127,6 +128,10 @@ pub(crate) struct Subscription {
     pub covers: Option<Box<[Item]>>,
     /// It carries the Layer 1 (announcement) filter.
     pub layer1: bool,
+    /// Its EOSE deadline, cancelled when the EOSE comes: a first sync
+    /// arms thousands, and each would otherwise hold its timer slot for
+    /// the deadline's two minutes after the page ended.
+    pub eose_timer: Option<TimerId>,
     stats: Vec<PageStats>,
     total: usize,
     /// Ids counted in this page: a relay repeating one event (thousands of
@@ -158,6 +163,7 @@ impl Subscription {
             filter_count: filters.len(),
             covers: None,
             layer1: false,
+            eose_timer: None,
             filters,
             purpose,
             scope,
