@@ -205,7 +205,6 @@ fn events(out: &mut String, s: &Stats) {
         "outcome",
         &[
             ("received", s.events_received),
-            ("verified", s.events_verified),
             ("duplicate", s.events_duplicate),
             ("invalid", s.events_invalid),
             ("unwanted", s.events_unwanted),

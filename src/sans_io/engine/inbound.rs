@@ -187,7 +187,6 @@ impl Engine {
             return;
         }
         self.seen.insert(event.id);
-        self.stats.events_verified += 1;
         self.stats.events_ingested += 1;
         self.note_ingested(relay);
         self.charge_fresh_item(now, relay, &event);

@@ -219,8 +219,6 @@ pub struct Stats {
     /// Dropped because the sink refused them for good before (`refused`):
     /// neither fetched by negentropy nor offered again.
     pub events_refused_skipped: u64,
-    /// Passed id and signature verification.
-    pub events_verified: u64,
     /// Dropped for not matching the subscription (or the GRASP-01 domain rule).
     pub events_unwanted: u64,
     /// Handed to the sink.
