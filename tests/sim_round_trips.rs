@@ -8,10 +8,15 @@
 //! delay). The time from engine start until every reply is in
 //! [`Sim::ingested`], divided by the round-trip time, is the number of
 //! round trips the first sync costs — the one figure that says whether it
-//! runs at the speed of the path, whatever the machine.
+//! runs at the speed of the path, whatever the machine. The simulation's
+//! connects are instant, so the count leaves the handshakes out (two round
+//! trips per relay on a real path: TCP, then the websocket upgrade).
+//! Remote results are capped per REQ and per filter alike
+//! ([`FakeRelay::cap`] and [`FakeRelay::filter_cap`]), as khatru (100) and
+//! strfry (500) cap them.
 //!
 //! The goal (issue 46) is a count that does not grow with N. Today's
-//! engine reads history one page per round trip, so the goal test,
+//! engine reads history one REQ per round trip, so the goal test,
 //! [`round_trips_do_not_grow_with_the_history`], is `#[ignore]`d until the
 //! engine work lands; [`round_trip_table`] runs the same matrix, prints it
 //! and asserts only that every sync completes. Both are slow in a debug
