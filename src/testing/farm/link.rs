@@ -321,9 +321,9 @@ mod tests {
     const RTT: Duration = Duration::from_secs(1);
 
     /// Reads messages until one `done` accepts.
-    fn read_until(
-        ws: &mut tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<StdTcp>>,
-        done: impl Fn(&RelayMessage<'_>) -> bool,
+    fn read_until<S: Read + Write>(
+        ws: &mut tungstenite::WebSocket<S>,
+        mut done: impl FnMut(&RelayMessage<'_>) -> bool,
     ) {
         loop {
             let Message::Text(text) = ws.read().expect("the relay answers") else {
@@ -466,6 +466,76 @@ mod tests {
             d.write(b"x").unwrap_err().kind(),
             io::ErrorKind::WouldBlock,
             "a full queue pushes back"
+        );
+    }
+
+    #[test]
+    fn tls_and_a_bandwidth_behind_a_link() {
+        use crate::testing::cert::{CA_PEM, LEAF_KEY_PEM, LEAF_PEM};
+        use crate::testing::relay::server_tls_config;
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, ServerName};
+        use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+        use std::sync::Arc;
+
+        const RATE: u64 = 4_000_000;
+        let chain = format!("{LEAF_PEM}{CA_PEM}");
+        let link = Link {
+            rtt: Duration::from_millis(400),
+            bytes_per_sec: Some(RATE),
+        };
+        let opts = FarmOptions {
+            tls: Some(server_tls_config(chain.as_bytes(), LEAF_KEY_PEM.as_bytes()).unwrap()),
+            links: vec![(0, link)],
+            ..FarmOptions::default()
+        };
+        let farm = RelayFarm::start(1, opts).expect("the farm starts");
+        let filler = "z".repeat(1_000);
+        let many: Vec<_> = (0..3_000)
+            .map(|i| sign(&keys(4), 1, T0 + i, vec![], &filler))
+            .collect();
+        farm.seed(0, many);
+
+        let mut roots = RootCertStore::empty();
+        let ca = CertificateDer::from_pem_slice(CA_PEM.as_bytes()).unwrap();
+        roots.add(ca).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let start = Instant::now();
+        let tcp = StdTcp::connect(("127.0.0.1", farm.port(0))).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let name = ServerName::try_from("localhost").unwrap();
+        let tls = ClientConnection::new(Arc::new(config), name).unwrap();
+        let (mut ws, _) = tungstenite::client(farm.url(0), StreamOwned::new(tls, tcp))
+            .expect("wss handshake behind a link");
+        let handshake = start.elapsed();
+        // TCP's round trip, TLS 1.3's, the websocket upgrade's.
+        assert!(handshake >= 3 * link.rtt, "wss handshake in {handshake:?}");
+
+        let start = Instant::now();
+        let req = ClientMessage::req(
+            SubscriptionId::new("all"),
+            vec![Filter::new().kind(Kind::TextNote)],
+        );
+        ws.send(Message::text(req.as_json())).expect("sent");
+        let mut events = 0;
+        read_until(&mut ws, |m| {
+            events += usize::from(matches!(m, RelayMessage::Event { .. }));
+            matches!(m, RelayMessage::EndOfStoredEvents(_))
+        });
+        let answered = start.elapsed();
+        assert_eq!(events, 3_000, "every stored event arrives");
+        let bytes = farm.stats().bytes_out;
+        let on_the_line = Duration::from_secs_f64(bytes as f64 / RATE as f64);
+        eprintln!("{bytes} bytes answered in {answered:?} (handshake {handshake:?})");
+        assert!(bytes > 3_000_000, "{bytes} bytes");
+        assert!(
+            answered >= link.rtt + on_the_line.mul_f64(0.9),
+            "{bytes} bytes at {RATE} bytes/s answered in {answered:?}"
         );
     }
 }
