@@ -43,7 +43,10 @@
 //! tests run it, 75,000 events at most), fresh for every measurement; with
 //! `rs`, nostr-rs-relay 0.8.12 (`NOSTR_RS_RELAY_BIN`, or where `.ci/run`
 //! installs it). The farm runs in this process, on its own thread.
-//! `PATH_SYNC_TRACE=1` prints the engine's progress every second.
+//! `PATH_SYNC_TRACE=1` prints the engine's progress every second;
+//! `PATH_SYNC_ARGS` adds engine flags (not for the figures, which
+//! are at default flags: e.g. `--batch-window-ms 200` shows what the
+//! batch windows cost).
 
 #[path = "common/engine_process.rs"]
 mod engine_process;

@@ -75,14 +75,18 @@ pub struct EngineRun {
     pub duplicates: u64,
 }
 
-/// Starts the release binary (`GRASP_SYNC_BIN`, default flags) against
+/// Starts the release binary (`GRASP_SYNC_BIN`; default flags but
+/// `PATH_SYNC_ARGS`) against
 /// `own` and times it until the own relay has answered `OK` (new or
 /// already held) to `n` events; then checks the own relay holds every one
 /// of `ids`. Panics past `limit`, or if any is missing.
 pub fn engine_run(own: &Own, n: usize, ids: &[EventId], limit: Duration) -> EngineRun {
     let port = free_port();
     let started = Instant::now();
-    let mut engine = start_engine(&engine_bin(), own.url(), port, []);
+    // Default flags, unless PATH_SYNC_ARGS names some to try (e.g.
+    // "--batch-window-ms 200": what the batch windows cost).
+    let extra = std::env::var("PATH_SYNC_ARGS").unwrap_or_default();
+    let mut engine = start_engine(&engine_bin(), own.url(), port, extra.split_whitespace());
     let deadline = started + limit;
     let stored = |label| metric(port, "grasp_sync_sink_events_total", label).unwrap_or(0);
     // PATH_SYNC_TRACE=1 prints the engine's counts every second.
