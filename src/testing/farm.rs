@@ -23,6 +23,11 @@
 //! limited (see [`crate::testing::limits`]): results capped per filter,
 //! filters with too many values refused, a NIP-11 document published; or
 //! makes them answer like strfry ([`RelayProfile::strfry`]).
+//! [`FarmOptions::links`] puts chosen relays behind a network [`Link`] of
+//! some round-trip time (and bandwidth), so a test on loopback meets the
+//! latency real relays sit behind and can count round trips (issue 46):
+//! every byte both ways is held half the round trip, handshakes included,
+//! by the farm's timers, never by sleeping (see `link`).
 //!
 //! # Why one mio thread
 //!
@@ -67,7 +72,8 @@
 //! timers, readiness); `conn` what is kept per relay and per connection;
 //! `connections` listening, accepting, restarting and closing; `http` plain
 //! HTTP (NIP-11) before the handshake; `protocol` the answers to nostr
-//! messages and live delivery; `auth` and `neg` NIP-42 and NIP-77; `port` a
+//! messages and live delivery; `auth` and `neg` NIP-42 and NIP-77; `link`
+//! the round-trip time and bandwidth of [`Link`]s; `port` a
 //! restarted relay's port while it is down. `strfry` answers for relays
 //! that behave like strfry ([`RelayProfile::strfry`]), reading messages
 //! with `strfry_req` and checking events with `strfry_event`.
@@ -78,6 +84,7 @@ mod auth;
 mod conn;
 mod connections;
 mod http;
+mod link;
 mod neg;
 mod port;
 mod protocol;
@@ -86,6 +93,7 @@ mod strfry_event;
 mod strfry_req;
 
 pub use super::limits::StrfryLimits;
+pub use link::Link;
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -231,6 +239,12 @@ pub struct FarmOptions {
     /// way (see [`RelayProfile`]); a number listed twice takes the last.
     /// Numbers out of range are ignored. Default: none.
     pub profiles: Vec<(usize, RelayProfile)>,
+    /// Relays (by number) behind a network link of some round-trip time
+    /// and bandwidth (see [`Link`]), so tests on loopback meet the latency
+    /// of relays in the wild and can count round trips; a number listed
+    /// twice takes the last, numbers out of range are ignored. Default:
+    /// none, every relay straight on loopback.
+    pub links: Vec<(usize, Link)>,
 }
 
 /// How one relay of a farm is limited beyond the farm-wide [`FarmOptions`],
@@ -464,9 +478,17 @@ impl RelayFarm {
                 .find(|(n, _)| *n == i)
                 .map(|(_, p)| p.clone())
                 .unwrap_or_default();
+            let link = opts
+                .links
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == i)
+                .map(|(_, l)| *l)
+                .unwrap_or_default();
             relays.push(Relay {
                 port,
                 profile,
+                link,
                 auth: opts.auth_required.contains(&i),
                 listen: Listen::Open(listener),
                 generation: 0,
@@ -695,6 +717,13 @@ enum Timer {
     Listen { relay: usize, generation: u32 },
     /// Drop the connection if it is still handshaking.
     Handshake { key: usize, generation: u32 },
+    /// Bytes a [`Link`] held are due: drive the connection, if this is
+    /// still its armed timer.
+    Link {
+        key: usize,
+        generation: u32,
+        at: Instant,
+    },
 }
 
 /// The farm thread's state.
@@ -834,13 +863,71 @@ impl Farm {
                         self.close(key);
                     }
                 }
+                Timer::Link {
+                    key,
+                    generation,
+                    at,
+                } => {
+                    let armed = self.conns.get_mut(key).and_then(|c| {
+                        let current = c.generation == generation;
+                        c.delay().filter(|d| current && d.armed == Some(at))
+                    });
+                    if let Some(delay) = armed {
+                        delay.armed = None;
+                        self.drive(key);
+                    }
+                }
             }
         }
     }
 
-    /// Drives a connection after readiness: handshake, then every frame
-    /// readable, then everything writable.
+    /// Drives a connection after readiness (or when bytes its [`Link`]
+    /// held are due): handshake, then every frame readable, then
+    /// everything writable; then sets the timer for what its link still
+    /// holds.
     fn drive(&mut self, key: usize) {
+        self.drive_now(key);
+        self.arm(key);
+    }
+
+    /// Sets a timer for the time the next bytes a connection's [`Link`]
+    /// holds are due, if none is set for that time or earlier, after
+    /// writing out what is due already. Nothing for a direct link.
+    fn arm(&mut self, key: usize) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        let generation = conn.generation;
+        let Some(socket) = conn.stream().map(|s| s.transport_mut()) else {
+            return;
+        };
+        if let Err(e) = socket.pump() {
+            log::debug!("relay farm: write failed: {e}");
+            self.close(key);
+            return;
+        }
+        let Some(delay) = socket.delay.as_deref_mut() else {
+            return;
+        };
+        let Some(at) = delay.next_wake(Instant::now()) else {
+            return;
+        };
+        if delay.armed.is_some_and(|armed| armed <= at) {
+            return;
+        }
+        delay.armed = Some(at);
+        self.schedule(
+            at,
+            Timer::Link {
+                key,
+                generation,
+                at,
+            },
+        );
+    }
+
+    /// [`drive`](Farm::drive) without setting the link's timer.
+    fn drive_now(&mut self, key: usize) {
         if !self.sniff(key) {
             return;
         }
@@ -899,7 +986,9 @@ impl Farm {
         if let Err(e) = conn.write(&self.relays[conn.relay].store) {
             log::debug!("relay farm: write failed: {e}");
             self.close(key);
+            return;
         }
+        self.arm(key);
     }
 
     /// Queues a reply to a connection (written by the caller).

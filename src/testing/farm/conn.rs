@@ -2,6 +2,7 @@
 //! stream under a connection (plain TCP or TLS, counting its bytes).
 
 use super::super::store::EventKey;
+use super::link::Delay;
 use super::strfry::StrfryConn;
 use super::*;
 use tungstenite::WebSocket;
@@ -10,20 +11,68 @@ use tungstenite::handshake::server::{Callback, ErrorResponse, Request, Response,
 use tungstenite::protocol::frame::Frame;
 use tungstenite::protocol::frame::coding::{Data as OpData, OpCode};
 
-/// A client socket that counts the bytes written to it.
+/// A client socket that counts the bytes written to it, behind its
+/// relay's [`Link`] (whose [`Delay`] holds bytes both ways) unless that is
+/// direct.
 pub(super) struct Socket {
     pub(super) tcp: TcpStream,
     pub(super) counters: Arc<Counters>,
+    /// The bytes the link holds; `None` on a direct link, where reads and
+    /// writes go straight to `tcp`.
+    pub(super) delay: Option<Box<Delay>>,
+}
+
+impl Socket {
+    /// Moves the link's held bytes on (due ones out, the socket's in); an
+    /// error means the connection is dead. Nothing on a direct link.
+    pub(super) fn pump(&mut self) -> io::Result<()> {
+        let Some(delay) = self.delay.as_deref_mut() else {
+            return Ok(());
+        };
+        let mut written = 0;
+        let pumped = delay.pump(&mut self.tcp, &mut written);
+        self.counters
+            .bytes_out
+            .fetch_add(written, Ordering::Relaxed);
+        pumped
+    }
+
+    /// `peek` on the socket, through the link: what has arrived, not
+    /// taken, and when its last byte arrived (now on a direct link).
+    pub(super) fn peek(&mut self, buf: &mut [u8]) -> io::Result<(usize, Instant)> {
+        if self.delay.is_none() {
+            return self.tcp.peek(buf).map(|n| (n, Instant::now()));
+        }
+        self.pump()?;
+        match self.delay.as_deref() {
+            Some(delay) => delay.peek(buf),
+            None => Ok((0, Instant::now())),
+        }
+    }
 }
 
 impl Read for Socket {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.tcp.read(buf)
+        if self.delay.is_none() {
+            return self.tcp.read(buf);
+        }
+        self.pump()?;
+        match self.delay.as_deref_mut() {
+            Some(delay) => delay.read(buf),
+            None => self.tcp.read(buf),
+        }
     }
 }
 
 impl Write for Socket {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.delay.is_some() {
+            // Due bytes first: they may make room.
+            self.pump()?;
+            if let Some(delay) = self.delay.as_deref_mut() {
+                return delay.write(buf);
+            }
+        }
         let n = self.tcp.write(buf)?;
         self.counters
             .bytes_out
@@ -32,6 +81,10 @@ impl Write for Socket {
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        // Held bytes are the link's to send when due (the farm's timer, or
+        // writability, brings the loop back for them): not the caller's
+        // to wait for.
+        self.pump()?;
         self.tcp.flush()
     }
 }
@@ -73,6 +126,8 @@ pub(super) struct Relay {
     pub(super) port: u16,
     /// Its limits beyond the farm's.
     pub(super) profile: RelayProfile,
+    /// The network between it and its clients.
+    pub(super) link: Link,
     /// Reads need NIP-42 AUTH first.
     pub(super) auth: bool,
     /// Its port: listening, or down after a restart.
@@ -290,6 +345,12 @@ impl Conn {
         if ws.flush().is_err() {
             self.blocked = true;
         }
+    }
+
+    /// The bytes its relay's [`Link`] holds; `None` on a direct link (or
+    /// a connection already closed).
+    pub(super) fn delay(&mut self) -> Option<&mut Delay> {
+        self.stream()?.transport_mut().delay.as_deref_mut()
     }
 
     pub(super) fn stream(&mut self) -> Option<&mut Stream> {

@@ -101,6 +101,7 @@ impl Farm {
         let socket = Socket {
             tcp,
             counters: Arc::clone(&self.counters),
+            delay: self.relays[relay].link.delay(Instant::now()),
         };
         let stream = match &self.tls {
             None => MaybeTls::Plain(socket),

@@ -42,12 +42,13 @@ impl Farm {
             return true;
         };
         let mut buf = vec![0u8; MAX_HEAD];
-        let seen = match stream.transport_mut().tcp.peek(&mut buf) {
-            Ok(0) => {
+        let socket = stream.transport_mut();
+        let (seen, arrived) = match socket.peek(&mut buf) {
+            Ok((0, _)) => {
                 self.close(key);
                 return false;
             }
-            Ok(n) => n,
+            Ok(seen) => seen,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return false,
             Err(_) => {
@@ -68,7 +69,16 @@ impl Farm {
                 response,
                 nip11,
             } => {
-                self.answer_http(key, head, &response, nip11);
+                // Behind a link the answer is written straight to the
+                // socket (the connection closes after it), so the way
+                // back's half round trip is waited out before it.
+                let back = self.conns.get_mut(key).and_then(Conn::delay).and_then(|d| {
+                    let at = arrived + d.half_rtt();
+                    (at > Instant::now()).then(|| d.wake_at(at))
+                });
+                if back.is_none() {
+                    self.answer_http(key, head, &response, nip11);
+                }
                 false
             }
         }
@@ -137,12 +147,15 @@ impl Farm {
         let Phase::Sniffing(stream) = &mut conn.phase else {
             return;
         };
-        let tcp = &mut stream.transport_mut().tcp;
-        // Consumed first: closing with unread bytes would reset the
-        // connection and could lose the answer. The answers are small: one
-        // write fits an empty socket buffer.
+        let socket = stream.transport_mut();
+        // Consumed first (through the link, which holds what was peeked):
+        // closing with unread bytes would reset the connection and could
+        // lose the answer. The answers are small: one write fits an empty
+        // socket buffer.
         let mut consumed = vec![0u8; head];
-        let served = tcp.read_exact(&mut consumed).is_ok() && tcp.write_all(response).is_ok();
+        let served =
+            socket.read_exact(&mut consumed).is_ok() && socket.tcp.write_all(response).is_ok();
+        let tcp = &mut socket.tcp;
         if served && nip11 {
             self.counters.info_served.fetch_add(1, Ordering::Relaxed);
         }

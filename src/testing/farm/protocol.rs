@@ -279,6 +279,7 @@ impl Farm {
             return;
         };
         let mut slow = Vec::new();
+        let mut written = Vec::new();
         for &key in &r.conns {
             let Some(conn) = self.conns.get_mut(key) else {
                 continue;
@@ -302,15 +303,22 @@ impl Farm {
             }
             if !keep {
                 slow.push(key);
-            } else if !matching.is_empty()
-                && let Err(e) = conn.write(&r.store)
-            {
-                log::debug!("relay farm: write failed: {e}");
-                slow.push(key);
+            } else if !matching.is_empty() {
+                match conn.write(&r.store) {
+                    Ok(()) => written.push(key),
+                    Err(e) => {
+                        log::debug!("relay farm: write failed: {e}");
+                        slow.push(key);
+                    }
+                }
             }
         }
         for key in slow {
             self.close(key);
+        }
+        // Behind a link, what was written is held: come back for it.
+        for key in written {
+            self.arm(key);
         }
     }
 }
