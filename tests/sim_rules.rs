@@ -953,3 +953,32 @@ fn a_pause_of_an_ended_connection_does_not_end_the_next_ones() {
         "the ended connection's resume left the new pause alone"
     );
 }
+
+/// A root the engine found on a remote comes back through the own relay
+/// as an echo of what it stored; a window holding only such echoes closes
+/// once they stop (`Config::echo_quiet`), so the root's replies are asked
+/// at once instead of a whole batch window later. Someone else's event
+/// still waits out the window (rule 1).
+#[test]
+fn an_echo_only_batch_window_closes_when_quiet() {
+    let mut sim = Sim::new(config());
+    let owner = keys(1);
+    let own = sim.own.clone();
+    let repo = coord(&owner, "r");
+    sim.seed(&own, &announcement(&owner, "r", &[A], T0 - 100));
+    let issue = root(&owner, 1621, &[&repo], T0 - 50, "issue");
+    sim.seed(A, &issue);
+    let replies: Vec<Event> = (0..3)
+        .map(|i| reply(&keys(2), &issue, T0 - 40 + i, &format!("r{i}")))
+        .collect();
+    for r in &replies {
+        sim.seed(A, r);
+    }
+    sim.advance(Duration::from_secs(1));
+    assert!(sim.synced(&issue.id), "the issue was found at once");
+    assert_eq!(
+        sim.missing(&replies),
+        Vec::<EventId>::new(),
+        "its replies within a second, not after a 5 s window"
+    );
+}

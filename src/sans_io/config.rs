@@ -28,6 +28,13 @@ pub struct Config {
     /// Window that collects own-relay events into one batch; opened by the
     /// first event and never extended.
     pub batch_window: Duration,
+    /// A window holding only the engine's own events coming back (what it
+    /// just handed to the sink, echoed by the self-subscription or the
+    /// embedding relay) closes once none came for this long, within
+    /// `batch_window`: the burst it collects is over, and each generation
+    /// of discovery (roots, then their replies) would otherwise wait out
+    /// a whole window.
+    pub echo_quiet: Duration,
     /// First reconnect backoff; doubles per consecutive failure.
     pub backoff_base: Duration,
     /// Longest reconnect backoff.
@@ -179,6 +186,7 @@ impl Config {
             bootstrap: Vec::new(),
             self_subscribe: true,
             batch_window: Duration::from_millis(5_000),
+            echo_quiet: Duration::from_millis(200),
             backoff_base: Duration::from_secs(5),
             backoff_max: Duration::from_secs(3_600),
             quick_reconnect: Duration::from_secs(900),

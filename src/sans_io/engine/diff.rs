@@ -29,10 +29,22 @@ pub(super) struct Batching {
     withdrawals: Vec<Event>,
     /// The open window's timer; `None` while no window is open.
     window: Option<TimerId>,
+    /// Every event in the open window is an echo of one the engine handed
+    /// to the sink, and the last came at this time (`Config::echo_quiet`).
+    echoes: Option<Echoes>,
     /// The id of the next pending batch.
     next_batch: u64,
     /// Scratch list of target changes, kept for its allocation.
     changes: Vec<TargetChange>,
+}
+
+/// An open window that holds only echoes, and its quiet check.
+#[derive(Debug)]
+struct Echoes {
+    /// When the last echo joined the window.
+    last: Time,
+    /// A quiet check is armed.
+    armed: bool,
 }
 
 impl Batching {
@@ -46,9 +58,54 @@ impl Engine {
     /// Adds an own-relay (or locally accepted) event to the batch window,
     /// opening the window on the first event. The window is not extended by
     /// later events, so a steady stream still produces a batch per window.
-    pub(super) fn push_to_batch(&mut self, now: Time, event: Event) {
+    /// An `echo` (an event the engine itself handed to the sink, back
+    /// through the self-subscription or the embedding relay) is news the
+    /// engine caused: while the window holds nothing else, it closes once
+    /// the echoes stop for `Config::echo_quiet`.
+    pub(super) fn push_to_batch(&mut self, now: Time, event: Event, echo: bool) {
+        let opening = self.batching.window.is_none();
         self.batching.events.push(event);
         self.open_batch_window(now);
+        match (&mut self.batching.echoes, echo) {
+            (_, false) => self.batching.echoes = None,
+            (Some(echoes), true) => echoes.last = now,
+            (None, true) if opening => {
+                self.batching.echoes = Some(Echoes {
+                    last: now,
+                    armed: false,
+                })
+            }
+            (None, true) => {}
+        }
+        self.arm_batch_quiet(now);
+    }
+
+    /// Arms the quiet check of an echo-only window, if none is armed.
+    fn arm_batch_quiet(&mut self, now: Time) {
+        let quiet = self.config.echo_quiet;
+        if let Some(echoes) = self.batching.echoes.as_mut()
+            && !echoes.armed
+        {
+            echoes.armed = true;
+            self.arm(now + quiet, Timer::BatchQuiet);
+        }
+    }
+
+    /// The quiet check of an echo-only window: closes it if no echo came
+    /// for `Config::echo_quiet`, else checks again that long after the
+    /// last one.
+    pub(super) fn on_batch_quiet(&mut self, now: Time) {
+        let quiet = self.config.echo_quiet;
+        let Some(echoes) = self.batching.echoes.as_mut() else {
+            return;
+        };
+        echoes.armed = false;
+        let due = echoes.last + quiet;
+        if now >= due {
+            return self.close_batch_window_early(now);
+        }
+        echoes.armed = true;
+        self.arm(due, Timer::BatchQuiet);
     }
 
     /// A verified announcement from another relay that drops the service
@@ -79,6 +136,7 @@ impl Engine {
     /// The window closed: update the index and diff the touched relays.
     pub(super) fn close_batch_window(&mut self, now: Time) {
         self.batching.window = None;
+        self.batching.echoes = None;
         let events = std::mem::take(&mut self.batching.events);
         let withdrawals = std::mem::take(&mut self.batching.withdrawals);
         let mut changes = std::mem::take(&mut self.batching.changes);

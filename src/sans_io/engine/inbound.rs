@@ -228,7 +228,7 @@ impl Engine {
             // is indexed, and one with a seen id but forged content must not
             // be (found by fuzzing). Hashing costs a fraction of a signature.
             if event.verify_id() {
-                self.push_to_batch(now, event);
+                self.push_to_batch(now, event, true);
             } else {
                 self.stats.events_invalid += 1;
             }
@@ -240,7 +240,7 @@ impl Engine {
         }
         self.seen.insert(event.id);
         if is_index_kind(event.kind) {
-            self.push_to_batch(now, event);
+            self.push_to_batch(now, event, false);
         }
     }
 

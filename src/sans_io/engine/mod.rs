@@ -632,7 +632,8 @@ impl Engine {
     /// An event the embedding relay accepted, fed in instead of (or besides)
     /// the self-subscription. It joins the current batch window (`diff`).
     pub fn handle_local_event(&mut self, now: Time, event: Event) {
-        self.push_to_batch(now, event);
+        let echo = self.seen.contains(&event.id);
+        self.push_to_batch(now, event, echo);
     }
 
     /// The sink refused `id` for good (an embedder's `Sink` answered
@@ -1036,6 +1037,7 @@ impl Engine {
     fn on_timer(&mut self, timer: Timer, now: Time) {
         match timer {
             Timer::BatchWindow => self.close_batch_window(now),
+            Timer::BatchQuiet => self.on_batch_quiet(now),
             Timer::DisconnectCheck => {
                 // Relays this check disconnects are released at the next
                 // one: their `Disconnect` has not reached the shell yet.

@@ -10,6 +10,8 @@ use crate::sans_io::timing::time::Time;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Timer {
     BatchWindow,
+    /// An echo-only batch window may be quiet enough to close.
+    BatchQuiet,
     DisconnectCheck,
     Reconnect(RelayId),
     /// A repo's held relay change is due.
