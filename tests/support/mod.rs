@@ -9,6 +9,7 @@
 
 pub mod client;
 pub mod real;
+pub mod round_trips;
 pub mod running;
 
 pub use grasp_sync::testing::limits::ValueCaps;
