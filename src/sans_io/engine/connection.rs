@@ -22,9 +22,6 @@ use crate::sans_io::query::subscription::{NextPage, Purpose, Subscription, WorkR
 use crate::sans_io::timing::silence::SilenceGrace;
 use crate::sans_io::timing::time::Time;
 
-/// Unsure seconds a connection keeps at most; the oldest go first.
-pub(super) const MAX_UNSURE: usize = 256;
-
 /// How a relay's live traffic is covered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum LiveMode {
@@ -70,7 +67,7 @@ pub(super) struct Connection {
     pub subs: SubTable,
     /// Seconds that may hold more than the relay returned, if it caps as
     /// low as their count (`saturated`): split once a cut that low shows,
-    /// dropped once a larger page does. At most [`MAX_UNSURE`]; they
+    /// dropped once a larger page does. At most `saturated::MAX_UNSURE`; they
     /// outlive the history that found them, until the connection shows
     /// the relay's cap.
     pub unsure: Vec<Unsure>,

@@ -26,21 +26,28 @@
 //!   hold over all relays (`id_budget`).
 //! - `auth`: NIP-42 (`Auth`).
 //! - `conduct`: offences and penalties (`Conduct`, [`Offence`]).
-//! - `relay`: the relay table, aggregating the per-relay state of the
-//!   aspects above into one `RelayState`.
+//! - `relay`: the relay table. A relay is its three lifetimes, each an
+//!   owner of its own: `Facts` (the process's life: health, conduct,
+//!   `limits`, NIP-11, NIP-77 support), `Targets` (`targets`: the items
+//!   the index wants there, each queued, pending or confirmed), one
+//!   `Coverage` watermark (`coverage`: across connections), and a `Link`
+//!   that holds a `Connection` (`connection`: subscriptions, AUTH,
+//!   keepalive, and the `Flight` of history while it runs) only while
+//!   connected. A disconnect drops the connection; what outlives it is
+//!   handed back by `RelayState::end_connection`.
 //! - `relay_view`: one relay as a status page shows it, and the
 //!   per-relay counters the aspects note for it.
 //!
-//! Imports go one way, so there is no cycle: `auth`, `conduct` and
-//! `negentropy` use only this file (`super::`) and the leaf modules of
-//! `sans_io`; `relay` uses those three and `built_chunk` for their state
-//! types; `inbound`, `lifecycle`, `diff` and `requests` work on the relay
-//! table and use `relay`. This file names only the children's types: their state
-//! (`RelayState`, `Limits`, `Role`, `Batching`, `Listings`) and the public
-//! `ItemState` and `Offence` it re-exports. The aspects still call each
-//! other's functions through `self`: they are parts of one state machine,
-//! and a call needs no import. Fields are private: only this folder sees
-//! them.
+//! Imports go one way, so there is no cycle: `auth`, `conduct`,
+//! `negentropy` and `saturated` own state types that `connection` and
+//! `relay` aggregate (they never import those back); `limits`, `targets`
+//! and `coverage` are leaves; `inbound`, `lifecycle`, `diff` and
+//! `requests` work on the relay table. This file names only the
+//! children's types: their state (`RelayState`, `Connection`, `Flight`,
+//! `Limits`, `Role`, `Batching`, `Listings`) and the public `ItemState`
+//! and `Offence` it re-exports. The aspects still call each other's
+//! functions through `self`: they are parts of one state machine, and a
+//! call needs no import. Fields are private: only this folder sees them.
 //!
 //! The `Engine`'s own fields are what the aspects share (config, index,
 //! relay table, timers, RNG, the queues of actions and outputs, stats, the

@@ -25,11 +25,13 @@ use log::{debug, info, warn};
 use nostr::prelude::{Filter, Kind};
 
 use super::Engine;
-use super::connection::MAX_UNSURE;
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::query::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
+
+/// Unsure seconds a connection keeps at most; the oldest go first.
+const MAX_UNSURE: usize = 256;
 
 /// The smallest page size taken for a relay's cap without proof.
 const SMALLEST_CAP_GUESS: usize = 20;
