@@ -104,6 +104,8 @@ pub struct Run {
     pub reqs: usize,
     /// NEG-OPENs the remote received.
     pub neg_opens: usize,
+    /// Most subscriptions the remote saw open at once.
+    pub peak_subs: usize,
 }
 
 /// Runs the first sync of a repo whose issue has `n` replies on one remote
@@ -167,6 +169,7 @@ pub fn first_sync(
         elapsed,
         round_trips: elapsed.as_secs_f64() / rtt.as_secs_f64(),
         reqs: sim.relays[A].reqs.len(),
+        peak_subs: sim.relays[A].peak_subs,
         neg_opens: sim.relays[A].neg_opens,
     }
 }

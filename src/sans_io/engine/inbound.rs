@@ -6,6 +6,8 @@
 //! verification), if its id or signature is wrong, or if it does not match
 //! what the subscription asked. Only then does it reach the sink.
 
+use std::time::Duration;
+
 use log::{debug, info, warn};
 use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
@@ -17,9 +19,20 @@ use crate::sans_io::memory::index::{
     Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, is_index_kind,
 };
 use crate::sans_io::query::refusal::Refusal;
-use crate::sans_io::query::subscription::{NextPage, Purpose, Scope, Subscription};
+use crate::sans_io::query::subscription::{
+    NextPage, Purpose, Scope, Subscription, WINDOWS, WorkRef, windows,
+};
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
+
+/// Follow-up pages a relay may have queued before a full page is split
+/// into windows no more: beyond, its chains go on one page at a time.
+const MAX_QUEUED_PAGES: usize = 64;
+
+/// A first page answered slower than this is not split into windows: the
+/// relay, not the path, is what it waits for (a relay answering one
+/// message at a time queued the windows past their EOSE deadline).
+const SPLIT_WITHIN: Duration = Duration::from_secs(2);
 
 impl Engine {
     /// A text frame from `relay`: parsed, checked and dispatched by kind.
@@ -371,6 +384,7 @@ impl Engine {
         s.end_stored();
         let next = end.next;
         let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
+        let answered_in = now.since(s.sent);
         let work = std::mem::take(&mut s.work);
         // A finished page is closed before its follow-up opens: the relay
         // never sees one subscription more than we count.
@@ -383,20 +397,28 @@ impl Engine {
             self.split_saturated(relay, saturated, scope, &work, started, now);
         }
         match next {
-            Some(filters) if page < max_pages => {
+            Some(mut filters) if page < max_pages => {
                 debug!(
                     "{}: page {page} of {id:x} full; asking the next",
                     self.relay_url(relay)
                 );
-                if let Some(flight) = self.flight_mut(relay) {
-                    flight.next_pages.push_back(NextPage {
+                let windows = match self.may_split(relay, page, &work, answered_in) {
+                    true => windows(&mut filters, &end.spans, WINDOWS),
+                    false => Vec::new(),
+                };
+                self.add_chains(relay, &work, windows.len() as u32);
+                let pages = std::iter::once((filters, page + 1))
+                    .chain(windows.into_iter().map(|w| (w, 1)))
+                    .map(|(filters, page)| NextPage {
                         filters,
                         scope,
-                        work,
-                        page: page + 1,
+                        work: work.clone(),
+                        page,
                         started,
                         reconcile: None,
                     });
+                if let Some(flight) = self.flight_mut(relay) {
+                    flight.next_pages.extend(pages);
                 }
             }
             _ => {
@@ -509,6 +531,31 @@ impl Engine {
         };
         self.refused(relay, s, refusal, now);
         true
+    }
+
+    /// Whether the rest of a chain's range may be read by several chains
+    /// at once (`subscription::windows`): only from a chain's first page,
+    /// or its second after a probe of the first's cut (each window is a
+    /// chain whose own first pages may split again),
+    /// only for history some batch waits for (a live set's look-back
+    /// stays one chain), only when the page came back within
+    /// [`SPLIT_WITHIN`] (`answered_in`: parallel REQs help a relay the
+    /// path makes slow, and only queue on one that answers one message
+    /// at a time), and not while the relay's queue of pages is long (a
+    /// relay answering every window with a full page cannot make the
+    /// queue grow past it).
+    fn may_split(
+        &self,
+        relay: RelayId,
+        page: u32,
+        work: &[WorkRef],
+        answered_in: Duration,
+    ) -> bool {
+        let queued = self
+            .conn(relay)
+            .and_then(|c| c.flight())
+            .map_or(0, |f| f.next_pages.len());
+        page <= 2 && !work.is_empty() && answered_in <= SPLIT_WITHIN && queued < MAX_QUEUED_PAGES
     }
 
     /// A subscription ended without finishing: fail its batches, learn from

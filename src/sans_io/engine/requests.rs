@@ -304,6 +304,7 @@ impl Engine {
         );
         if let Some(sub) = self.conn_mut(relay).and_then(|c| c.subs.get_mut(id)) {
             sub.eose_timer = timer;
+            sub.sent = now;
         }
         id
     }

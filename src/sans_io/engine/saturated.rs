@@ -251,7 +251,7 @@ impl Engine {
 
     /// `n` more chains complete each chunk of `work`: its batch waits for
     /// them all.
-    fn add_chains(&mut self, relay: RelayId, work: &[WorkRef], n: u32) {
+    pub(super) fn add_chains(&mut self, relay: RelayId, work: &[WorkRef], n: u32) {
         let Some(flight) = self.flight_mut(relay) else {
             return;
         };

@@ -79,11 +79,14 @@ struct Edge {
     oldest: Option<Timestamp>,
     /// Events at the `oldest` second.
     at_oldest: usize,
+    /// The newest event: with `oldest`, the span the page covered.
+    newest: Option<Timestamp>,
 }
 
 impl Edge {
     fn add(&mut self, created_at: Timestamp) {
         self.count += 1;
+        self.newest = self.newest.max(Some(created_at));
         match self.oldest {
             Some(o) if o == created_at => self.at_oldest += 1,
             Some(o) if o < created_at => {}
@@ -120,6 +123,8 @@ pub(crate) struct Subscription {
     /// When the first page of this chain was sent: events after it are
     /// covered by the chain, events before need another subscription.
     pub started: Time,
+    /// When this page was sent: how long the relay took to answer it.
+    pub sent: Time,
     /// Filters sent, kept after [`Subscription::compact`] for limit accounting.
     pub filter_count: usize,
     /// The items a per-id live subscription asks every filter of, so a
@@ -173,6 +178,7 @@ impl Subscription {
             heard: false,
             suspect: false,
             started,
+            sent: started,
             stats,
             total: 0,
             counted: HashSet::new(),
@@ -373,7 +379,19 @@ impl Subscription {
                         continue;
                     }
                     (true, false) => f.clone().until(oldest).limit(edge.at_oldest + 1),
-                    (false, _) => f.clone().until(oldest).limit(limit),
+                    (false, _) => {
+                        // A full page below which the rest of its range
+                        // may be read in parallel (`windows`).
+                        let top = f.until.or(s.all.newest).unwrap_or(oldest);
+                        let full = cap.proven().unwrap_or(limit);
+                        end.spans.push(Span {
+                            next: next.len(),
+                            top,
+                            count,
+                            full,
+                        });
+                        f.clone().until(oldest).limit(limit)
+                    }
                 };
                 next.push(PageFilter::after(filter, s, short, Some(oldest)));
                 continue;
@@ -432,6 +450,90 @@ pub(crate) struct PageEnd {
     /// ([`ResultCap::may_saturate`]). Later pages on the connection tell
     /// (`saturated::recheck_unsure`).
     pub unsure: Vec<Saturated>,
+    /// Filters of `next` that follow a cut page: the rest of their range
+    /// may be split into [`windows`].
+    pub spans: Vec<Span>,
+}
+
+/// What a cut page showed of its filter's density.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Span {
+    /// The filter's index in `next`.
+    next: usize,
+    /// The newest second the page covered (its `until`, else its newest
+    /// event); the oldest is the continuation's `until`.
+    top: Timestamp,
+    /// Events the page held.
+    count: usize,
+    /// Events a full page holds (the relay's proven cap, else our limit).
+    full: usize,
+}
+
+/// Most windows one full page's rest is split into.
+pub(crate) const WINDOWS: usize = 4;
+
+/// Splits the rest of the range of the filters of `next` that followed a
+/// cut page (`spans`) into time windows, each read by a chain of its
+/// own, so a long history is read several pages per round trip instead
+/// of one. The page showed the density: `count` events in `top - oldest`
+/// seconds, so a full page's worth spans that times `full / count` (a
+/// probe's two events give a narrow first guess; the windows' own first
+/// pages split again with better ones). The first window, as wide as
+/// one full page, stays in `next` (it
+/// continues the page, so what the page showed of the relay's cap still
+/// counts); the next ones double in width, so a history much longer than
+/// the page is split again by their own first pages; the last reaches
+/// down to the filter's own `since`. Together they ask exactly the seconds
+/// the continuation asked, no second twice. Returns the other windows,
+/// grouped by rank: group `j` holds window `j + 1` of every split filter,
+/// so each group is one REQ of at most as many filters as `next`.
+pub(crate) fn windows(
+    next: &mut [PageFilter],
+    spans: &[Span],
+    most: usize,
+) -> Vec<Vec<PageFilter>> {
+    let mut groups: Vec<Vec<PageFilter>> = Vec::new();
+    for span in spans {
+        let Some(pf) = next.get_mut(span.next) else {
+            continue;
+        };
+        let Some(until) = pf.filter.until.map(|t| t.as_secs()) else {
+            continue;
+        };
+        let floor = pf.filter.since.map_or(0, |t| t.as_secs());
+        let covered = span.top.as_secs().saturating_sub(until).max(1);
+        let scale = (span.full / span.count.max(1)).max(1) as u64;
+        let mut width = covered.saturating_mul(scale);
+        let mut hi = until;
+        let mut lo = hi.saturating_sub(width - 1);
+        if lo <= floor || pf.filter.ids.is_some() {
+            continue;
+        }
+        let base = pf.filter.clone();
+        pf.filter = base.clone().since(Timestamp::from_secs(lo));
+        for rank in 0..most.saturating_sub(1) {
+            hi = lo - 1;
+            width = width.saturating_mul(2);
+            lo = hi.saturating_sub(width - 1).max(floor);
+            let last = lo <= floor || rank + 2 == most;
+            let window = base.clone().until(Timestamp::from_secs(hi));
+            let window = match last {
+                false => window.since(Timestamp::from_secs(lo)),
+                true => Filter {
+                    since: base.since,
+                    ..window
+                },
+            };
+            if groups.len() <= rank {
+                groups.push(Vec::new());
+            }
+            groups[rank].push(PageFilter::first(window));
+            if last {
+                break;
+            }
+        }
+    }
+    groups
 }
 
 /// One filter's second that filled the relay's cap: more events may share
