@@ -504,7 +504,7 @@ impl Engine {
         });
         match newest_silent.and_then(|id| self.close_subscription(relay, id)) {
             Some(s) => self.refused(relay, s, refusal, now),
-            None => self.lower_limits(relay, refusal, 0),
+            None => self.lower_limits(relay, refusal, 0, now),
         }
         self.suspect_silent(relay, u64::MAX, now);
     }
@@ -589,7 +589,7 @@ impl Engine {
                 }
                 _ => open_before.saturating_sub(1).max(sub.filter_count),
             };
-            self.lower_limits(relay, refusal, hint);
+            self.lower_limits(relay, refusal, hint, now);
         } else {
             // A limit already as low as it goes is not a limit: retrying at
             // once would loop, so it backs off like any refusal.
@@ -618,16 +618,18 @@ impl Engine {
         }
     }
 
-    fn lower_limits(&mut self, relay: RelayId, refusal: Refusal, hint: usize) {
-        let state = self.relay(relay);
-        let open = state.conn().map_or(0, |c| c.subs.len() + c.neg_jobs());
-        let limits = &mut state.facts.limits;
+    fn lower_limits(&mut self, relay: RelayId, refusal: Refusal, hint: usize, now: Time) {
+        let facts = &mut self.relay(relay).facts;
+        let limits = &mut facts.limits;
         match refusal {
             Refusal::TooManySubscriptions => {
-                // What was open of the refused kind; jobs count with REQs
-                // in our budget, so they count here too (else the limit
-                // fell to the REQs alone, 1 beside nine jobs, for good).
-                limits.subscriptions = open.clamp(1, limits.subscriptions.saturating_sub(1).max(1));
+                // One step per refusal, not to what is open when it lands:
+                // a refusal arrives after the answers the relay sent
+                // before it, and the pages those closed were open on the
+                // relay when it refused (issue 46: 7 → 6 → 1). A burst of
+                // refusals steps as many times; the climb takes back a
+                // step too far (`limit_probe`).
+                limits.subscriptions = facts.limit_probe.refused(limits.subscriptions, now);
             }
             Refusal::TooManyFilters => {
                 limits.filters_per_req = (hint.min(limits.filters_per_req) / 2).max(1)

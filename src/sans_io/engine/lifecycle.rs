@@ -81,6 +81,9 @@ impl Engine {
             value_bytes: info.max_value_bytes,
             ..StatedLimits::default()
         });
+        if let Some(stated) = info.max_subscriptions {
+            state.facts.limit_probe.cap(stated);
+        }
         info!(
             "{}: NIP-11 limits {:?}",
             self.index.relay_url(relay),

@@ -67,6 +67,7 @@ mod failure_log;
 mod id_budget;
 mod inbound;
 mod lifecycle;
+mod limit_probe;
 mod limits;
 mod listing_cache;
 mod neg_turns;

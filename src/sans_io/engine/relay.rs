@@ -25,6 +25,7 @@ use super::Status;
 use super::conduct::Conduct;
 use super::connection::Connection;
 use super::coverage::Coverage;
+use super::limit_probe::LimitProbe;
 use super::limits::{Limits, PROVISIONAL_LIMIT};
 use super::negentropy::NegSupport;
 use super::targets::{ItemState, Targets};
@@ -83,6 +84,10 @@ pub(super) struct Facts {
     /// NIP-77 support.
     pub neg: NegSupport,
     pub limits: Limits,
+    /// The climb of `limits.subscriptions` back up after refusals lowered
+    /// it: a NOTICE naming no subscription is weak evidence, and a limit
+    /// left at the floor by one serialises every page on the relay.
+    pub limit_probe: LimitProbe,
     /// The relay's per-filter result cap, as far as its pages showed it.
     pub result_cap: ResultCap,
     pub info: InfoFetch,
@@ -133,6 +138,7 @@ impl RelayState {
                 conduct: Conduct::default(),
                 neg: NegSupport::default(),
                 limits,
+                limit_probe: LimitProbe::new(limits.subscriptions),
                 result_cap: ResultCap::default(),
                 info: InfoFetch::NotAsked,
                 unaskable: HashSet::new(),

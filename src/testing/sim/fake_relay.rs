@@ -19,6 +19,10 @@ pub enum Refuse {
     Closed,
     /// `NOTICE` naming no subscription (nostr-rs-relay).
     Notice,
+    /// strfry's `NOTICE "ERROR: too many concurrent REQs"`, naming no
+    /// subscription either: worded as the real one, so a test of the
+    /// refusal issue 46 met reads as it did.
+    StrfryNotice,
 }
 
 /// How a fake relay answers NIP-77.
@@ -469,6 +473,9 @@ impl FakeRelay {
                         RelayMessage::notice("Maximum concurrent subscription count reached")
                             .as_json(),
                     ]
+                }
+                Refuse::StrfryNotice => {
+                    vec![RelayMessage::notice("ERROR: too many concurrent REQs").as_json()]
                 }
             };
         }
