@@ -372,6 +372,7 @@ impl Engine {
             let back = now.saturating_sub(self.config.quick_reconnect);
             self.self_since = Some(Timestamp::from_secs(back.as_secs()));
         }
+        self.climb_limit(relay, now);
         self.suspect_skipped(relay, id, now);
         let state = self.relay(relay);
         let Link::Up(conn) = &mut state.link else {

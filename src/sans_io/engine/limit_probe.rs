@@ -14,6 +14,10 @@
 
 use std::time::Duration;
 
+use log::info;
+
+use super::Engine;
+use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
 
 /// How long a lowered limit holds, with no refusal, before it climbs one.
@@ -82,6 +86,26 @@ impl LimitProbe {
         self.quiet_since = Some(now);
         self.climbed = true;
         limit + 1
+    }
+}
+
+impl Engine {
+    /// An EOSE on `relay`, its page still open: a subscription limit a
+    /// refusal lowered climbs one if every slot is in use and it held
+    /// quietly long enough (`limit_probe`). The next schedule uses it.
+    pub(super) fn climb_limit(&mut self, relay: RelayId, now: Time) {
+        let state = self.relay(relay);
+        let in_use = state.conn().map_or(0, |c| c.subs.len() + c.neg_jobs());
+        let facts = &mut state.facts;
+        let before = facts.limits.subscriptions;
+        facts.limits.subscriptions = facts.limit_probe.climb(before, in_use, now);
+        if facts.limits.subscriptions > before {
+            info!(
+                "{}: subscription limit {before} held; trying {}",
+                self.relay_url(relay),
+                before + 1
+            );
+        }
     }
 }
 

@@ -26,6 +26,8 @@
 //!   hold over all relays (`id_budget`).
 //! - `auth`: NIP-42 (`Auth`).
 //! - `conduct`: offences and penalties (`Conduct`, [`Offence`]).
+//! - `limit_probe`: a subscription limit lowered by a refusal climbs
+//!   back once it held quietly (`LimitProbe`, in a relay's facts).
 //! - `relay`: the relay table. A relay is its three lifetimes, each an
 //!   owner of its own: `Facts` (the process's life: health, conduct,
 //!   `limits`, NIP-11, NIP-77 support), `Targets` (`targets`: the items

@@ -54,11 +54,8 @@ impl Engine {
 
     /// Subscription `id` reached its EOSE: the silent ones sent before it
     /// are suspects. Not on the own relay: its one subscription is
-    /// re-opened by its own path, not by giving its work back. An EOSE is
-    /// also when a lowered subscription limit may climb: see
-    /// [`Self::climb_limit`].
+    /// re-opened by its own path, not by giving its work back.
     pub(super) fn suspect_skipped(&mut self, relay: RelayId, id: u64, now: Time) {
-        self.climb_limit(relay, now);
         if relay != self.own {
             self.suspect_silent(relay, id, now);
         }
@@ -83,24 +80,6 @@ impl Engine {
         if let Some(sub) = self.close_subscription(relay, id) {
             self.give_back(relay, &sub, now);
             self.dirty.push(relay);
-        }
-    }
-
-    /// An EOSE on `relay`, its page still open: a subscription limit a
-    /// refusal lowered climbs one if every slot is in use and it held
-    /// quietly long enough (`limit_probe`). The next schedule uses it.
-    fn climb_limit(&mut self, relay: RelayId, now: Time) {
-        let state = self.relay(relay);
-        let in_use = state.conn().map_or(0, |c| c.subs.len() + c.neg_jobs());
-        let facts = &mut state.facts;
-        let before = facts.limits.subscriptions;
-        facts.limits.subscriptions = facts.limit_probe.climb(before, in_use, now);
-        if facts.limits.subscriptions > before {
-            info!(
-                "{}: subscription limit {before} held; trying {}",
-                self.relay_url(relay),
-                before + 1
-            );
         }
     }
 }
