@@ -470,7 +470,7 @@ pub(crate) struct Span {
 }
 
 /// Most windows one full page's rest is split into.
-pub(crate) const WINDOWS: usize = 4;
+pub(crate) const WINDOWS: usize = 8;
 
 /// Splits the rest of the range of the filters of `next` that followed a
 /// cut page (`spans`) into time windows, each read by a chain of its
