@@ -17,6 +17,8 @@
 //! says the value was too long also teaches the relay's value length
 //! limit, so other items with values as long are never sent.
 
+use std::collections::{HashMap, HashSet};
+
 use log::{debug, warn};
 
 use super::Engine;
@@ -25,6 +27,53 @@ use super::targets::ItemState;
 use crate::sans_io::memory::index::{Item, RelayId};
 use crate::sans_io::query::subscription::{Subscription, WorkRef};
 use crate::sans_io::wire::relay_text::relay_text;
+
+/// A relay's items refused for one of their values, for the process's
+/// life: those it cannot be asked for, and the suspects being narrowed
+/// down to them. Empty on almost every relay (strfry refuses values over
+/// 255 bytes; a repo's coordinate rarely is), so until a first refusal
+/// it costs one pointer, not two empty tables per relay.
+#[derive(Debug, Default)]
+pub(super) struct BadValues(Option<Box<Values>>);
+
+#[derive(Debug, Default)]
+struct Values {
+    /// Items the relay cannot be asked for: one of their values is
+    /// refused alone (or breaks the relay's value limit). Kept out of
+    /// every chunk and live filter on this relay.
+    unaskable: HashSet<Item>,
+    /// Items in a REQ the relay refused for one of its values (strfry's
+    /// `filter item too large`), each with the most items its chunk may
+    /// hold: halved at each refusal until the offending item stands
+    /// alone. A suspect's chunk travels in a REQ of its own. Cleared by
+    /// an EOSE.
+    suspects: HashMap<Item, usize>,
+}
+
+impl BadValues {
+    /// The relay cannot be asked for `item`.
+    pub(super) fn is_unaskable(&self, item: &Item) -> bool {
+        self.0.as_ref().is_some_and(|v| v.unaskable.contains(item))
+    }
+
+    /// The unaskable items.
+    pub(super) fn unaskable(&self) -> impl Iterator<Item = &Item> {
+        self.0.iter().flat_map(|v| v.unaskable.iter())
+    }
+
+    /// The most items a suspect's chunk may hold, if `item` is one.
+    pub(super) fn suspect(&self, item: &Item) -> Option<usize> {
+        self.0.as_ref()?.suspects.get(item).copied()
+    }
+
+    fn has_suspects(&self) -> bool {
+        self.0.as_ref().is_some_and(|v| !v.suspects.is_empty())
+    }
+
+    fn values(&mut self) -> &mut Values {
+        self.0.get_or_insert_default()
+    }
+}
 
 impl Engine {
     /// `sub` was refused for one of its values: its items (its chunks', or
@@ -51,9 +100,9 @@ impl Engine {
             [item] => self.mark_unaskable(relay, *item, too_long),
             _ => {
                 let size = items.len().div_ceil(2);
-                let state = self.relay(relay);
+                let values = self.relay(relay).facts.bad_values.values();
                 for item in items {
-                    let at = state.facts.suspects.entry(item).or_insert(size);
+                    let at = values.suspects.entry(item).or_insert(size);
                     *at = (*at).min(size);
                 }
                 debug!("{}: isolating a refused value", self.relay_url(relay));
@@ -81,8 +130,9 @@ impl Engine {
     fn mark_unaskable(&mut self, relay: RelayId, item: Item, too_long: bool) {
         let longest = self.longest_value(item);
         let state = self.relay(relay);
-        state.facts.suspects.remove(&item);
-        if !state.facts.unaskable.insert(item) {
+        let values = state.facts.bad_values.values();
+        values.suspects.remove(&item);
+        if !values.unaskable.insert(item) {
             return;
         }
         if too_long && longest > MIN_VALUE_BYTES {
@@ -101,7 +151,7 @@ impl Engine {
     /// before any REQ carries it.
     pub(super) fn askable(&mut self, relay: RelayId, item: Item) -> bool {
         let state = &self.relays[relay.index()];
-        if state.facts.unaskable.contains(&item) {
+        if state.facts.bad_values.is_unaskable(&item) {
             return false;
         }
         if self.longest_value(item) > state.facts.limits.value_bytes {
@@ -113,16 +163,17 @@ impl Engine {
 
     /// A chunk whose items are suspects: it travels in a REQ of its own.
     pub(super) fn is_suspect_chunk(&self, relay: RelayId, work: &WorkRef) -> bool {
-        let suspects = &self.relays[relay.index()].facts.suspects;
-        !suspects.is_empty() && work.items.iter().any(|i| suspects.contains_key(i))
+        let bad = &self.relays[relay.index()].facts.bad_values;
+        bad.has_suspects() && work.items.iter().any(|i| bad.suspect(i).is_some())
     }
 
     /// The chunks of `work` were answered to EOSE: their items are cleared.
     pub(super) fn clear_suspects(&mut self, relay: RelayId, work: &[WorkRef]) {
-        let suspects = &mut self.relay(relay).facts.suspects;
-        if suspects.is_empty() {
+        let bad = &mut self.relay(relay).facts.bad_values;
+        if !bad.has_suspects() {
             return;
         }
+        let suspects = &mut bad.values().suspects;
         for item in work.iter().flat_map(|w| w.items.iter()) {
             suspects.remove(item);
         }

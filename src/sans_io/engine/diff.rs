@@ -250,8 +250,8 @@ impl Engine {
                 continue;
             }
             slot.state = ItemState::Pending(batch_id);
-            match (state.facts.suspects.get(&item), item) {
-                (Some(&size), _) => suspects.push((size, item)),
+            match (state.facts.bad_values.suspect(&item), item) {
+                (Some(size), _) => suspects.push((size, item)),
                 (None, Item::Repo(_)) => repos.push(item),
                 (None, Item::Root(_)) => roots.push(item),
             }

@@ -40,9 +40,9 @@
 //! - `relay_view`: one relay as a status page shows it, and the
 //!   per-relay counters the aspects note for it.
 //!
-//! Imports go one way, so there is no cycle: `auth`, `conduct`,
-//! `negentropy` and `saturated` own state types that `connection` and
-//! `relay` aggregate (they never import those back); `limits`, `targets`
+//! Imports go one way, so there is no cycle: `auth`, `bad_values`,
+//! `conduct`, `limit_probe`, `negentropy` and `saturated` own state types
+//! that `connection` and `relay` aggregate (they never import those back); `limits`, `targets`
 //! and `coverage` are leaves; `inbound`, `lifecycle`, `diff` and
 //! `requests` work on the relay table. This file names only the
 //! children's types: their state (`RelayState`, `Connection`, `Flight`,
@@ -771,8 +771,8 @@ impl Engine {
         let (queued, pending, confirmed) = state.targets.counts();
         let unaskable = state
             .facts
-            .unaskable
-            .iter()
+            .bad_values
+            .unaskable()
             .filter(|i| {
                 state
                     .targets

@@ -19,9 +19,8 @@
 //! that hands back what outlives it. "Disconnected with subscriptions or
 //! batches" cannot be represented.
 
-use std::collections::{HashMap, HashSet};
-
 use super::Status;
+use super::bad_values::BadValues;
 use super::conduct::Conduct;
 use super::connection::Connection;
 use super::coverage::Coverage;
@@ -29,7 +28,6 @@ use super::limit_probe::LimitProbe;
 use super::limits::{Limits, PROVISIONAL_LIMIT};
 use super::negentropy::NegSupport;
 use super::targets::{ItemState, Targets};
-use crate::sans_io::memory::index::Item;
 use crate::sans_io::query::result_cap::ResultCap;
 use crate::sans_io::timing::health::HealthTracker;
 use crate::sans_io::timing::time::Time;
@@ -91,15 +89,8 @@ pub(super) struct Facts {
     /// The relay's per-filter result cap, as far as its pages showed it.
     pub result_cap: ResultCap,
     pub info: InfoFetch,
-    /// Items the relay cannot be asked for: one of their values is refused
-    /// alone (or breaks `limits.value_bytes`). Kept out of every chunk and
-    /// live filter on this relay.
-    pub unaskable: HashSet<Item>,
-    /// Items in a REQ the relay refused for one of its values (strfry's
-    /// `filter item too large`), each with the most items its chunk may
-    /// hold: halved at each refusal until the offending item stands alone.
-    /// A suspect's chunk travels in a REQ of its own. Cleared by an EOSE.
-    pub suspects: HashMap<Item, usize>,
+    /// Items refused for one of their values (`bad_values`).
+    pub bad_values: BadValues,
     /// When the next daily full sync is due; kept across connections.
     pub daily_due: Option<Time>,
     pub last_connected: Option<Time>,
@@ -141,8 +132,7 @@ impl RelayState {
                 limit_probe: LimitProbe::new(limits.subscriptions),
                 result_cap: ResultCap::default(),
                 info: InfoFetch::NotAsked,
-                unaskable: HashSet::new(),
-                suspects: HashMap::new(),
+                bad_values: BadValues::default(),
                 daily_due: None,
                 last_connected: None,
                 disconnected_at: None,

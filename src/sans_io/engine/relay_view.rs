@@ -190,6 +190,6 @@ impl Engine {
 fn nothing_waits(state: &RelayState) -> bool {
     state.targets.items.iter().all(|(item, slot)| {
         slot.state == ItemState::Confirmed
-            || (slot.state == ItemState::Queued && state.facts.unaskable.contains(item))
+            || (slot.state == ItemState::Queued && state.facts.bad_values.is_unaskable(item))
     })
 }
