@@ -27,6 +27,8 @@
 
 #[path = "common/engine_process.rs"]
 mod engine_process;
+#[path = "common/load_run.rs"]
+mod load_run;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -35,8 +37,9 @@ use std::time::{Duration, Instant};
 
 use engine_process::{cpu_seconds, engine_bin, metric, metrics_page, start_engine};
 use grasp_sync::testing::farm::{FarmOptions, RelayFarm};
+use load_run::{Own, OwnKind, stats};
 use nostr::prelude::*;
-use support::real::{PyRelay, RsRelay, free_port, missing, publish, publish_bulk};
+use support::real::{PyRelay, free_port, missing, publish, publish_bulk};
 use support::{T0, announcement, coord, keys, reply, root, wide_keys};
 
 /// One world: what the own relay is told first, what the remotes hold.
@@ -160,46 +163,6 @@ fn engine_run(own: &Own, remote: Option<u32>, n: usize, ids: &[EventId]) -> Run 
     }
 }
 
-/// Which relay serves as the own relay.
-#[derive(Clone, Copy, PartialEq)]
-enum OwnKind {
-    /// rust-nostr's LocalRelay: memory, 75,000 events at most.
-    Local,
-    /// nostr-rs-relay 0.8.12 on sqlite.
-    Rs,
-}
-
-/// An own relay of the run, stopped when dropped.
-enum Own {
-    Local(PyRelay),
-    Rs(RsRelay),
-}
-
-impl Own {
-    fn start(kind: OwnKind) -> Own {
-        match kind {
-            OwnKind::Local => Own::Local(PyRelay::start()),
-            OwnKind::Rs => Own::Rs(RsRelay::start()),
-        }
-    }
-
-    fn url(&self) -> &str {
-        match self {
-            Own::Local(r) => &r.url,
-            Own::Rs(r) => &r.url,
-        }
-    }
-
-    /// CPU seconds its process used so far.
-    fn cpu(&self) -> f64 {
-        let pid = match self {
-            Own::Local(r) => Some(r.pid()),
-            Own::Rs(r) => r.pid(),
-        };
-        pid.map_or(0.0, cpu_seconds)
-    }
-}
-
 /// CPU seconds the other processes of a measurement used so far: this one
 /// (the publishing client, or the in-process farm) and a LocalRelay remote.
 fn others_cpu(remote: Option<u32>) -> f64 {
@@ -228,11 +191,6 @@ fn direct_run(kind: OwnKind, events: &[Event], ids: &[EventId]) -> Direct {
     }
 }
 
-fn stats(xs: &mut [f64]) -> (f64, f64, f64) {
-    xs.sort_by(f64::total_cmp);
-    (xs[0], xs[xs.len() / 2], xs[xs.len() - 1])
-}
-
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -240,10 +198,7 @@ fn main() {
         .collect();
     let num = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let mode = args.first().map_or("one-issue", String::as_str);
-    let kind = match args.iter().any(|a| a == "rs") {
-        true => OwnKind::Rs,
-        false => OwnKind::Local,
-    };
+    let kind = OwnKind::from_args(&args);
     let (rounds, world, _farm, remote);
     match mode {
         "one-issue" if kind == OwnKind::Rs => {
@@ -316,20 +271,17 @@ fn main() {
         engine.push(e.seconds);
         dups.push(e.duplicates as f64);
     }
-    let mut ratios: Vec<f64> = direct.iter().zip(&engine).map(|(d, e)| d / e).collect();
-    let (dmin, dmed, dmax) = stats(&mut direct);
-    let (emin, emed, emax) = stats(&mut engine);
-    let (rmin, rmed, rmax) = stats(&mut ratios);
+    let ratios: Vec<f64> = direct.iter().zip(&engine).map(|(d, e)| d / e).collect();
+    let (dmin, dmed, dmax) = stats(&direct);
+    let (emin, emed, emax) = stats(&engine);
+    let (rmin, rmed, rmax) = stats(&ratios);
     println!(
         "first_sync {mode} own={} events={n} rounds={rounds} direct_s={dmin:.2}/{dmed:.2}/{dmax:.2} \
          engine_s={emin:.2}/{emed:.2}/{emax:.2} ratio_pct={:.1}/{:.1}/{:.1} duplicates_max={}",
-        match kind {
-            OwnKind::Local => "localrelay",
-            OwnKind::Rs => "nostr-rs-relay",
-        },
+        kind.name(),
         100.0 * rmin,
         100.0 * rmed,
         100.0 * rmax,
-        stats(&mut dups).2
+        stats(&dups).2
     );
 }

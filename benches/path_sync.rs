@@ -52,14 +52,17 @@
 mod engine_process;
 #[path = "common/load_run.rs"]
 mod load_run;
+#[path = "common/rng.rs"]
+mod rng;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::time::Duration;
 
 use grasp_sync::testing::farm::{FarmOptions, Link, RelayFarm, RelayProfile};
-use load_run::{Own, OwnKind, Rng, direct_run, engine_run, spread};
+use load_run::{Own, OwnKind, direct_run, engine_run, spread};
 use nostr::prelude::*;
+use rng::Rng;
 use support::real::{PyRelay, publish, publish_bulk};
 use support::{T0, announcement, coord, keys, reply, root, wide_keys};
 

@@ -1,5 +1,6 @@
 //! What a first-sync load run measures, shared by the runs that time the
-//! release binary against a fresh own relay (`path_sync`): the own relay,
+//! release binary against a fresh own relay (`path_sync`, `first_sync`):
+//! the own relay,
 //! the engine's run until the own relay holds every event, the direct
 //! baseline (the same events published straight to a fresh own relay),
 //! and min/median/max over rounds.
@@ -62,6 +63,15 @@ impl Own {
             Own::Local(r) => &r.url,
             Own::Rs(r) => &r.url,
         }
+    }
+
+    /// CPU seconds its process used so far.
+    pub fn cpu(&self) -> f64 {
+        let pid = match self {
+            Own::Local(r) => Some(r.pid()),
+            Own::Rs(r) => r.pid(),
+        };
+        pid.map_or(0.0, cpu_seconds)
     }
 }
 
@@ -151,27 +161,4 @@ pub fn stats(xs: &[f64]) -> (f64, f64, f64) {
 pub fn spread(xs: &[f64], decimals: usize) -> String {
     let (lo, mid, hi) = stats(xs);
     format!("{lo:.decimals$}/{mid:.decimals$}/{hi:.decimals$}")
-}
-
-/// SplitMix64: small, fast, deterministic (the worlds are the same in
-/// every run).
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
 }
