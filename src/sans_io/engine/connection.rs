@@ -138,8 +138,14 @@ impl Connection {
         self.flight.as_deref()
     }
 
-    /// The history in flight, made when history starts.
-    pub(super) fn flight_mut(&mut self) -> &mut Flight {
+    /// The history in flight, if any.
+    pub(super) fn flight_mut(&mut self) -> Option<&mut Flight> {
+        self.flight.as_deref_mut()
+    }
+
+    /// The history in flight, made if there is none: for work that starts
+    /// (a batch, a page, a job), never for a lookup.
+    pub(super) fn start_flight(&mut self) -> &mut Flight {
         self.flight.get_or_insert_default()
     }
 

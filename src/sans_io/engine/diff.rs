@@ -261,7 +261,7 @@ impl Engine {
         }
         self.batching.next_batch += 1;
         // Connected: checked above, and asking `askable` changes nothing.
-        let Some(flight) = self.flight_mut(relay) else {
+        let Some(flight) = self.start_flight(relay) else {
             return;
         };
         let mut chunks = 0;
@@ -315,14 +315,17 @@ impl Engine {
         let Some(conn) = state.conn_mut() else {
             return;
         };
-        let Some(b) = conn.flight_mut().batches.get_mut(&batch) else {
+        let Some(batches) = conn.flight_mut().map(|f| &mut f.batches) else {
+            return;
+        };
+        let Some(b) = batches.get_mut(&batch) else {
             return;
         };
         b.chunks_left = b.chunks_left.saturating_sub(1);
         if b.chunks_left > 0 {
             return;
         }
-        let Some(done) = conn.flight_mut().batches.remove(&batch) else {
+        let Some(done) = batches.remove(&batch) else {
             return;
         };
         let covered = conn.live_covers_all(&done.items);
@@ -357,7 +360,9 @@ impl Engine {
         let Some(conn) = state.conn_mut() else {
             return;
         };
-        let flight = conn.flight_mut();
+        let Some(flight) = conn.flight_mut() else {
+            return;
+        };
         let Some(failed) = flight.batches.remove(&batch) else {
             return;
         };

@@ -418,7 +418,7 @@ impl Engine {
                         started,
                         reconcile: None,
                     });
-                if let Some(flight) = self.flight_mut(relay) {
+                if let Some(flight) = self.start_flight(relay) {
                     flight.next_pages.extend(pages);
                 }
             }
@@ -491,7 +491,7 @@ impl Engine {
             refusal,
             Refusal::TooManyValues | Refusal::TooManyKinds | Refusal::BadValue { .. }
         ) {
-            if let Some(flight) = self.flight_mut(relay) {
+            if let Some(flight) = self.start_flight(relay) {
                 flight.value_notice = flight.value_notice.or(Some(refusal));
             }
             return;
@@ -526,7 +526,9 @@ impl Engine {
         if conn.subs.get(id).is_some_and(|s| s.heard) {
             return false;
         }
-        conn.flight_mut().value_notice = None;
+        if let Some(flight) = conn.flight_mut() {
+            flight.value_notice = None;
+        }
         let Some(s) = self.close_subscription(relay, id) else {
             return false;
         };

@@ -981,7 +981,13 @@ impl Engine {
 
     /// The history in flight on the relay's connection, if any.
     fn flight_mut(&mut self, relay: RelayId) -> Option<&mut Flight> {
-        self.conn_mut(relay).map(|c| c.flight_mut())
+        self.conn_mut(relay)?.flight_mut()
+    }
+
+    /// The relay's history in flight, made if there is none, while it is
+    /// connected: for work that starts, never for a lookup.
+    fn start_flight(&mut self, relay: RelayId) -> Option<&mut Flight> {
+        self.conn_mut(relay).map(|c| c.start_flight())
     }
 
     fn relay(&mut self, relay: RelayId) -> &mut RelayState {

@@ -319,7 +319,7 @@ impl Engine {
 
     /// Records job `id` (its room taken) and arms its progress deadline.
     fn insert_job(&mut self, relay: RelayId, id: u64, job: NegJob, now: Time) {
-        let Some(flight) = self.flight_mut(relay) else {
+        let Some(flight) = self.start_flight(relay) else {
             return;
         };
         flight.neg_jobs.insert(id, job);
@@ -757,7 +757,7 @@ impl Engine {
             return;
         }
         let extra = groups.len() as u32 - u32::from(last);
-        let Some(flight) = self.flight_mut(relay) else {
+        let Some(flight) = self.start_flight(relay) else {
             return;
         };
         for w in work {
@@ -817,7 +817,7 @@ impl Engine {
             self.dirty.push(relay);
             return;
         }
-        if let Some(flight) = self.flight_mut(relay) {
+        if let Some(flight) = self.start_flight(relay) {
             flight.neg_bypass.extend(job.work.iter().map(|w| w.batch));
             for work in job.work.into_iter().rev() {
                 flight.work.push_front(work);
@@ -830,7 +830,7 @@ impl Engine {
     /// its chunks to the front of the queue, a saturated second to the
     /// front of the follow-up pages, both for negentropy again.
     fn wait_for_neg_room(&mut self, relay: RelayId, job: NegJob) {
-        let Some(flight) = self.flight_mut(relay) else {
+        let Some(flight) = self.start_flight(relay) else {
             return;
         };
         match job.second {
@@ -953,7 +953,11 @@ impl Engine {
         if !std::mem::take(&mut conn.reads_paused) {
             return;
         }
-        for job in conn.flight_mut().neg_jobs.values_mut() {
+        for job in conn
+            .flight_mut()
+            .into_iter()
+            .flat_map(|f| f.neg_jobs.values_mut())
+        {
             if job.session.is_some() {
                 job.progress = now;
             }

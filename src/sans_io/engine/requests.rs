@@ -113,8 +113,8 @@ impl Engine {
                 return;
             }
             let Some(mut next) = self
-                .conn_mut(relay)
-                .and_then(|c| c.flight_mut().next_pages.pop_front())
+                .flight_mut(relay)
+                .and_then(|f| f.next_pages.pop_front())
             else {
                 return;
             };
@@ -179,9 +179,7 @@ impl Engine {
         let mut chunks = Vec::new();
         let mut filters: Vec<Encoded> = Vec::new();
         let mut bytes = REQ_OVERHEAD;
-        let mut built = self
-            .conn_mut(relay)
-            .and_then(|c| c.flight_mut().built_front.take());
+        let mut built = self.flight_mut(relay).and_then(|f| f.built_front.take());
         while let Some(work) = self
             .conn(relay)
             .and_then(|c| c.flight()?.work.get(chunks.len()))
@@ -216,8 +214,8 @@ impl Engine {
                 break;
             }
         }
-        if let Some(conn) = self.conn_mut(relay) {
-            conn.flight_mut().work.drain(..chunks.len());
+        if let Some(flight) = self.flight_mut(relay) {
+            flight.work.drain(..chunks.len());
         }
         (chunks, filters)
     }
@@ -597,8 +595,8 @@ impl Engine {
         let since = Timestamp::from_secs(since.as_secs());
         let state = self.relay(relay);
         state.coverage.take_gap();
-        if let Some(conn) = state.conn_mut() {
-            conn.flight_mut().consolidating = false;
+        if let Some(flight) = state.conn_mut().and_then(|c| c.flight_mut()) {
+            flight.consolidating = false;
         }
         if !self.extend_live_set(relay, since, now) {
             self.resubscribe_live(relay, since, now);
@@ -774,11 +772,11 @@ impl Engine {
         if sub.eose || sub.work.is_empty() {
             return;
         }
-        let Some(conn) = self.conn_mut(relay) else {
+        let Some(flight) = self.start_flight(relay) else {
             return;
         };
         for work in sub.work.into_iter().rev() {
-            conn.flight_mut().work.push_front(work);
+            flight.work.push_front(work);
         }
     }
 

@@ -99,7 +99,7 @@ impl Engine {
         if scope != Scope::Own && tagged && self.negentropy_usable(relay) {
             self.stats.seconds_split += 1;
             self.add_chains(relay, work, 1);
-            if let Some(flight) = self.flight_mut(relay) {
+            if let Some(flight) = self.start_flight(relay) {
                 flight.next_pages.push_back(NextPage {
                     filters: Vec::new(),
                     scope,
@@ -236,7 +236,7 @@ impl Engine {
         );
         self.add_chains(relay, work, parts.len() as u32);
         for filter in parts {
-            if let Some(flight) = self.flight_mut(relay) {
+            if let Some(flight) = self.start_flight(relay) {
                 flight.next_pages.push_back(NextPage {
                     filters: vec![PageFilter::first(filter)],
                     scope,
