@@ -571,7 +571,6 @@ impl Engine {
         now: Time,
     ) {
         self.note_refusal(relay);
-        let open_before = self.conn(relay).map_or(0, |c| c.subs.len()) + 1;
         self.give_back(relay, &sub, now);
         if sub.scope == Scope::Own {
             self.pause(relay, refusal, now);
@@ -590,7 +589,9 @@ impl Engine {
                 Refusal::TooManyValues | Refusal::TooManyKinds => {
                     counted(refusal, &sub).max().unwrap_or(0)
                 }
-                _ => open_before.saturating_sub(1).max(sub.filter_count),
+                // A subscription refusal steps one (`limit_probe`); the
+                // others learn from what the refused REQ carried.
+                _ => sub.filter_count,
             };
             self.lower_limits(relay, refusal, hint, now);
         } else {
