@@ -884,6 +884,46 @@ fn an_event_two_filters_share_proves_no_cut() {
     sim.engine.check_invariants().unwrap();
 }
 
+/// A relay that caps per REQ, not per filter (nostr-relay: one SQL query
+/// for all of a REQ's filters, newest first, under one `LIMIT`), with no
+/// NIP-11 saying so. The issue's `#e`, `#E` and `#q` filters went in one
+/// REQ; its 150 newest replies filled the cap of 100, the 50 older quotes
+/// got nothing, and the empty `#q` filter was taken as complete: the
+/// quotes were never asked again. A REQ that returns as many events as
+/// any on the connection may have been cut as a whole, so its other
+/// filters go on below its oldest second.
+#[test]
+fn a_relay_capping_per_req_loses_no_filter_of_a_cut_req() {
+    let mut sim = Sim::new(config());
+    let own = sim.own.clone();
+    let owner = keys(1);
+    let repo = coord(&owner, "r");
+    let issue = root(&keys(2), 1621, &[&repo], T0 - 100_000, "issue");
+    sim.seed(&own, &issue);
+    let a = sim.add_relay(A);
+    a.cap = 100;
+    a.events.push(issue.clone());
+    let quotes = (0..50).map(|i| {
+        let q = tag(&["q", &issue.id.to_hex()]);
+        sign(&keys(3), 1, T0 - 50_000 + i, vec![q], "a quote")
+    });
+    let replies = (0..150).map(|i| reply(&keys(3), &issue, T0 - 10_000 + i, "a reply"));
+    let history: Vec<Event> = quotes.chain(replies).collect();
+    sim.relay(A).events.extend(history.iter().cloned());
+    sim.seed(&own, &announcement(&owner, "r", &[OWN, A], T0 - 200_000));
+    sim.advance(Duration::from_secs(120));
+    assert_eq!(sim.missing(&history), vec![], "every quote and reply");
+    let shared = sim.reqs(A).iter().any(|(_, filters)| {
+        let letters: Vec<char> = filters
+            .iter()
+            .flat_map(|f| f.generic_tags.keys().map(|t| t.as_char()))
+            .collect();
+        letters.contains(&'q') && letters.contains(&'e')
+    });
+    assert!(shared, "the quotes' and replies' filters shared a REQ");
+    sim.check();
+}
+
 /// `n` comments on repo `coord` (tagged `A` alone, so each is its
 /// filter's own event and teaches the relay's cap), seconds apart, on `url`.
 fn comments_on(sim: &mut Sim, url: &str, coord: &str, n: u64, from: u64) -> Vec<Event> {

@@ -48,6 +48,9 @@ pub(crate) struct ResultCap {
     floor: usize,
     /// Learnt before this connection.
     hint: Hint,
+    /// The most events one REQ returned on this connection, all its
+    /// filters together.
+    req_floor: usize,
 }
 
 impl ResultCap {
@@ -88,12 +91,29 @@ impl ResultCap {
                 .min(LOWEST_CAP_IN_THE_WILD)
     }
 
+    /// True when a REQ that returned `total` events (all its filters
+    /// together) may have been cut as a whole, and records `total`.
+    ///
+    /// Some relays cap per REQ, not per filter: nostr-relay runs one SQL
+    /// query for all of a REQ's filters, newest first, under one `LIMIT`.
+    /// Such a cut leaves the filters reaching furthest back short or
+    /// empty, which the per-filter proofs above would settle as complete.
+    /// A relay returned this connection at least `req_floor` events for
+    /// one REQ, so a REQ with fewer was not cut by it; one with as many
+    /// or more may have been.
+    pub(crate) fn may_cut_req(&mut self, total: usize) -> bool {
+        let cut = total > 0 && total >= self.req_floor;
+        self.req_floor = self.req_floor.max(total);
+        cut
+    }
+
     /// A new connection or a daily full sync: what was shown so far
     /// becomes a hint, and proof must be shown again.
     pub(crate) fn renew(&mut self) {
         self.hint = self.for_saving();
         self.proven = None;
         self.floor = 0;
+        self.req_floor = 0;
     }
 
     /// The best knowledge to carry to a later process: this connection's

@@ -278,9 +278,12 @@ impl Subscription {
     /// A filter continues when the relay may have cut its page: it reached
     /// its `limit`, or the relay's proven or possible cap (see
     /// [`ResultCap::may_be_cut`]), or the whole REQ reached `limit` (a
-    /// relay capping per REQ may have cut every filter). `until` is
-    /// inclusive, so the next page asks the oldest second again: events
-    /// of it the cut left out come back.
+    /// relay capping per REQ may have cut every filter). A REQ of several
+    /// filters that returned as many events as any REQ did on this
+    /// connection may have been cut as a whole too
+    /// ([`ResultCap::may_cut_req`]): its other filters go on below its
+    /// oldest second. `until` is inclusive, so the next page asks the
+    /// oldest second again: events of it the cut left out come back.
     ///
     /// That fails when more events share one second than one page holds:
     /// a page all in one second, asked again from that second, returns
@@ -315,6 +318,11 @@ impl Subscription {
             return end;
         }
         let capped = self.total >= limit;
+        // A REQ of several filters a relay capping per REQ may have cut:
+        // every filter it returned nothing or little for is asked again
+        // below the REQ's oldest second (`below_req_cut`).
+        let req_cut = cap.may_cut_req(self.total) && self.filters.len() > 1 && !capped;
+        let req_oldest = self.stats.iter().filter_map(|s| s.all.oldest).min();
         let mut next = Vec::new();
         for (f, s) in self.filters.iter().zip(&self.stats) {
             let asked = asked_of(f);
@@ -338,7 +346,7 @@ impl Subscription {
                     .filter(|id| !self.counted.contains(id))
                     .copied()
                     .collect();
-                if !rest.is_empty() && rest.len() < ids.len() {
+                if !rest.is_empty() && (rest.len() < ids.len() || req_cut) {
                     let limit = rest.len();
                     let filter = Filter {
                         ids: Some(rest.into_iter().collect()),
@@ -349,6 +357,9 @@ impl Subscription {
                 continue;
             }
             if !(cut || capped) {
+                if req_cut {
+                    next.extend(below_req_cut(f, s, req_oldest, limit));
+                }
                 continue;
             }
             let edge = if s.own.count > 0 { s.own } else { s.all };
@@ -425,6 +436,26 @@ impl Subscription {
         end.next = (!next.is_empty()).then_some(next);
         end
     }
+}
+
+/// Filter `f` again after a REQ that may have been cut as a whole
+/// ([`ResultCap::may_cut_req`]) at `oldest`, its oldest second: such a
+/// relay returned everything newer, for every filter, so `f` is asked
+/// from that second (inclusive: a cut there may have left some of it)
+/// down. Its page says nothing of a per-filter cap (not short).
+fn below_req_cut(
+    f: &Filter,
+    stats: &PageStats,
+    oldest: Option<Timestamp>,
+    limit: usize,
+) -> Option<PageFilter> {
+    let oldest = oldest?;
+    let until = f.until.map_or(oldest, |u| u.min(oldest));
+    if f.since.is_some_and(|since| since > until) {
+        return None;
+    }
+    let filter = f.clone().until(until).limit(limit);
+    Some(PageFilter::after(filter, stats, false, None))
 }
 
 /// Filter `f`'s page of `stats`, all at second `at`, as a saturated second.
