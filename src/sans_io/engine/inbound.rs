@@ -12,7 +12,7 @@ use log::{debug, info, warn};
 use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
 use super::connection::LiveMode;
-use super::limits::MIN_MESSAGE_BYTES;
+use super::limits::{MIN_MESSAGE_BYTES, REQ_OVERHEAD};
 use super::relay::Link;
 use super::{ConnTimer, Engine, Offence, Output};
 use crate::sans_io::memory::index::{
@@ -20,7 +20,7 @@ use crate::sans_io::memory::index::{
 };
 use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::query::subscription::{
-    NextPage, Purpose, Scope, Subscription, WINDOWS, WorkRef, windows,
+    NextPage, PageFilter, Purpose, Scope, Subscription, WINDOWS, WorkRef, pack, windows,
 };
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
@@ -404,7 +404,7 @@ impl Engine {
                     self.relay_url(relay)
                 );
                 let windows = match self.may_split(relay, page, &work, answered_in) {
-                    true => windows(&mut filters, &end.spans, WINDOWS),
+                    true => self.pack_windows(relay, windows(&mut filters, &end.spans, WINDOWS)),
                     false => Vec::new(),
                 };
                 self.add_chains(relay, &work, windows.len() as u32);
@@ -559,6 +559,14 @@ impl Engine {
             .and_then(|c| c.flight())
             .map_or(0, |f| f.next_pages.len());
         page <= 2 && !work.is_empty() && answered_in <= SPLIT_WITHIN && queued < MAX_QUEUED_PAGES
+    }
+
+    /// `windows` packed into REQs within `relay`'s limits on filters and
+    /// bytes per REQ (`subscription::pack`).
+    fn pack_windows(&self, relay: RelayId, windows: Vec<PageFilter>) -> Vec<Vec<PageFilter>> {
+        let limits = &self.relays[relay.index()].facts.limits;
+        let bytes = limits.message_bytes.saturating_sub(REQ_OVERHEAD);
+        pack(windows, limits.filters_per_req, bytes)
     }
 
     /// A subscription ended without finishing: fail its batches, learn from

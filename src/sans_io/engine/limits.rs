@@ -26,6 +26,9 @@ pub(super) struct Limits {
     pub value_bytes: usize,
 }
 
+/// Bytes of a REQ besides its filters (`["REQ","<id>"` and `]`).
+pub(super) const REQ_OVERHEAD: usize = 32;
+
 /// REQs, and negentropy sessions, a relay gets at once while its NIP-11
 /// document is on its way.
 pub(super) const PROVISIONAL_LIMIT: usize = 4;

@@ -19,7 +19,7 @@ use std::collections::HashSet;
 
 use super::built_chunk::BuiltChunk;
 use super::connection::LiveMode;
-use super::limits::Limits;
+use super::limits::{Limits, REQ_OVERHEAD};
 use super::{Action, ConnTimer, Engine};
 use crate::sans_io::memory::index::{Item, RelayId};
 use crate::sans_io::query::filters::{
@@ -824,9 +824,6 @@ impl Engine {
         self.maybe_consolidate(relay, now);
     }
 }
-
-/// Bytes of a REQ besides its filters (`["REQ","<id>"` and `]`).
-const REQ_OVERHEAD: usize = 32;
 
 /// Live slots a consolidation leaves free where the budget allows, so the
 /// next batches' history REQs can stay open as live ones instead of each

@@ -58,9 +58,11 @@ struct PageStats {
     /// filters match may have come in for the other one, below where this
     /// filter's own page was cut. Only events no other filter asked for
     /// surely belong to this filter's page, so they place its next `until`
-    /// and teach the relay's cap; all of them count toward "maybe cut".
+    /// and, with the page's share of the rest, teach the relay's cap
+    /// ([`PageStats::cap_bound`]); all of them count toward "maybe cut".
     own: Edge,
-    /// Events the previous page of this filter returned.
+    /// The cap the previous page of this filter showed the relay to have
+    /// at least ([`PageStats::cap_bound`]).
     prev: usize,
     /// That page was shorter than asked: if this one holds events older
     /// than all it brought for this filter (`prev_reach`), the relay cut
@@ -70,6 +72,19 @@ struct PageStats {
     prev_reach: Option<Timestamp>,
     /// Kinds of the events at the oldest second of `all`.
     kinds: Vec<u16>,
+}
+
+impl PageStats {
+    /// Events the relay's per-filter cap is at least, shown by this
+    /// filter's page in a REQ of `filters` filters: its own events, and a
+    /// `filters`-th of all it matched (each filter of the REQ got at most
+    /// the cap, and together they brought all of those). An `#e` and an
+    /// `#E` filter of one root match the same replies, so neither has
+    /// events of its own: on own events alone, every page of such a pair
+    /// was probed, and the cap it showed was never learnt.
+    fn cap_bound(&self, filters: usize) -> usize {
+        self.own.count.max(self.all.count.div_ceil(filters.max(1)))
+    }
 }
 
 /// How many events reached down to which second.
@@ -335,7 +350,8 @@ impl Subscription {
             // full page at once: the probe would only prove it.
             let probe =
                 count < asked && cap.proven().is_none_or(|c| count < c) && !cap.hinted_cut(count);
-            cap.observe(s.own.count);
+            let bound = s.cap_bound(self.filters.len());
+            cap.observe(bound);
             // An `ids` filter knows what it lacks: the ids that did not
             // come, asked again until a page brings none of them (the
             // relay does not hold those). Paging by `until` instead left
@@ -364,7 +380,7 @@ impl Subscription {
             }
             let edge = if s.own.count > 0 { s.own } else { s.all };
             let Some(oldest) = edge.oldest else {
-                next.push(PageFilter::after(f.clone(), s, count < asked, None));
+                next.push(PageFilter::after(f.clone(), bound, s, count < asked, None));
                 continue;
             };
             let short = count < asked;
@@ -380,7 +396,7 @@ impl Subscription {
                         let second = saturated(f, s, oldest, limit);
                         let back = Timestamp::from_secs(oldest.as_secs().saturating_sub(1));
                         let filter = f.clone().until(back).limit(limit);
-                        let below = PageFilter::after(filter, s, short, Some(oldest));
+                        let below = PageFilter::after(filter, bound, s, short, Some(oldest));
                         if cap.may_saturate(count) {
                             end.saturated.push(second);
                         } else {
@@ -394,7 +410,10 @@ impl Subscription {
                         // A full page below which the rest of its range
                         // may be read in parallel (`windows`).
                         let top = f.until.or(s.all.newest).unwrap_or(oldest);
-                        let full = cap.proven().unwrap_or(limit);
+                        // A proven cap from filters that share their
+                        // events is a lower bound (`cap_bound`): the page
+                        // itself held `count`.
+                        let full = cap.proven().map_or(limit, |c| c.max(count));
                         end.spans.push(Span {
                             next: next.len(),
                             top,
@@ -404,14 +423,14 @@ impl Subscription {
                         f.clone().until(oldest).limit(limit)
                     }
                 };
-                next.push(PageFilter::after(filter, s, short, Some(oldest)));
+                next.push(PageFilter::after(filter, bound, s, short, Some(oldest)));
                 continue;
             }
             // A bigger limit helps only a page that was full: one the
             // relay cut short at this second would come back the same.
             if count >= asked && asked < limit.saturating_mul(MAX_LIMIT_FACTOR) {
                 let filter = f.clone().limit(asked.saturating_mul(2));
-                next.push(PageFilter::after(filter, s, false, Some(oldest)));
+                next.push(PageFilter::after(filter, bound, s, false, Some(oldest)));
                 continue;
             }
             // As many as the relay may cap at: it may hold more there. A
@@ -430,7 +449,7 @@ impl Subscription {
                 && f.since.is_none_or(|since| since.as_secs() <= back)
             {
                 let filter = f.clone().until(Timestamp::from_secs(back)).limit(limit);
-                next.push(PageFilter::after(filter, s, false, Some(oldest)));
+                next.push(PageFilter::after(filter, bound, s, false, Some(oldest)));
             }
         }
         end.next = (!next.is_empty()).then_some(next);
@@ -455,7 +474,7 @@ fn below_req_cut(
         return None;
     }
     let filter = f.clone().until(until).limit(limit);
-    Some(PageFilter::after(filter, stats, false, None))
+    Some(PageFilter::after(filter, 0, stats, false, None))
 }
 
 /// Filter `f`'s page of `stats`, all at second `at`, as a saturated second.
@@ -496,12 +515,14 @@ pub(crate) struct Span {
     top: Timestamp,
     /// Events the page held.
     count: usize,
-    /// Events a full page holds (the relay's proven cap, else our limit).
+    /// Events a full page holds (the relay's proven cap, or the page's
+    /// own size if larger, else our limit).
     full: usize,
 }
 
-/// Most windows one full page's rest is split into.
-pub(crate) const WINDOWS: usize = 8;
+/// Most windows one full page's rest is split into. Packed into REQs of
+/// many filters (`pack`), they cost a few REQs, not one each.
+pub(crate) const WINDOWS: usize = 16;
 
 /// Splits the rest of the range of the filters of `next` that followed a
 /// cut page (`spans`) into time windows, each read by a chain of its
@@ -512,17 +533,14 @@ pub(crate) const WINDOWS: usize = 8;
 /// pages split again with better ones). The first window, as wide as
 /// one full page, stays in `next` (it
 /// continues the page, so what the page showed of the relay's cap still
-/// counts); the next ones double in width, so a history much longer than
-/// the page is split again by their own first pages; the last reaches
-/// down to the filter's own `since`. Together they ask exactly the seconds
+/// counts). Where the filter has no `since`, the next ones double in
+/// width, so a history much longer than the page is split again by their
+/// own first pages; where it has one, the windows share its range
+/// evenly. The last reaches down to the filter's own `since`. Together they ask exactly the seconds
 /// the continuation asked, no second twice. Returns the other windows,
-/// grouped by rank: group `j` holds window `j + 1` of every split filter,
-/// so each group is one REQ of at most as many filters as `next`.
-pub(crate) fn windows(
-    next: &mut [PageFilter],
-    spans: &[Span],
-    most: usize,
-) -> Vec<Vec<PageFilter>> {
+/// newest first within each filter's and rank by rank (window `j + 1` of
+/// every split filter before window `j + 2` of any), for [`pack`].
+pub(crate) fn windows(next: &mut [PageFilter], spans: &[Span], most: usize) -> Vec<PageFilter> {
     let mut groups: Vec<Vec<PageFilter>> = Vec::new();
     for span in spans {
         let Some(pf) = next.get_mut(span.next) else {
@@ -534,7 +552,15 @@ pub(crate) fn windows(
         let floor = pf.filter.since.map_or(0, |t| t.as_secs());
         let covered = span.top.as_secs().saturating_sub(until).max(1);
         let scale = (span.full / span.count.max(1)).max(1) as u64;
-        let mut width = covered.saturating_mul(scale);
+        let page = covered.saturating_mul(scale);
+        // A range with a known floor (a window split off before) is split
+        // evenly: its first page showed the density, so each window holds
+        // about a page and few split again. A range reaching back to the
+        // first second doubles: nobody knows where its history starts.
+        let (mut width, grow) = match pf.filter.since {
+            Some(_) => (page.max((until - floor + 1).div_ceil(most as u64)), 1),
+            None => (page, 2),
+        };
         let mut hi = until;
         let mut lo = hi.saturating_sub(width - 1);
         if lo <= floor || pf.filter.ids.is_some() {
@@ -544,7 +570,7 @@ pub(crate) fn windows(
         pf.filter = base.clone().since(Timestamp::from_secs(lo));
         for rank in 0..most.saturating_sub(1) {
             hi = lo - 1;
-            width = width.saturating_mul(2);
+            width = width.saturating_mul(grow);
             lo = hi.saturating_sub(width - 1).max(floor);
             let last = lo <= floor || rank + 2 == most;
             let window = base.clone().until(Timestamp::from_secs(hi));
@@ -564,7 +590,35 @@ pub(crate) fn windows(
             }
         }
     }
-    groups
+    groups.into_iter().flatten().collect()
+}
+
+/// Packs windows ([`windows`]) into REQs of at most `filters` filters and
+/// `bytes` bytes of filter JSON each, in order: one REQ per window would
+/// read a long history at most one page per subscription slot per round
+/// trip, and relays cap results per filter (khatru 100, strfry 500), so a
+/// REQ of twenty windows brings twenty pages in the same round trip. A
+/// relay that caps per REQ instead cuts such a REQ as a whole, which its
+/// windows then page past ([`ResultCap::may_cut_req`]): no loss, one REQ
+/// of windows at a time.
+pub(crate) fn pack(windows: Vec<PageFilter>, filters: usize, bytes: usize) -> Vec<Vec<PageFilter>> {
+    let mut reqs: Vec<Vec<PageFilter>> = Vec::new();
+    let mut size = 0;
+    for window in windows {
+        let len = window.filter.as_json().len() + 1;
+        let fits = reqs
+            .last()
+            .is_some_and(|r| r.len() < filters.max(1) && size + len <= bytes);
+        if !fits {
+            reqs.push(Vec::new());
+            size = 0;
+        }
+        size += len;
+        if let Some(req) = reqs.last_mut() {
+            req.push(window);
+        }
+    }
+    reqs
 }
 
 /// One filter's second that filled the relay's cap: more events may share
@@ -612,7 +666,8 @@ pub(crate) struct NextPage {
 pub(crate) struct PageFilter {
     /// The filter to ask.
     pub filter: Filter,
-    /// Events the previous page returned for it.
+    /// The cap the previous page showed the relay to have at least
+    /// (`PageStats::cap_bound`): its size, were it cut.
     pub prev: usize,
     /// The previous page was shorter than asked.
     pub prev_short: bool,
@@ -630,11 +685,18 @@ pub(crate) struct PageFilter {
 
 impl PageFilter {
     /// `filter`, following a page of `stats` (short of what it asked if
-    /// `short`) whose oldest event was at `oldest`.
-    fn after(filter: Filter, stats: &PageStats, short: bool, oldest: Option<Timestamp>) -> Self {
+    /// `short`) whose oldest event was at `oldest` and which showed the
+    /// relay's cap to be at least `prev` ([`PageStats::cap_bound`]).
+    fn after(
+        filter: Filter,
+        prev: usize,
+        stats: &PageStats,
+        short: bool,
+        oldest: Option<Timestamp>,
+    ) -> Self {
         PageFilter {
             filter,
-            prev: stats.own.count,
+            prev,
             prev_short: short,
             prev_oldest: oldest,
             prev_reach: stats.all.oldest,
@@ -730,6 +792,131 @@ mod tests {
             .next_page(500, &mut cap)
             .next;
         assert!(short.is_none());
+    }
+
+    /// The `#e` and `#E` filters of one root: a NIP-22 reply matches both.
+    fn twins() -> Vec<Filter> {
+        let root = "ab".repeat(32);
+        vec![
+            Filter::new()
+                .custom_tag(SingleLetterTag::LOWERCASE_E, root.clone())
+                .limit(500),
+            Filter::new()
+                .custom_tag(SingleLetterTag::UPPERCASE_E, root)
+                .limit(500),
+        ]
+    }
+
+    /// A page of `filters` where every event matched all of them.
+    fn shared_page(filters: Vec<Filter>, stamps: &[u64]) -> Subscription {
+        let n = filters.len();
+        let mut sub = page(filters, &[]);
+        let all: Vec<usize> = (0..n).collect();
+        for (i, &t) in stamps.iter().enumerate() {
+            sub.count_stored(id(i), Timestamp::from_secs(t), 1111, &all);
+        }
+        sub
+    }
+
+    #[test]
+    fn filters_that_share_their_events_still_learn_the_cap() {
+        let mut cap = ResultCap::default();
+        let next = shared_page(twins(), &hundred(1_000))
+            .next_page(500, &mut cap)
+            .next
+            .expect("100 of 500 each may be a cap of 100");
+        assert_eq!(next[0].filter.limit, Some(2), "a probe, as for one filter");
+        let mut probe = shared_page(next.iter().map(|p| p.filter.clone()).collect(), &[901, 900]);
+        probe.set_previous(&next);
+        probe.next_page(500, &mut cap).next.expect("older events");
+        // Each filter got at most the cap, and together they brought 100:
+        // the cap is at least 50. Without own events nothing was learnt,
+        // and every page of such a pair was probed.
+        assert_eq!(cap.proven(), Some(50));
+        let again = shared_page(twins(), &hundred(5_000))
+            .next_page(500, &mut cap)
+            .next
+            .expect("a page at the cap goes on");
+        assert_eq!(again[0].filter.limit, Some(500), "no probe");
+    }
+
+    /// The span of a full page of 100 events a second apart below `top`,
+    /// for the filter at `next`.
+    fn span(next: usize, top: u64) -> Span {
+        Span {
+            next,
+            top: Timestamp::from_secs(top),
+            count: 100,
+            full: 100,
+        }
+    }
+
+    #[test]
+    fn a_range_without_a_floor_is_split_in_doubling_windows() {
+        let f = filter().until(Timestamp::from_secs(100_000));
+        let mut next = vec![PageFilter::first(f)];
+        let rest = windows(&mut next, &[span(0, 100_100)], 4);
+        assert_eq!(next[0].filter.since, Some(Timestamp::from_secs(99_901)));
+        let ranges: Vec<_> = rest
+            .iter()
+            .map(|p| {
+                (
+                    p.filter.since.map(|t| t.as_secs()),
+                    p.filter.until.map(|t| t.as_secs()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ranges,
+            vec![
+                (Some(99_701), Some(99_900)),
+                (Some(99_301), Some(99_700)),
+                (None, Some(99_300)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_range_with_a_floor_is_split_evenly() {
+        let f = filter()
+            .since(Timestamp::from_secs(90_001))
+            .until(Timestamp::from_secs(100_000));
+        let mut next = vec![PageFilter::first(f)];
+        let rest = windows(&mut next, &[span(0, 100_100)], 4);
+        // 10,000 seconds in four windows of 2,500: a page is 100 of them.
+        assert_eq!(next[0].filter.since, Some(Timestamp::from_secs(97_501)));
+        let ranges: Vec<_> = rest
+            .iter()
+            .map(|p| {
+                (
+                    p.filter.since.map(|t| t.as_secs()),
+                    p.filter.until.map(|t| t.as_secs()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ranges,
+            vec![
+                (Some(95_001), Some(97_500)),
+                (Some(92_501), Some(95_000)),
+                (Some(90_001), Some(92_500)),
+            ]
+        );
+    }
+
+    #[test]
+    fn windows_are_packed_within_the_filter_and_byte_limits() {
+        let window = |i: u64| PageFilter::first(filter().until(Timestamp::from_secs(i)));
+        let len = window(1).filter.as_json().len() + 1;
+        let reqs = pack((1..=7).map(window).collect(), 3, 10 * len);
+        let sizes: Vec<usize> = reqs.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![3, 3, 1], "three filters per REQ");
+        let reqs = pack((1..=7).map(window).collect(), 20, 2 * len);
+        let sizes: Vec<usize> = reqs.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![2, 2, 2, 1], "two filters' bytes per REQ");
+        let order: Vec<_> = reqs.iter().flatten().map(|p| p.filter.until).collect();
+        let asked: Vec<_> = (1..=7).map(|i| Some(Timestamp::from_secs(i))).collect();
+        assert_eq!(order, asked, "in order, none lost");
     }
 
     #[test]
