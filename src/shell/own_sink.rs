@@ -331,9 +331,9 @@ impl Shell {
         while let Some(output) = own.client.poll_output() {
             match output {
                 ClientOutput::Stored(event) => self.engine.handle_local_event(now, event),
-                ClientOutput::Listed { request, held } => {
-                    self.stats.sink_listed += held.len() as u64;
-                    self.engine.handle_local_list(now, request, Some(held));
+                ClientOutput::Listed { request, listed } => {
+                    self.stats.sink_listed += listed.len() as u64;
+                    self.engine.handle_local_list(now, request, Some(listed));
                 }
                 ClientOutput::Unlisted(request) => self.engine.handle_local_unlisted(now, request),
                 ClientOutput::RefusedForGood(id) => self.engine.handle_refused_for_good(id),

@@ -6,14 +6,14 @@
 //! is handed back by `RelayState::end_connection`: the coverage watermark
 //! and the pending items, back to queued.
 //!
-//! The aspects own the types held here (`auth`'s [`Auth`], `negentropy`'s
+//! The aspects own the types held here (`auth`'s [`Auth`], `nip77`'s
 //! jobs, `sub_table`'s table); this module only aggregates them.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::auth::Auth;
 use super::built_chunk::BuiltChunk;
-use super::negentropy::NegJob;
+use super::nip77::NegJobs;
 use super::saturated::Unsure;
 use super::sub_table::SubTable;
 use crate::sans_io::memory::index::Item;
@@ -90,7 +90,7 @@ pub(super) struct Flight {
     pub built_front: Option<BuiltChunk>,
     /// Negentropy jobs in flight, by subscription id (each holds a
     /// subscription slot on the relay).
-    pub neg_jobs: HashMap<u64, NegJob>,
+    pub neg_jobs: NegJobs,
     /// Batches whose chunks fell back from negentropy: REQ for them.
     pub neg_bypass: HashSet<u64>,
     /// A value or kind refusal heard by NOTICE, which names no
@@ -226,11 +226,7 @@ impl Connection {
                     .flat_map(|f| &f.next_pages)
                     .flat_map(|p| &p.work),
             )
-            .chain(
-                f.into_iter()
-                    .flat_map(|f| f.neg_jobs.values())
-                    .flat_map(|j| j.work()),
-            );
+            .chain(f.into_iter().flat_map(|f| f.neg_jobs.work()));
         for w in refs {
             *chains.entry(w.batch).or_default() += 1;
         }
@@ -243,7 +239,7 @@ impl Connection {
         let Some(f) = self.flight() else {
             return 0;
         };
-        let jobs: usize = f.neg_jobs.values().map(NegJob::ids_held).sum();
+        let jobs = f.neg_jobs.ids_in_hand();
         let pages = f.next_pages.iter().flat_map(|p| &p.filters);
         let asked = pages
             .filter_map(|f| f.filter.ids.as_ref())

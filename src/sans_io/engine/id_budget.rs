@@ -13,7 +13,7 @@
 //! recount at once is corrected at that relay's next recount rather than
 //! remembered wrong for good.
 
-/// Ids held per relay and in all.
+/// Ids in hand per relay and in all.
 #[derive(Debug)]
 pub(super) struct IdBudget {
     /// The most held at once (`Config::neg_ids_held`).
@@ -21,7 +21,7 @@ pub(super) struct IdBudget {
     /// Each relay's last count, by relay index.
     counted: Vec<usize>,
     /// Their sum.
-    held: usize,
+    in_hand: usize,
 }
 
 impl IdBudget {
@@ -30,7 +30,7 @@ impl IdBudget {
         IdBudget {
             max,
             counted: Vec::new(),
-            held: 0,
+            in_hand: 0,
         }
     }
 
@@ -39,18 +39,18 @@ impl IdBudget {
         if self.counted.len() <= relay {
             self.counted.resize(relay + 1, 0);
         }
-        self.held = self.held - self.counted[relay] + count;
+        self.in_hand = self.in_hand - self.counted[relay] + count;
         self.counted[relay] = count;
     }
 
-    /// More ids are held than allowed.
+    /// More ids are in hand than allowed.
     pub(super) fn over(&self) -> bool {
-        self.held > self.max
+        self.in_hand > self.max
     }
 
-    /// Ids held now, over all relays.
-    pub(super) fn held(&self) -> usize {
-        self.held
+    /// Ids in hand now, over all relays.
+    pub(super) fn in_hand(&self) -> usize {
+        self.in_hand
     }
 
     /// The bound.
@@ -68,13 +68,13 @@ mod tests {
         let mut budget = IdBudget::new(100);
         budget.recount(3, 60);
         budget.recount(0, 30);
-        assert_eq!(budget.held(), 90);
+        assert_eq!(budget.in_hand(), 90);
         assert!(!budget.over());
         budget.recount(3, 80);
-        assert_eq!(budget.held(), 110);
+        assert_eq!(budget.in_hand(), 110);
         assert!(budget.over());
         budget.recount(3, 0);
-        assert_eq!(budget.held(), 30);
+        assert_eq!(budget.in_hand(), 30);
         assert!(!budget.over());
     }
 }

@@ -8,13 +8,17 @@
 //! so a filter is listed in parts, one per value of its widest tag
 //! ([`parts`]): one repo or root each, the same for every relay. Jobs join
 //! the listing of a part already asked or answered, keyed by its canonical
-//! JSON, and the listing is dropped once no job needs it any more.
+//! JSON, and the listing is dropped once no job needs it any more. This
+//! is the one split of a job's filter: the own relay asks waiting parts of
+//! one shape together and hands each its own events back by value
+//! (`own_relay::list_batch`). The cache is the listings part of the
+//! pipeline `nip77::Nip77` owns.
 //!
 //! A shared listing can be older than the job that uses it. What the sink
 //! took since then is either an event this engine passed to it, or one the
 //! own relay's live stream (the self-subscription) delivered: both are in
 //! the engine's seen set, and the job drops seen ids from what it fetches
-//! (`negentropy`). Anything else only costs a duplicate fetch, never a
+//! (`nip77`). Anything else only costs a duplicate fetch, never a
 //! loss.
 
 use std::collections::{BTreeSet, HashMap};
@@ -35,8 +39,9 @@ use crate::sans_io::timing::time::Time;
 /// converging in 28 s.
 const SWEEP_EVERY: usize = 64;
 
-/// What the sink holds for one filter.
-pub(super) type Held = Arc<[(EventId, Timestamp)]>;
+/// A listing: what the sink holds for one part, shared by the jobs
+/// using it.
+pub(super) type Listed = Arc<[(EventId, Timestamp)]>;
 
 /// A job's place waiting for a listing: relay, job id, filter index.
 pub(super) type Waiter = (RelayId, u64, usize);
@@ -67,7 +72,7 @@ pub(super) fn parts(filter: &Filter) -> Vec<Filter> {
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Join {
     /// The listing is there already.
-    Ready(Held),
+    Ready(Listed),
     /// Ask the sink, with this request id.
     Ask(u64),
     /// Asked already: the answer comes to every waiter.
@@ -78,7 +83,7 @@ pub(super) enum Join {
 struct Entry {
     request: u64,
     asked: Time,
-    held: Option<Held>,
+    listed: Option<Listed>,
     waiting: Vec<Waiter>,
 }
 
@@ -107,9 +112,11 @@ impl ListingCache {
         stale_after: Duration,
     ) -> Join {
         if let Some(e) = self.entries.get_mut(&key) {
-            match &e.held {
+            match &e.listed {
                 // In use by another job: the same window.
-                Some(held) if Arc::strong_count(held) > 1 => return Join::Ready(held.clone()),
+                Some(listed) if Arc::strong_count(listed) > 1 => {
+                    return Join::Ready(listed.clone());
+                }
                 // No one uses it any more: too old to trust, asked again.
                 Some(_) => {}
                 None if now < e.asked + stale_after => {
@@ -131,7 +138,7 @@ impl ListingCache {
         let mut entry = Entry {
             request,
             asked: now,
-            held: None,
+            listed: None,
             waiting,
         };
         entry.waiting.push(waiter);
@@ -145,18 +152,18 @@ impl ListingCache {
     pub(super) fn answered(
         &mut self,
         request: u64,
-        held: Vec<(EventId, Timestamp)>,
-    ) -> (Held, Vec<Waiter>) {
-        let held: Held = held.into();
+        listed: Vec<(EventId, Timestamp)>,
+    ) -> (Listed, Vec<Waiter>) {
+        let listed: Listed = listed.into();
         let Some(entry) = self
             .open
             .remove(&request)
             .and_then(|key| self.entries.get_mut(&key))
         else {
-            return (held, Vec::new());
+            return (listed, Vec::new());
         };
-        entry.held = Some(held.clone());
-        (held, std::mem::take(&mut entry.waiting))
+        entry.listed = Some(listed.clone());
+        (listed, std::mem::take(&mut entry.waiting))
     }
 
     /// The sink will not answer `request`: who waited for it. The entry
@@ -202,8 +209,8 @@ impl ListingCache {
         let open = &mut self.open;
         self.entries.retain(|_, e| {
             e.waiting.retain(|w| !gone(w));
-            let used = match &e.held {
-                Some(held) => Arc::strong_count(held) > 1,
+            let used = match &e.listed {
+                Some(listed) => Arc::strong_count(listed) > 1,
                 None => !e.waiting.is_empty(),
             };
             if !used {

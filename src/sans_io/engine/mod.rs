@@ -21,9 +21,11 @@
 //! - `requests`: REQs within a relay's limits, live sets, consolidation.
 //!   The filters it built for a REQ they did not fit are a `BuiltChunk`
 //!   (`built_chunk`), held by the relay table.
-//! - `negentropy`: NIP-77 jobs and the sink's listings
-//!   (`Listings`, `NegJob`, `NegSupport`), and the bound on the ids they
-//!   hold over all relays (`id_budget`).
+//! - `nip77`: the NIP-77 pipeline, listings → reconciliations → id
+//!   fetches. `Nip77` owns what relays share (the sink's listings,
+//!   `listing_cache`; the turns, `neg_turns`; the bound on ids in hand,
+//!   `id_budget`); each `NegJob` lives in its connection's `Flight` and
+//!   owns its session and the ids it found; `NegSupport` is a relay fact.
 //! - `auth`: NIP-42 (`Auth`).
 //! - `conduct`: offences and penalties (`Conduct`, [`Offence`]).
 //! - `limit_probe`: a subscription limit lowered by a refusal climbs
@@ -41,12 +43,12 @@
 //!   per-relay counters the aspects note for it.
 //!
 //! Imports go one way, so there is no cycle: `auth`, `bad_values`,
-//! `conduct`, `limit_probe`, `negentropy` and `saturated` own state types
+//! `conduct`, `limit_probe`, `nip77` and `saturated` own state types
 //! that `connection` and `relay` aggregate (they never import those back); `limits`, `targets`
 //! and `coverage` are leaves; `inbound`, `lifecycle`, `diff` and
 //! `requests` work on the relay table. This file names only the
 //! children's types: their state (`RelayState`, `Connection`, `Flight`,
-//! `Limits`, `Role`, `Batching`, `Listings`) and the public `ItemState`
+//! `Limits`, `Role`, `Batching`, `Nip77`) and the public `ItemState`
 //! and `Offence` it re-exports. The aspects still call each other's
 //! functions through `self`: they are parts of one state machine, and a
 //! call needs no import. Fields are private: only this folder sees them.
@@ -73,7 +75,7 @@ mod limit_probe;
 mod limits;
 mod listing_cache;
 mod neg_turns;
-mod negentropy;
+mod nip77;
 mod relay;
 mod relay_view;
 mod requests;
@@ -112,7 +114,7 @@ use crate::sans_io::wire::signature::Verifier;
 use connection::{Connection, Flight};
 use diff::Batching;
 use limits::Limits;
-use negentropy::Listings;
+use nip77::Nip77;
 use relay::{InfoFetch, RelayState, Role};
 use timers::{ConnTimer, Timer, whole_second};
 
@@ -407,8 +409,8 @@ pub struct Engine {
     /// (in `diff`) diffs and schedules them.
     dirty: Vec<RelayId>,
     stats: Stats,
-    /// The sink's listings for negentropy.
-    listings: Listings,
+    /// The NIP-77 pipeline's shared state: listings, turns, id budget.
+    nip77: Nip77,
     /// `since` for re-opening the self-subscription after a refusal.
     self_since: Option<Timestamp>,
     /// How many lines of relay text (NOTICE, CLOSED, OK reasons) each relay
@@ -472,7 +474,7 @@ impl Engine {
             next_sub: 0,
             dirty: Vec::new(),
             stats: Stats::default(),
-            listings: Listings::new(config.neg_jobs_at_once, config.neg_ids_held),
+            nip77: Nip77::new(config.neg_jobs_at_once, config.neg_ids_held),
             self_since: None,
             log_budget: LogBudget::default(),
             failure_log: failure_log::FailureLog::default(),
@@ -609,14 +611,14 @@ impl Engine {
 
     /// The sink's answer to [`Action::ListLocal`]: what it holds, or `None`
     /// when it cannot tell (negentropy is then off for this process;
-    /// `negentropy`).
+    /// `nip77`).
     pub fn handle_local_list(
         &mut self,
         now: Time,
         request: u64,
-        held: Option<Vec<(EventId, Timestamp)>>,
+        listed: Option<Vec<(EventId, Timestamp)>>,
     ) {
-        self.local_listed(now, request, held);
+        self.local_listed(now, request, listed);
     }
 
     /// The sink will not list `request` (the own relay refused that REQ):

@@ -26,7 +26,7 @@ use super::connection::Connection;
 use super::coverage::Coverage;
 use super::limit_probe::LimitProbe;
 use super::limits::{Limits, PROVISIONAL_LIMIT};
-use super::negentropy::NegSupport;
+use super::nip77::NegSupport;
 use super::targets::{ItemState, Targets};
 use crate::sans_io::query::result_cap::ResultCap;
 use crate::sans_io::timing::health::HealthTracker;
@@ -256,6 +256,12 @@ impl RelayState {
         self.targets
             .requeue_where(|s| matches!(s, ItemState::Pending(_)));
         flight.map_or(0, |f| f.neg_jobs.len())
+    }
+
+    /// True while job `id` runs on its connection.
+    pub(super) fn has_neg_job(&self, id: u64) -> bool {
+        let flight = self.conn().and_then(|c| c.flight());
+        flight.is_some_and(|f| f.neg_jobs.contains(id))
     }
 
     /// Drops the connection (or the attempt) and hands back what outlives

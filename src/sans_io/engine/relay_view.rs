@@ -10,7 +10,7 @@
 //! [`Stats`](super::Stats), so the status page and `/metrics` agree.
 
 use super::connection::LiveMode;
-use super::negentropy::NegSupport;
+use super::nip77::NegSupport;
 use super::relay::{RelayState, Role};
 use super::targets::ItemState;
 use super::{Engine, ItemCounts, Status};

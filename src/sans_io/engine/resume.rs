@@ -31,7 +31,7 @@ use log::info;
 
 use super::coverage::Coverage;
 use super::limits::StatedLimits;
-use super::negentropy::NegSupport;
+use super::nip77::NegSupport;
 use super::relay::{InfoFetch, Link, RelayState};
 use super::{Action, Engine, Output, Status, Timer};
 use crate::sans_io::identity::relay_url::normalize;

@@ -27,7 +27,7 @@ use nostr::prelude::{ClientMessage, Event, EventId, Filter, Keys, RelayMessage, 
 
 use crate::sans_io::memory::index::is_index_kind;
 use crate::sans_io::own_relay::link_budget::LinkBudget;
-use crate::sans_io::own_relay::listing::{ListStep, Listings};
+use crate::sans_io::own_relay::list_query::{ListQueries, ListStep};
 use crate::sans_io::own_relay::outbox::{Outbox, OutboxStats};
 use crate::sans_io::timing::health::{BackoffPolicy, HealthTracker};
 use crate::sans_io::timing::time::Time;
@@ -93,7 +93,7 @@ pub(crate) enum ClientOutput {
         /// The engine's request id.
         request: u64,
         /// What the own relay holds.
-        held: Vec<(EventId, Timestamp)>,
+        listed: Vec<(EventId, Timestamp)>,
     },
 }
 
@@ -126,7 +126,7 @@ pub(crate) struct OwnRelayClient {
     keys: Option<Keys>,
     outbox: Outbox,
     /// Negentropy listings in flight on the connection.
-    listings: Listings,
+    listings: ListQueries,
     link: Link,
     health: HealthTracker,
     /// Shutting down: connect only to flush what the outbox holds.
@@ -169,7 +169,7 @@ impl OwnRelayClient {
             url: url.to_owned(),
             keys,
             outbox: Outbox::new(capacity, WINDOW),
-            listings: Listings::default(),
+            listings: ListQueries::default(),
             link: Link::Down { retry_at: now },
             health: HealthTracker::default(),
             draining: false,
@@ -388,7 +388,7 @@ impl OwnRelayClient {
                 self.outputs.extend(
                     lists
                         .into_iter()
-                        .map(|(request, held)| ClientOutput::Listed { request, held }),
+                        .map(|(request, listed)| ClientOutput::Listed { request, listed }),
                 );
             }
             ListStep::Refused(requests) => {
@@ -906,7 +906,7 @@ mod tests {
             c.poll_output(),
             Some(ClientOutput::Listed {
                 request: 1,
-                held: Vec::new()
+                listed: Vec::new()
             })
         );
     }
@@ -939,7 +939,7 @@ mod tests {
             c.poll_output(),
             Some(ClientOutput::Listed {
                 request: 2,
-                held: vec![(held.id, held.created_at)],
+                listed: vec![(held.id, held.created_at)],
             })
         );
         assert_eq!(texts(&mut c, T0), [r#"["CLOSE","list0"]"#]);

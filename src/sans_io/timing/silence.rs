@@ -6,7 +6,7 @@
 //! the same connection was answered is a suspect; one still silent after
 //! the grace is asked again. Both the remote relays' subscriptions
 //! (`engine::unanswered`) and the own relay's listings
-//! (`own_relay::listing`) keep to this one schedule.
+//! (`own_relay::list_query`) keep to this one schedule.
 
 use std::time::Duration;
 

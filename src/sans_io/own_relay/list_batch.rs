@@ -1,17 +1,23 @@
-//! Listings waiting their turn, asked of the own relay together.
+//! Parts waiting their turn, asked of the own relay together, and the
+//! answer routed back to them.
 //!
-//! The engine lists the sink in parts of one repo or root each
-//! (`engine::listing_cache`), so a first sync of 2,000 relays asked the own
-//! relay 14,000 REQs, most of them for nothing: each one a query of its
-//! own, and on nostr-rs-relay a reader holding the WAL while the writer
-//! stores the sync. Listings that differ only in the one value of their
-//! one tag (the same letter, kinds, `since`) are one filter with those
-//! values: it matches exactly what they match together, and each event
-//! it lists is given to the parts whose filter matches it. Only listings
-//! already waiting are batched, so a lone listing is asked at once as
-//! before, and a burst costs a tenth of the queries.
+//! The engine lists the sink in parts of one repo or root each (the one
+//! split, `engine::listing_cache::parts`), so that relays holding the same
+//! repos share them. A first sync of 2,000 relays then asked the own relay
+//! 14,000 REQs, most of them for nothing: each one a query of its own, and
+//! on nostr-rs-relay a reader holding the WAL while the writer stores the
+//! sync. Parts that differ only in the one value of their one tag (the
+//! same letter, kinds, `since`) are asked as one filter with those values
+//! ([`Batch`]): it matches exactly what they match together. An event it
+//! lists goes to the parts whose value it carries under that letter
+//! ([`Batch::route`]: a lookup per tag of the event, not a match of the
+//! event against every part). Only parts already waiting are batched, so
+//! a lone part is asked at once as before, and a burst costs a tenth of
+//! the queries. The merge stays here, on the link that sees the events:
+//! the sink's answer to the engine is ids and timestamps only (the public
+//! `Sink::list`), which could not be routed to parts.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use nostr::prelude::{Event, Filter, MatchEventOptions, SingleLetterTag};
 
@@ -72,9 +78,67 @@ pub(crate) fn batch_filter(batch: &[Part]) -> Filter {
     filter
 }
 
-/// True when `event` belongs to the part listing `filter`.
-pub(crate) fn belongs(filter: &Filter, event: &Event) -> bool {
-    filter.match_event(event, MatchEventOptions::new())
+/// How a batch's answer reaches its parts.
+#[derive(Debug)]
+pub(crate) enum Batch {
+    /// One part: every event the query lists is its.
+    One,
+    /// Parts differing in the value of tag `letter`: each value's parts
+    /// (by index; two requests may list one filter, when the engine asked
+    /// again a listing it gave up waiting for).
+    ByValue {
+        /// The batched tag.
+        letter: SingleLetterTag,
+        /// Part indexes by value.
+        parts: HashMap<String, Vec<usize>>,
+    },
+}
+
+impl Batch {
+    /// How to route the answer of `batch`.
+    pub(crate) fn of(batch: &[Part]) -> Batch {
+        let letter = match batch {
+            [_] => None,
+            [first, ..] => single_value_tag(&first.1),
+            [] => None,
+        };
+        let Some(letter) = letter else {
+            return Batch::One;
+        };
+        let mut parts: HashMap<String, Vec<usize>> = HashMap::with_capacity(batch.len());
+        for (i, (_, part)) in batch.iter().enumerate() {
+            for value in part.generic_tags.values().flatten() {
+                parts.entry(value.clone()).or_default().push(i);
+            }
+        }
+        Batch::ByValue { letter, parts }
+    }
+
+    /// The parts `event` belongs to, each once: those whose value it
+    /// carries under the batched letter, if `filter` (what was asked)
+    /// matches it at all.
+    pub(crate) fn route(&self, filter: &Filter, event: &Event, mut to: impl FnMut(usize)) {
+        let Batch::ByValue { letter, parts } = self else {
+            return to(0);
+        };
+        if !filter.match_event(event, MatchEventOptions::new()) {
+            return;
+        }
+        let mut given: Vec<usize> = Vec::new();
+        let values = event.tags.iter().filter_map(|t| {
+            (t.single_letter_tag()? == *letter)
+                .then(|| t.content())
+                .flatten()
+        });
+        for value in values {
+            for &i in parts.get(value).into_iter().flatten() {
+                if !given.contains(&i) {
+                    given.push(i);
+                    to(i);
+                }
+            }
+        }
+    }
 }
 
 /// The letter of `filter`'s one tag, if it has exactly one tag and one
@@ -102,7 +166,7 @@ fn same_but_value(a: &Filter, b: &Filter, letter: SingleLetterTag) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nostr::prelude::{Kind, Timestamp};
+    use nostr::prelude::*;
 
     fn e_part(request: u64, value: &str) -> Part {
         (
@@ -151,5 +215,40 @@ mod tests {
         let mut waiting = VecDeque::from([(1, two), e_part(2, "c"), e_part(3, "d")]);
         assert_eq!(take_batch(&mut waiting).unwrap().len(), 1);
         assert_eq!(take_batch(&mut waiting).unwrap().len(), 2);
+    }
+
+    /// The answer goes to parts by the value the event carries, each part
+    /// once, and what the asked filter does not match goes nowhere.
+    #[test]
+    fn a_listed_event_goes_to_the_parts_whose_value_it_carries() {
+        let batch = vec![
+            e_part(1, "a"),
+            e_part(2, "b"),
+            e_part(3, "c"),
+            e_part(4, "a"),
+        ];
+        let filter = batch_filter(&batch).kind(Kind::from_u16(1111));
+        let route = Batch::of(&batch);
+        let keys = Keys::generate();
+        let event = |kind: u16, values: &[&str]| {
+            let tags = values.iter().map(|v| Tag::parse(["e", v]).unwrap());
+            EventBuilder::new(Kind::from_u16(kind), "")
+                .tags(tags)
+                .finalize(&keys)
+                .unwrap()
+        };
+        let to = |e: &Event| {
+            let mut parts = Vec::new();
+            route.route(&filter, e, |i| parts.push(i));
+            parts.sort();
+            parts
+        };
+        assert_eq!(to(&event(1111, &["a", "c", "a"])), [0, 2, 3]);
+        assert_eq!(to(&event(1111, &["b", "z"])), [1]);
+        assert!(to(&event(1, &["b"])).is_empty(), "not what was asked");
+        let one = Batch::of(&batch[..1]);
+        let mut parts = Vec::new();
+        one.route(&filter, &event(1, &[]), |i| parts.push(i));
+        assert_eq!(parts, [0], "a lone part takes what the relay sends");
     }
 }

@@ -1,4 +1,5 @@
-//! Listing what the own relay holds for a filter, for negentropy.
+//! Asking the own relay what it holds for the engine's listings, for
+//! negentropy: one `ListQuery` (a paged REQ) per part or batch of parts.
 //!
 //! Negentropy needs the `(id, created_at)` of every event the sink holds
 //! that matches a historic filter. The own relay is asked with a plain REQ
@@ -28,7 +29,7 @@ use nostr::prelude::{
     ClientMessage, Event, EventId, Filter, RelayMessage, SubscriptionId, Timestamp,
 };
 
-use super::listing_batch::{Part, batch_filter, belongs, take_batch};
+use super::list_batch::{Batch, Part, batch_filter, take_batch};
 use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::timing::silence::SilenceGrace;
 use crate::sans_io::timing::time::Time;
@@ -42,7 +43,7 @@ pub(crate) enum ListStep {
     /// Send these texts (CLOSE of the finished page, REQ of the next).
     Send(Vec<String>),
     /// The listing is complete: what the sink holds for each engine
-    /// request it carried (one, or a batch: `listing_batch`).
+    /// request it carried (one, or a batch: `list_batch`).
     Done {
         /// Each engine request id, and what the sink holds for it.
         lists: Vec<(u64, Vec<(EventId, Timestamp)>)>,
@@ -54,29 +55,33 @@ pub(crate) enum ListStep {
     /// waiting for these requests go to REQ now.
     Refused(Vec<u64>),
     /// The own relay wants NIP-42 first: these requests are asked again
-    /// once our AUTH is accepted (`Listings::retry_refused`).
+    /// once our AUTH is accepted (`ListQueries::retry_refused`).
     NeedsAuth(Vec<u64>),
     /// The own relay refused the listing for its subscription limit while
     /// `open` were open: it waits its turn again, and at most `limit`
     /// listings run at once from now on (on this connection).
     Lowered {
-        /// Listings of ours open when it was refused, itself included.
+        /// Queries of ours open when it was refused, itself included.
         open: usize,
-        /// Listings let run at once from now on.
+        /// Queries let run at once from now on.
         limit: usize,
     },
 }
 
-/// One engine request a listing carries, and what of it matched so far.
+/// One engine request (a part) a query carries, and what of it was
+/// listed so far.
 struct Member {
     request: u64,
     filter: Filter,
-    held: Vec<(EventId, Timestamp)>,
+    listed: Vec<(EventId, Timestamp)>,
 }
 
-struct Listing {
-    /// The requests it lists; more than one when batched.
+/// One REQ chain asking the own relay for one part or a batch of them.
+struct ListQuery {
+    /// The parts it lists; more than one when batched.
     members: Vec<Member>,
+    /// How a listed event reaches its members.
+    batch: Batch,
     /// What is asked: the members' filters together.
     filter: Filter,
     /// Ids listed at the current page's `until`: the only second a page
@@ -106,23 +111,23 @@ struct Listing {
     suspect_until: Option<Time>,
 }
 
-/// Listings asked of the own relay at once; the rest wait their turn. After
+/// Queries asked of the own relay at once; the rest wait their turn. After
 /// a restart thousands of relays' jobs list at the same moment: all at once
 /// would hold every answer in memory together and trip the own relay's
 /// own subscription limit.
 const MAX_IN_FLIGHT: usize = 8;
 
-/// Listings in flight on the sink connection, by subscription id.
-pub(crate) struct Listings {
-    pending: HashMap<String, Listing>,
-    /// Listings let run at once: [`MAX_IN_FLIGHT`], lowered when the own
+/// Listing queries in flight on the sink connection, by subscription id.
+pub(crate) struct ListQueries {
+    pending: HashMap<String, ListQuery>,
+    /// Queries let run at once: [`MAX_IN_FLIGHT`], lowered when the own
     /// relay refuses one for its subscription limit (LocalRelay's
     /// `max_reqs`: `rate-limited: too many REQs`), back up on a new
     /// connection (its limit may have changed with a restart).
     max_in_flight: usize,
-    /// Listings waiting for a free slot, oldest first.
+    /// Parts waiting for a free slot, oldest first.
     waiting: VecDeque<Part>,
-    /// Listings the own relay refused (typically `auth-required:`), to ask
+    /// Parts the own relay refused (typically `auth-required:`), to ask
     /// again once it accepts our AUTH.
     refused: Vec<Part>,
     /// Subscription ids given out (they name listings).
@@ -135,9 +140,9 @@ pub(crate) struct Listings {
     unanswered: u64,
 }
 
-impl Default for Listings {
+impl Default for ListQueries {
     fn default() -> Self {
-        Listings {
+        ListQueries {
             pending: HashMap::new(),
             max_in_flight: MAX_IN_FLIGHT,
             waiting: VecDeque::new(),
@@ -150,7 +155,7 @@ impl Default for Listings {
     }
 }
 
-impl Listings {
+impl ListQueries {
     /// True while no listing is asked, waiting or refused: a connection
     /// ended now loses none.
     pub(crate) fn is_idle(&self) -> bool {
@@ -166,7 +171,7 @@ impl Listings {
     }
 
     /// Lists `filter` for engine request `request`: returns the REQ to send,
-    /// or `None` when it waits for a slot (see [`Listings::start_waiting`]).
+    /// or `None` when it waits for a slot (see [`ListQueries::start_waiting`]).
     pub(crate) fn start(&mut self, request: u64, filter: Filter) -> Option<String> {
         if self.pending.len() >= self.max_in_flight {
             self.waiting.push_back((request, filter));
@@ -194,18 +199,20 @@ impl Listings {
         let filter = batch_filter(&batch);
         let req = req(&sub, &filter, None);
         let sent = self.next_sent();
+        let route = Batch::of(&batch);
         let members = batch
             .into_iter()
             .map(|(request, filter)| Member {
                 request,
                 filter,
-                held: Vec::new(),
+                listed: Vec::new(),
             })
             .collect();
         self.pending.insert(
             sub,
-            Listing {
+            ListQuery {
                 members,
+                batch: route,
                 filter,
                 boundary: HashSet::new(),
                 at_oldest: HashSet::new(),
@@ -391,7 +398,7 @@ impl Listings {
         };
         let Some(until) = until else {
             let l = self.pending.remove(sub)?;
-            let lists = l.members.into_iter().map(|m| (m.request, m.held));
+            let lists = l.members.into_iter().map(|m| (m.request, m.listed));
             return Some(ListStep::Done {
                 lists: lists.collect(),
                 close,
@@ -417,18 +424,15 @@ impl Listings {
     }
 }
 
-impl Listing {
-    /// A new event of the listing goes to its members: to the only one as
-    /// the relay matched it, else to each whose filter matches it.
+impl ListQuery {
+    /// A new event of the query goes to its members: to the only one as
+    /// the relay matched it, else to those whose value it carries
+    /// ([`Batch::route`]; its indexes are the members', built together).
     fn give(&mut self, event: &Event) {
         let entry = (event.id, event.created_at);
-        match self.members.as_mut_slice() {
-            [only] => only.held.push(entry),
-            members => members
-                .iter_mut()
-                .filter(|m| belongs(&m.filter, event))
-                .for_each(|m| m.held.push(entry)),
-        }
+        let members = &mut self.members;
+        self.batch
+            .route(&self.filter, event, |i| members[i].listed.push(entry));
     }
 
     /// One event of the current page: kept unless an earlier page listed
@@ -484,7 +488,7 @@ mod tests {
             .unwrap()
     }
 
-    fn deliver(l: &mut Listings, sub: &str, e: &nostr::prelude::Event) {
+    fn deliver(l: &mut ListQueries, sub: &str, e: &nostr::prelude::Event) {
         let m = RelayMessage::event(SubscriptionId::new(sub), e.clone());
         assert_eq!(l.on_message(T, &m), Some(ListStep::Send(Vec::new())));
     }
@@ -493,7 +497,7 @@ mod tests {
     fn pages_back_until_a_page_brings_nothing_new() {
         let keys = Keys::generate();
         let events: Vec<_> = (0..5).map(|i| event(&keys, 100 + i)).collect();
-        let mut l = Listings::default();
+        let mut l = ListQueries::default();
         let first = l
             .start(7, Filter::new().kind(Kind::from_u16(1621)))
             .unwrap();
@@ -527,7 +531,7 @@ mod tests {
     }
 
     /// Feeds one page (`events`, then EOSE) and returns the step.
-    fn page(l: &mut Listings, sub: &str, events: &[&nostr::prelude::Event]) -> ListStep {
+    fn page(l: &mut ListQueries, sub: &str, events: &[&nostr::prelude::Event]) -> ListStep {
         for e in events {
             deliver(l, sub, e);
         }
@@ -558,7 +562,7 @@ mod tests {
             })
             .collect();
         let older = [event(&keys, 151), event(&keys, 150)];
-        let mut l = Listings::default();
+        let mut l = ListQueries::default();
         l.start(5, Filter::new().kind(Kind::from_u16(1621)));
         let sub = "list0";
         let step = page(&mut l, sub, &[&same[0], &same[1]]);
@@ -591,7 +595,7 @@ mod tests {
     fn repeats_at_or_above_until_are_listed_once() {
         let keys = Keys::generate();
         let events: Vec<_> = (0..4).map(|i| event(&keys, 100 + i)).collect();
-        let mut l = Listings::default();
+        let mut l = ListQueries::default();
         l.start(9, Filter::new().kind(Kind::from_u16(1621)));
         let step = page(&mut l, "list0", &[&events[3], &events[2], &events[1]]);
         assert_eq!(until_of(&step), "101");
@@ -618,7 +622,7 @@ mod tests {
     fn an_empty_page_or_since_ends_the_listing() {
         let keys = Keys::generate();
         let a = event(&keys, 300);
-        let mut l = Listings::default();
+        let mut l = ListQueries::default();
         l.start(1, Filter::new().kind(Kind::from_u16(1621)));
         assert_eq!(until_of(&page(&mut l, "list0", &[&a])), "300");
         // A full page (1 is the largest so far) of second 300: below it.
@@ -645,7 +649,7 @@ mod tests {
     fn a_relay_ignoring_until_does_not_keep_the_listing_going() {
         let keys = Keys::generate();
         let a = event(&keys, 300);
-        let mut l = Listings::default();
+        let mut l = ListQueries::default();
         l.start(4, Filter::new().kind(Kind::from_u16(1621)));
         assert_eq!(until_of(&page(&mut l, "list0", &[&a])), "300");
         assert_eq!(until_of(&page(&mut l, "list0", &[&a])), "299");
@@ -658,7 +662,7 @@ mod tests {
 
     #[test]
     fn a_refusal_ends_the_listing_and_other_subscriptions_are_not_ours() {
-        let mut l = Listings::default();
+        let mut l = ListQueries::default();
         l.start(3, Filter::new());
         let closed = RelayMessage::closed(SubscriptionId::new("list0"), "auth-required: x");
         assert_eq!(l.on_message(T, &closed), Some(ListStep::NeedsAuth(vec![3])));
@@ -677,7 +681,7 @@ mod tests {
 
     #[test]
     fn a_refusal_for_the_relays_count_lowers_ours_and_the_listing_waits_its_turn() {
-        let mut l = Listings::default();
+        let mut l = ListQueries::default();
         for r in 0..MAX_IN_FLIGHT as u64 {
             assert!(
                 l.start(r, Filter::new().kind(Kind::from_u16(1621)))
@@ -717,7 +721,7 @@ mod tests {
 
     #[test]
     fn a_refusal_no_lower_count_helps_is_final() {
-        let mut l = Listings::default();
+        let mut l = ListQueries::default();
         l.start(3, Filter::new());
         let alone = closed("list0", "rate-limited: too many REQs");
         assert_eq!(
@@ -740,7 +744,7 @@ mod tests {
 
     #[test]
     fn at_most_a_few_listings_run_at_once_the_rest_wait_their_turn() {
-        let mut l = Listings::default();
+        let mut l = ListQueries::default();
         let kind = |k: u16| Filter::new().kind(Kind::from_u16(k));
         for r in 0..MAX_IN_FLIGHT as u64 {
             assert!(l.start(r, kind(1621)).is_some());
@@ -778,7 +782,7 @@ mod tests {
     fn a_page_left_silent_while_a_later_one_is_answered_is_asked_again() {
         let keys = Keys::generate();
         let a = event(&keys, 300);
-        let mut l = Listings::default();
+        let mut l = ListQueries::default();
         l.start(1, Filter::new().kind(Kind::from_u16(1621)));
         l.start(2, Filter::new().kind(Kind::from_u16(1617)));
         assert_eq!(l.next_deadline(), None, "nothing answered yet");
@@ -811,7 +815,7 @@ mod tests {
     fn a_page_that_answers_late_is_not_asked_again_and_the_grace_doubles() {
         let keys = Keys::generate();
         let a = event(&keys, 300);
-        let mut l = Listings::default();
+        let mut l = ListQueries::default();
         let kind = |k: u16| Filter::new().kind(Kind::from_u16(k));
         l.start(1, kind(1621));
         l.start(2, kind(1617));
@@ -840,7 +844,7 @@ mod tests {
         );
     }
 
-    /// Listings waiting their turn that differ only in their tag's value
+    /// Parts waiting their turn that differ only in their tag's value
     /// go out as one REQ, and each gets exactly the events its own filter
     /// matches.
     #[test]
@@ -856,7 +860,7 @@ mod tests {
                 .finalize(&keys)
                 .unwrap()
         };
-        let mut l = Listings::default();
+        let mut l = ListQueries::default();
         for r in 0..MAX_IN_FLIGHT as u64 {
             assert!(
                 l.start(r, Filter::new().kind(Kind::from_u16(1621)))
@@ -901,9 +905,9 @@ mod tests {
     #[test]
     fn a_refused_batch_gives_back_each_of_its_requests() {
         let root = |n: u8| EventId::from_byte_array([n; 32]);
-        let mut l = Listings {
+        let mut l = ListQueries {
             max_in_flight: 1,
-            ..Listings::default()
+            ..ListQueries::default()
         };
         l.start(1, Filter::new().kind(Kind::from_u16(1621)));
         l.start(2, Filter::new().event(root(1)));

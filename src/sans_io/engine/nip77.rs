@@ -1,41 +1,56 @@
-//! Historic sync by NIP-77 negentropy: fetch only what the sink lacks.
+//! Historic sync by NIP-77 negentropy, as one pipeline: fetch only what
+//! the sink lacks.
 //!
 //! A fresh connect, a stale reconnect and the daily sync all re-read a
 //! relay's whole history for every targeted item; almost all of it is
 //! already stored. Where the relay speaks negentropy, each packed chunk of
-//! historic work becomes a job instead of a REQ:
+//! historic work becomes a job ([`NegJob`]) instead of a REQ, and goes
+//! through the pipeline [`Nip77`] owns:
 //!
 //! 0. **Turn**: at most `Config::neg_jobs_at_once` jobs run over all
 //!    relays; a relay finding no room waits its turn with its work queued
-//!    (`neg_turns`).
+//!    (`neg_turns::Turns`).
 //! 1. **Listing**: the shell asks the sink what it holds for the chunk's
-//!    filters, in parts shared with other jobs (`listing_cache`;
-//!    `Action::ListLocal`, answered by `handle_local_list`).
+//!    filters, in parts of one value shared with other jobs
+//!    (`listing_cache`; `Action::ListLocal`, answered by
+//!    `handle_local_list`). The split into parts happens there, once; the
+//!    own relay asks waiting parts of one shape together and routes the
+//!    answer back by value (`own_relay::list_batch`).
 //! 2. **Reconciling**: one `NEG-OPEN`/`NEG-MSG` exchange per filter
 //!    ([`Reconciliation`]), gathering the ids the relay has and we lack.
 //! 3. **Fetching**: those ids not seen since the listing, by `ids` REQs,
 //!    which complete the chunk's batches exactly like the REQ path does at
-//!    EOSE.
+//!    EOSE; the ids found and not fetched yet are bounded over all relays
+//!    (`id_budget::IdBudget`).
+//!
+//! Who owns what: [`Nip77`] (one per engine) owns what is shared between
+//! relays: whether the sink lists, the listings, the turns and the id
+//! budget. A [`NegJob`] lives in its connection's `Flight` (it dies with
+//! the socket) and owns its listings' shares, its session and the ids it
+//! found. The job's own steps are methods on [`NegJob`]; `impl Engine`
+//! here only routes: it finds the job, applies what a step returns
+//! (messages to send, REQ pages, counters) and schedules.
 //!
 //! Anything short of that falls back to REQ + pagination for the job: a
-//! sink that cannot list, nothing held locally (negentropy would only add a
-//! round), or a failed session. A relay that shows it does not speak
+//! sink that cannot list, nothing listed locally (negentropy would only
+//! add a round), or a failed session. A relay that shows it does not speak
 //! negentropy (`NEG-ERR`, a `NOTICE` saying so before its first `NEG-MSG`,
 //! or no answer within `neg_timeout`) is remembered and never asked again.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use log::{debug, info};
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 
 use super::id_budget::IdBudget;
-use super::listing_cache::{Held, Join, ListingCache, Waiter, parts};
+use super::listing_cache::{Join, Listed, ListingCache, Waiter, parts};
 use super::neg_turns::Turns;
 use super::{Action, ConnTimer, Engine};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::query::filters::Encoded;
 use crate::sans_io::query::reconcile::{
-    IDS_PER_FILTER, Reconciliation, Step, fetch_filters, means_unsupported,
+    IDS_PER_FILTER, LimitTooSmall, Reconciliation, Step, fetch_filters, means_unsupported,
 };
 use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::query::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
@@ -57,12 +72,14 @@ pub(super) enum NegSupport {
     Unsupported,
 }
 
-/// The engine's side of the sink's listings, and the jobs in flight.
+/// The NIP-77 pipeline's state shared by every relay: the sink's
+/// listings, whose turn it is, and the bound on ids found. Its jobs live
+/// in their connections (`Flight::neg_jobs`).
 #[derive(Debug)]
-pub(super) struct Listings {
+pub(super) struct Nip77 {
     /// The sink can list what it holds (until it says it cannot).
     sink_lists: bool,
-    /// Listings in use, shared by the jobs asking the same filter.
+    /// Listings in use, shared by the jobs asking the same part.
     cache: ListingCache,
     /// Jobs in flight over all relays, and whose turn is next.
     turns: Turns,
@@ -70,23 +87,224 @@ pub(super) struct Listings {
     ids: IdBudget,
 }
 
-impl Listings {
+/// A part of a job's filter the sink is to list: `Action::ListLocal`.
+pub(super) struct ListAsk {
+    /// The request id the answer echoes.
+    pub request: u64,
+    /// The part.
+    pub filter: Filter,
+}
+
+impl Nip77 {
     /// At most `jobs` negentropy jobs at once, holding at most `ids` ids.
     pub(super) fn new(jobs: usize, ids: usize) -> Self {
-        Listings {
+        Nip77 {
             sink_lists: true,
             cache: ListingCache::default(),
             turns: Turns::new(jobs),
             ids: IdBudget::new(ids),
         }
     }
+
+    /// True while the sink lists what it holds.
+    pub(super) fn sink_lists(&self) -> bool {
+        self.sink_lists
+    }
+
+    /// True when `relay` may start a job now (see [`Turns::admit`]).
+    pub(super) fn admit(&mut self, relay: RelayId) -> bool {
+        self.turns.admit(relay)
+    }
+
+    /// Job `id` of `relay` for chunks `work` and their REQ `filters`
+    /// (admitted): takes its room and joins or asks the listing of each
+    /// part of each filter; returns the job and the parts to ask the sink.
+    /// A listing unanswered for `stale_after` is asked again.
+    pub(super) fn start_job(
+        &mut self,
+        (relay, id): (RelayId, u64),
+        work: Vec<WorkRef>,
+        filters: Vec<Encoded>,
+        now: Time,
+        stale_after: std::time::Duration,
+    ) -> (NegJob, Vec<ListAsk>) {
+        self.turns.started(relay, id);
+        let filters: Vec<Filter> = filters
+            .into_iter()
+            .map(|e| {
+                let mut f = e.filter;
+                f.limit = None;
+                f
+            })
+            .collect();
+        let mut listings = Vec::new();
+        let mut asks = Vec::new();
+        for (i, filter) in filters.iter().enumerate() {
+            for part in parts(filter) {
+                let waiter = (relay, id, listings.len());
+                match self.cache.join(part.as_json(), waiter, now, stale_after) {
+                    Join::Ready(listed) => listings.push((i, Some(listed))),
+                    Join::Wait => listings.push((i, None)),
+                    Join::Ask(request) => {
+                        listings.push((i, None));
+                        asks.push(ListAsk {
+                            request,
+                            filter: part,
+                        });
+                    }
+                }
+            }
+        }
+        (NegJob::new(work, filters, listings, now, now, None), asks)
+    }
+
+    /// Job `id` of `relay` over saturated second `sat` for the chain that
+    /// found it (its `work`, `scope` and start): it takes room, lists
+    /// nothing (the relay lists every id it holds in that second).
+    pub(super) fn start_second_job(
+        &mut self,
+        (relay, id): (RelayId, u64),
+        (sat, scope): (Saturated, Scope),
+        work: Vec<WorkRef>,
+        started: Time,
+        now: Time,
+    ) -> NegJob {
+        self.turns.started(relay, id);
+        let mut filter = sat.filter.clone();
+        filter.limit = None;
+        let nothing: Listed = Vec::new().into();
+        let listings = vec![(0, Some(nothing))];
+        NegJob::new(
+            work,
+            vec![filter],
+            listings,
+            started,
+            now,
+            Some((sat, scope)),
+        )
+    }
+
+    /// Jobs in flight over all relays.
+    pub(super) fn in_flight(&self) -> usize {
+        self.turns.in_flight()
+    }
+
+    /// Job `id` of `relay` ended: its room is free, its listings go at a
+    /// later sweep.
+    pub(super) fn job_ended(&mut self, relay: RelayId, id: u64) {
+        self.turns.ended(relay, id);
+        self.cache.jobs_ended(1);
+    }
+
+    /// `dropped` jobs of `relay` ended at once (its connection, or a daily
+    /// sync, cleared them).
+    pub(super) fn jobs_dropped(&mut self, relay: RelayId, dropped: usize) {
+        self.turns.relay_ended(relay);
+        self.cache.jobs_ended(dropped);
+    }
+
+    /// The sink's answer to `request`: the listing and who waited for it.
+    pub(super) fn listed(
+        &mut self,
+        request: u64,
+        listed: Vec<(EventId, Timestamp)>,
+    ) -> (Listed, Vec<Waiter>) {
+        self.cache.answered(request, listed)
+    }
+
+    /// The sink will not list `request`: who waited for it.
+    pub(super) fn unlisted(&mut self, request: u64) -> Vec<Waiter> {
+        self.cache.refused(request)
+    }
+
+    /// The sink cannot list at all: negentropy is off, and every waiter
+    /// of every listing is returned.
+    pub(super) fn sink_cannot_list(&mut self) -> Vec<Waiter> {
+        self.sink_lists = false;
+        self.cache.unanswerable()
+    }
+
+    /// Relay `relay` now holds `count` ids; true when all relays together
+    /// hold more than the bound.
+    pub(super) fn recount(&mut self, relay: RelayId, count: usize) -> bool {
+        self.ids.recount(relay.index(), count);
+        self.ids.over()
+    }
+
+    /// The bound on ids held over all relays.
+    pub(super) fn max_ids(&self) -> usize {
+        self.ids.max()
+    }
+
+    /// Ids the bound leaves room for now.
+    pub(super) fn room_for_ids(&self) -> usize {
+        self.ids.max().saturating_sub(self.ids.in_hand())
+    }
+
+    /// The relay whose turn is next, if there is room and one waits; the
+    /// caller runs its scheduler, then [`Nip77::end_turn`].
+    pub(super) fn next_turn(&mut self) -> Option<RelayId> {
+        self.turns.next_turn()
+    }
+
+    /// Ends the offer of [`Nip77::next_turn`], taken or not.
+    pub(super) fn end_turn(&mut self) {
+        self.turns.end_turn();
+    }
+
+    /// After jobs ended: drops, every so many ended jobs, the listings no
+    /// job `alive` still names needs.
+    pub(super) fn release_due(&mut self, alive: impl Fn(RelayId, u64) -> bool) {
+        self.cache.release_due(|&(relay, id, _)| !alive(relay, id));
+    }
+
+    /// Drops every listing no job `alive` names needs, and the room a
+    /// burst left: for an engine at rest.
+    pub(super) fn shrink(&mut self, alive: impl Fn(RelayId, u64) -> bool) {
+        self.cache.release(|&(relay, id, _)| !alive(relay, id));
+        self.cache.shrink_to_fit();
+        self.turns.shrink_to_fit();
+    }
+
+    /// Forgets the room of jobs `alive` no longer names. Every path that
+    /// ends a job frees its room at once; this periodic check makes sure a
+    /// path that forgot cannot leak room for good (negentropy would stop).
+    pub(super) fn prune(&mut self, alive: impl Fn(RelayId, u64) -> bool) {
+        self.turns.retain(alive);
+    }
+
+    /// Every job of `jobs` holds room, no room is held by a job that is
+    /// gone, and `ids` ids are held as counted.
+    #[cfg(any(test, feature = "testing"))]
+    pub(super) fn check(
+        &self,
+        jobs: impl Iterator<Item = (RelayId, u64)>,
+        ids: usize,
+        url: impl Fn(RelayId) -> String,
+    ) -> Result<(), String> {
+        let mut count = 0;
+        for (relay, id) in jobs {
+            count += 1;
+            if !self.turns.holds(relay, id) {
+                return Err(format!("{}: job {id} holds no room", url(relay)));
+            }
+        }
+        let held = self.turns.in_flight();
+        if held != count {
+            return Err(format!("{held} jobs hold room, {count} exist"));
+        }
+        if ids != self.ids.in_hand() {
+            return Err(format!("{ids} ids held, {} counted", self.ids.in_hand()));
+        }
+        Ok(())
+    }
 }
 
 /// Why a negentropy job goes to the REQ path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ToReq {
-    /// The sink holds nothing for it: not a failure, REQ costs less.
-    NothingHeld,
+    /// The sink listed nothing for it: not a failure, REQ costs less.
+    NothingListed,
     /// This job failed (a stalled session, a limit too small, no listing).
     Failed,
     /// The relay showed it does not speak NIP-77: remembered.
@@ -96,16 +314,37 @@ enum ToReq {
     Limit,
 }
 
+/// Where a job stands once a listing came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listings {
+    /// Some part is not listed yet.
+    Waiting,
+    /// Every part is listed, and the sink holds nothing for any.
+    Empty,
+    /// Every part is listed: reconcile.
+    Ready,
+}
+
+/// What a job's timer finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// Not stalled: look again at this time.
+    At(Time),
+    /// Stalled: in a session or waiting for listings, and whether the
+    /// session never heard from the relay.
+    Now { in_session: bool, silent: bool },
+}
+
 /// One packed chunk of historic work done by negentropy.
 pub(super) struct NegJob {
     /// Chunks of pending batches this job completes.
     work: Vec<WorkRef>,
     /// The chunk's filters (without `limit`), reconciled one at a time.
     filters: Vec<Filter>,
-    /// What the sink holds for each part of each filter (`listing_cache`):
-    /// the filter's index and the part's listing as it comes in (shared
-    /// with other jobs, held until the job ends).
-    held: Vec<(usize, Option<Held>)>,
+    /// The listing of each part of each filter (`listing_cache`): the
+    /// filter's index and the part's listing as it comes in (shared with
+    /// other jobs, kept until the job ends).
+    listings: Vec<(usize, Option<Listed>)>,
     /// The filter being reconciled.
     current: usize,
     /// The session of the current filter.
@@ -113,33 +352,235 @@ pub(super) struct NegJob {
     /// Ids found missing so far.
     need: Vec<EventId>,
     /// Ids its finished filters found and it already fetches
-    /// ([`Engine::fetch_ahead`]), sorted: a later filter finding them
+    /// ([`NegJob::take_ahead`]), sorted: a later filter finding them
     /// again does not ask them twice.
     asked: Vec<EventId>,
     /// When the job started: live coverage of its items begins there.
     started: Time,
     /// Last sign of progress (a list or a relay answer), for the timeout.
     progress: Time,
-    /// A saturated second reconciled against nothing held (`saturated`):
-    /// what the relay lists there is fetched. It has no REQ to fall back
-    /// to (REQ already read what it could), so a failure goes on to the
-    /// split by kind; and the chain that found it covers it live.
+    /// A saturated second reconciled against nothing listed
+    /// (`saturated`): what the relay lists there is fetched. It has no REQ
+    /// to fall back to (REQ already read what it could), so a failure goes
+    /// on to the split by kind; and the chain that found it covers it live.
     second: Option<(Saturated, Scope)>,
 }
 
 impl NegJob {
-    /// Ids it holds: found missing by its finished filters and its
+    fn new(
+        work: Vec<WorkRef>,
+        filters: Vec<Filter>,
+        listings: Vec<(usize, Option<Listed>)>,
+        started: Time,
+        now: Time,
+        second: Option<(Saturated, Scope)>,
+    ) -> Self {
+        NegJob {
+            work,
+            filters,
+            listings,
+            current: 0,
+            session: None,
+            need: Vec::new(),
+            asked: Vec::new(),
+            started,
+            progress: now,
+            second,
+        }
+    }
+
+    /// Ids in its hand: found missing by its finished filters and its
     /// session, and already fetched.
-    pub(super) fn ids_held(&self) -> usize {
+    pub(super) fn ids_in_hand(&self) -> usize {
         self.need.len()
             + self.asked.len()
             + self.session.as_ref().map_or(0, Reconciliation::need_len)
     }
 
-    /// The chunks this job completes.
+    /// Part `i`'s listing came in at `now`: where the job stands.
+    fn listed(&mut self, i: usize, listed: &Listed, now: Time) -> Listings {
+        self.progress = now;
+        if let Some((_, slot)) = self.listings.get_mut(i) {
+            *slot = Some(listed.clone());
+        }
+        self.listings_state()
+    }
+
+    /// Whether every part is listed, and whether the sink holds anything.
+    fn listings_state(&self) -> Listings {
+        if self.listings.iter().any(|(_, l)| l.is_none()) {
+            return Listings::Waiting;
+        }
+        let mut all = self.listings.iter().filter_map(|(_, l)| l.as_ref());
+        if all.all(|l| l.is_empty()) {
+            Listings::Empty
+        } else {
+            Listings::Ready
+        }
+    }
+
+    /// Starts the session of the current filter as subscription `id`,
+    /// against its parts' listings; returns the `NEG-OPEN`.
+    fn open_session(&mut self, id: u64, message_bytes: usize) -> Result<String, LimitTooSmall> {
+        let current = self.current;
+        let listed = self
+            .listings
+            .iter()
+            .filter(|(i, _)| *i == current)
+            .filter_map(|(_, l)| l.as_deref())
+            .flatten()
+            .copied();
+        let filter = &self.filters[current];
+        let (session, open) =
+            Reconciliation::start(&format!("{id:x}"), filter, listed, message_bytes)?;
+        self.session = Some(session);
+        Ok(open)
+    }
+
+    /// The current filter is reconciled, finding `need`: true when
+    /// another filter is left.
+    fn reconciled(&mut self, need: Vec<EventId>) -> bool {
+        self.current += 1;
+        self.session = None;
+        // The filters of one job overlap (a NIP-22 reply tags its root with
+        // both `E` and `e`): an id two of them miss is one event to fetch,
+        // and counted twice it sent a 10,001-reply issue to REQ paging.
+        self.need.extend(need);
+        self.need.sort_unstable();
+        self.need.dedup();
+        self.current < self.filters.len()
+    }
+
+    /// What its finished filters found missing, to fetch while the next
+    /// filter is reconciled, when `room` ids are left under the bound:
+    /// enough for these held twice (here and in their REQs) and for the
+    /// next filter finding as many again. The ids stay in `asked`.
+    fn take_ahead(&mut self, room: usize) -> Option<Vec<EventId>> {
+        if self.second.is_some() || self.need.is_empty() || 2 * self.need.len() > room {
+            return None;
+        }
+        let mut need = std::mem::take(&mut self.need);
+        need.retain(|id| self.asked.binary_search(id).is_err());
+        if need.is_empty() {
+            return None;
+        }
+        self.asked.extend_from_slice(&need);
+        self.asked.sort_unstable();
+        Some(need)
+    }
+
+    /// Whether its timer at `now` finds it stalled: a session waits
+    /// `session` for progress, listings `listing`. A session's answer may
+    /// wait unread while the relay's reads are `paused`: asked again once
+    /// they resume.
+    fn due(
+        &self,
+        now: Time,
+        paused: bool,
+        (session, listing): (std::time::Duration, std::time::Duration),
+    ) -> Due {
+        let in_session = self.session.is_some();
+        let timeout = if in_session { session } else { listing };
+        if in_session && paused {
+            return Due::At(now + timeout);
+        }
+        if now < self.progress + timeout {
+            return Due::At(self.progress + timeout);
+        }
+        let silent = self.session.as_ref().is_some_and(|s| !s.answered());
+        Due::Now { in_session, silent }
+    }
+
+    /// The job is done: what is left to fetch, less what was fetched ahead.
+    fn take_need(&mut self) -> Vec<EventId> {
+        let asked = std::mem::take(&mut self.asked);
+        let mut need = std::mem::take(&mut self.need);
+        need.retain(|id| asked.binary_search(id).is_err());
+        need
+    }
+}
+
+/// A connection's negentropy jobs, by subscription id: they live in its
+/// `Flight` and die with the socket.
+#[derive(Debug, Default)]
+pub(super) struct NegJobs(HashMap<u64, NegJob>);
+
+impl NegJobs {
+    /// Jobs in flight on the connection (each holds a subscription slot).
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True with no job in flight.
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// True while job `id` exists.
+    pub(super) fn contains(&self, id: u64) -> bool {
+        self.0.contains_key(&id)
+    }
+
+    /// Ids found missing and held by its jobs (`IdBudget`).
+    pub(super) fn ids_in_hand(&self) -> usize {
+        self.0.values().map(NegJob::ids_in_hand).sum()
+    }
+
+    /// The chunks its jobs complete.
     #[cfg(any(test, feature = "testing"))]
-    pub(super) fn work(&self) -> &[WorkRef] {
-        &self.work
+    pub(super) fn work(&self) -> impl Iterator<Item = &WorkRef> {
+        self.0.values().flat_map(|j| &j.work)
+    }
+
+    /// Gives back the room a burst of jobs left.
+    pub(super) fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit();
+    }
+
+    fn get(&self, id: u64) -> Option<&NegJob> {
+        self.0.get(&id)
+    }
+
+    fn get_mut(&mut self, id: u64) -> Option<&mut NegJob> {
+        self.0.get_mut(&id)
+    }
+
+    fn insert(&mut self, id: u64, job: NegJob) {
+        self.0.insert(id, job);
+    }
+
+    fn remove(&mut self, id: u64) -> Option<NegJob> {
+        self.0.remove(&id)
+    }
+
+    /// The ids of its jobs.
+    #[cfg(any(test, feature = "testing"))]
+    fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.keys().copied()
+    }
+
+    /// Jobs whose session is open.
+    fn in_session(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0
+            .iter()
+            .filter(|(_, j)| j.session.is_some())
+            .map(|(id, _)| *id)
+    }
+
+    /// Jobs whose session the relay has not answered yet.
+    fn unanswered(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0
+            .iter()
+            .filter(|(_, j)| j.session.as_ref().is_some_and(|s| !s.answered()))
+            .map(|(id, _)| *id)
+    }
+
+    /// The relay is read again at `now`: each open session counts as
+    /// progressing, so it gets a whole `neg_timeout` to be heard.
+    fn reads_resumed(&mut self, now: Time) {
+        for job in self.0.values_mut().filter(|j| j.session.is_some()) {
+            job.progress = now;
+        }
     }
 }
 
@@ -152,6 +593,37 @@ impl std::fmt::Debug for NegJob {
             .field("reconciling", &self.session.is_some())
             .field("need", &self.need.len())
             .finish()
+    }
+}
+
+/// What a session's failure says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// Refused for the relay's limit on sessions.
+    Limit,
+    /// Its filter matched more than the relay reconciles at once
+    /// ([`too_big`]).
+    TooBig,
+    /// Only this job failed (a refused value, or after the relay answered):
+    /// REQ reads this job, negentropy the next.
+    Job,
+    /// Refused at once for no reason above: the relay does not speak NIP-77.
+    Unsupported,
+}
+
+/// Reads `reason`, the failure of a session the relay had answered before
+/// when `answered_before`. A refused value, or a filter matching more than
+/// the relay reconciles at once, says nothing of NIP-77.
+fn failure(reason: &str, answered_before: bool) -> Failure {
+    let refusal = Refusal::of_closed(reason);
+    if refusal == Refusal::TooManySubscriptions {
+        Failure::Limit
+    } else if too_big(reason) {
+        Failure::TooBig
+    } else if answered_before || matches!(refusal, Refusal::BadValue { .. }) {
+        Failure::Job
+    } else {
+        Failure::Unsupported
     }
 }
 
@@ -171,7 +643,7 @@ impl Engine {
     /// True when `relay`'s next historic chunk should go by negentropy.
     pub(super) fn negentropy_usable(&self, relay: RelayId) -> bool {
         self.config.negentropy
-            && self.listings.sink_lists
+            && self.nip77.sink_lists()
             && relay != self.own
             && self.relays[relay.index()].facts.neg != NegSupport::Unsupported
     }
@@ -180,7 +652,7 @@ impl Engine {
     /// for its turn (`neg_turns`) with its work queued, which nothing times
     /// out; the scheduler runs again when the turn comes.
     pub(super) fn neg_admit(&mut self, relay: RelayId) -> bool {
-        self.listings.turns.admit(relay)
+        self.nip77.admit(relay)
     }
 
     /// Sends `NEG-CLOSE` for every session of `relay`'s jobs, which are
@@ -194,9 +666,7 @@ impl Engine {
         let open: Vec<u64> = conn
             .flight()
             .into_iter()
-            .flat_map(|f| &f.neg_jobs)
-            .filter(|(_, j)| j.session.is_some())
-            .map(|(id, _)| *id)
+            .flat_map(|f| f.neg_jobs.in_session())
             .collect();
         for id in open {
             self.send_neg_close(relay, id);
@@ -214,19 +684,18 @@ impl Engine {
     /// when all relays together now hold more than `Config::neg_ids_held`.
     pub(super) fn recount_ids(&mut self, relay: RelayId) -> bool {
         let count = self.conn(relay).map_or(0, |c| c.ids_in_hand());
-        self.listings.ids.recount(relay.index(), count);
-        self.listings.ids.over()
+        self.nip77.recount(relay, count)
     }
 
-    /// Job `id` of `relay` took the ids held over all relays past the
-    /// bound: it goes to REQ paging, which needs no ids held.
+    /// Job `id` of `relay` took the ids in hand over all relays past the
+    /// bound: it goes to REQ paging, which needs no ids in hand.
     fn over_id_budget(&mut self, relay: RelayId, id: u64, now: Time) {
         self.stats.neg_over_id_budget += 1;
         if let Some(n) = self.log_budget.admit(relay.index(), now) {
             info!(
                 "{}: negentropy job {id:x} would hold ids past the bound of {} over all relays; REQ{}",
                 self.relay_url(relay),
-                self.listings.ids.max(),
+                self.nip77.max_ids(),
                 dropped(n)
             );
         }
@@ -237,31 +706,37 @@ impl Engine {
     /// Offers free room to the relay whose turn is next, if one waits;
     /// false when none was offered (no room, or no one waits).
     pub(super) fn offer_turn(&mut self, now: Time) -> bool {
-        let Some(relay) = self.listings.turns.next_turn() else {
+        let Some(relay) = self.nip77.next_turn() else {
             return false;
         };
         self.schedule(relay, now);
-        self.listings.turns.end_turn();
+        self.nip77.end_turn();
         true
     }
 
     /// Job `id` of `relay`'s connection.
     fn neg_job_mut(&mut self, relay: RelayId, id: u64) -> Option<&mut NegJob> {
-        self.flight_mut(relay)?.neg_jobs.get_mut(&id)
+        self.flight_mut(relay)?.neg_jobs.get_mut(id)
     }
 
     /// Removes job `id` of `relay`, freeing its room and, at the next
     /// sweep, its listings.
     fn end_job(&mut self, relay: RelayId, id: u64) -> Option<NegJob> {
-        let job = self.flight_mut(relay)?.neg_jobs.remove(&id)?;
-        self.listings.turns.ended(relay, id);
-        self.listings.cache.jobs_ended(1);
+        let job = self.flight_mut(relay)?.neg_jobs.remove(id)?;
+        self.nip77.job_ended(relay, id);
         Some(job)
+    }
+
+    /// A new subscription id for a job (its session's, in hex).
+    fn new_job_id(&mut self) -> u64 {
+        let id = self.next_sub;
+        self.next_sub += 1;
+        id
     }
 
     /// Starts a job for packed chunks `work` with their REQ `filters`
     /// (admitted by [`Engine::neg_admit`]): joins or asks the sink's listing
-    /// of each filter. Called by the scheduler, so nothing here schedules.
+    /// of each part. Called by the scheduler, so nothing here schedules.
     pub(super) fn start_neg_job(
         &mut self,
         relay: RelayId,
@@ -269,50 +744,17 @@ impl Engine {
         filters: Vec<Encoded>,
         now: Time,
     ) {
-        let id = self.next_sub;
-        self.next_sub += 1;
-        self.listings.turns.started(relay, id);
-        let in_flight = self.listings.turns.in_flight() as u64;
-        self.stats.neg_jobs_peak = self.stats.neg_jobs_peak.max(in_flight);
-        let filters: Vec<Filter> = filters
-            .into_iter()
-            .map(|e| {
-                let mut f = e.filter;
-                f.limit = None;
-                f
-            })
-            .collect();
-        let mut held = Vec::new();
+        let id = self.new_job_id();
         let stale_after = self.listing_timeout();
-        for (i, filter) in filters.iter().enumerate() {
-            for part in parts(filter) {
-                let waiter = (relay, id, held.len());
-                let key = part.as_json();
-                match self.listings.cache.join(key, waiter, now, stale_after) {
-                    Join::Ready(listed) => held.push((i, Some(listed))),
-                    Join::Wait => held.push((i, None)),
-                    Join::Ask(request) => {
-                        held.push((i, None));
-                        self.actions.push_back(Action::ListLocal {
-                            request,
-                            filter: part,
-                        });
-                    }
-                }
-            }
+        let (job, asks) = self
+            .nip77
+            .start_job((relay, id), work, filters, now, stale_after);
+        let in_flight = self.nip77.in_flight() as u64;
+        self.stats.neg_jobs_peak = self.stats.neg_jobs_peak.max(in_flight);
+        for ListAsk { request, filter } in asks {
+            self.actions
+                .push_back(Action::ListLocal { request, filter });
         }
-        let job = NegJob {
-            work,
-            held,
-            filters,
-            current: 0,
-            session: None,
-            need: Vec::new(),
-            asked: Vec::new(),
-            started: now,
-            progress: now,
-            second: None,
-        };
         self.insert_job(relay, id, job, now);
         self.job_listed(relay, id, now);
     }
@@ -331,9 +773,8 @@ impl Engine {
     }
 
     /// Starts a job over saturated second `sat` for the chain that found
-    /// it (its `work`, `scope` and start): nothing is listed, the relay
-    /// lists every id it holds in that second. It takes room like any job
-    /// but is not made to wait for its turn: it holds no listing, and the
+    /// it (its `work`, `scope` and start). It takes room like any job but
+    /// is not made to wait for its turn: it holds no listing, and the
     /// chain's subscription slot it took is free again.
     pub(super) fn start_second_job(
         &mut self,
@@ -344,24 +785,10 @@ impl Engine {
         started: Time,
         now: Time,
     ) {
-        let id = self.next_sub;
-        self.next_sub += 1;
-        self.listings.turns.started(relay, id);
-        let mut filter = sat.filter.clone();
-        filter.limit = None;
-        let nothing: Held = Vec::new().into();
-        let job = NegJob {
-            work,
-            held: vec![(0, Some(nothing))],
-            filters: vec![filter],
-            current: 0,
-            session: None,
-            need: Vec::new(),
-            asked: Vec::new(),
-            started,
-            progress: now,
-            second: Some((sat, scope)),
-        };
+        let id = self.new_job_id();
+        let job = self
+            .nip77
+            .start_second_job((relay, id), (sat, scope), work, started, now);
         self.insert_job(relay, id, job, now);
         self.open_session(relay, id, now);
     }
@@ -375,29 +802,28 @@ impl Engine {
     }
 
     /// The sink's answer to listing request `request`: every job waiting
-    /// for it reconciles once all its filters are listed.
+    /// for it reconciles once all its parts are listed.
     pub(super) fn local_listed(
         &mut self,
         now: Time,
         request: u64,
-        held: Option<Vec<(EventId, Timestamp)>>,
+        listed: Option<Vec<(EventId, Timestamp)>>,
     ) {
-        let Some(held) = held else {
+        let Some(listed) = listed else {
             info!("the sink cannot list what it holds; negentropy off");
-            self.listings.sink_lists = false;
-            let waiters = self.listings.cache.unanswerable();
+            let waiters = self.nip77.sink_cannot_list();
             return self.waiters_to_req(waiters, now);
         };
-        let (listed, waiters) = self.listings.cache.answered(request, held);
+        let (listed, waiters) = self.nip77.listed(request, listed);
         for (relay, id, i) in waiters {
             let Some(job) = self.neg_job_mut(relay, id) else {
                 continue;
             };
-            job.progress = now;
-            if let Some((_, slot)) = job.held.get_mut(i) {
-                *slot = Some(listed.clone());
+            match job.listed(i, &listed, now) {
+                Listings::Waiting => {}
+                Listings::Empty => self.nothing_listed(relay, id, now),
+                Listings::Ready => self.open_session(relay, id, now),
             }
-            self.job_listed(relay, id, now);
         }
         drop(listed);
         self.after_jobs_ended(now);
@@ -406,7 +832,7 @@ impl Engine {
     /// The sink will not list `request`: its waiting jobs end in REQ now
     /// (a job waiting on it would only time out later and do the same).
     pub(super) fn local_unlisted(&mut self, now: Time, request: u64) {
-        let waiters = self.listings.cache.refused(request);
+        let waiters = self.nip77.unlisted(request);
         self.waiters_to_req(waiters, now);
     }
 
@@ -418,27 +844,25 @@ impl Engine {
         self.after_jobs_ended(now);
     }
 
-    /// Once every filter of the job is listed: to REQ if the sink holds
-    /// nothing for any (negentropy would only add a round), else the first
-    /// session. Schedules nothing itself: its callers flush.
+    /// A new job whose parts may all be listed already: to REQ if the sink
+    /// holds nothing for any (negentropy would only add a round), else the
+    /// first session. Schedules nothing itself: its callers flush.
     fn job_listed(&mut self, relay: RelayId, id: u64, now: Time) {
-        let Some(job) = self.conn(relay).and_then(|c| c.flight()?.neg_jobs.get(&id)) else {
+        let Some(job) = self.conn(relay).and_then(|c| c.flight()?.neg_jobs.get(id)) else {
             return;
         };
-        if job.held.iter().any(|(_, h)| h.is_none()) {
-            return;
+        match job.listings_state() {
+            Listings::Waiting => {}
+            Listings::Empty => self.nothing_listed(relay, id, now),
+            Listings::Ready => self.open_session(relay, id, now),
         }
-        if job
-            .held
-            .iter()
-            .filter_map(|(_, h)| h.as_ref())
-            .all(|h| h.is_empty())
-        {
-            // Not a failure: counted apart from fallbacks.
-            debug!("{}: nothing held locally; REQ", self.relay_url(relay));
-            return self.requeue_job(relay, id, ToReq::NothingHeld, now);
-        }
-        self.open_session(relay, id, now);
+    }
+
+    /// The sink holds nothing for job `id`: REQ costs less. Not a failure:
+    /// counted apart from fallbacks.
+    fn nothing_listed(&mut self, relay: RelayId, id: u64, now: Time) {
+        debug!("{}: nothing held locally; REQ", self.relay_url(relay));
+        self.requeue_job(relay, id, ToReq::NothingListed, now);
     }
 
     /// Sends `NEG-OPEN` for the job's current filter. The job keeps its
@@ -449,21 +873,8 @@ impl Engine {
         let Some(job) = self.neg_job_mut(relay, id) else {
             return;
         };
-        let current = job.current;
-        let filter = &job.filters[current];
-        let held = job
-            .held
-            .iter()
-            .filter(|(i, _)| *i == current)
-            .filter_map(|(_, h)| h.as_deref())
-            .flatten()
-            .copied();
-        let started = Reconciliation::start(&format!("{id:x}"), filter, held, limit);
-        match started {
-            Ok((session, open)) => {
-                if let Some(job) = self.neg_job_mut(relay, id) {
-                    job.session = Some(session);
-                }
+        match job.open_session(id, limit) {
+            Ok(open) => {
                 self.stats.neg_sessions += 1;
                 self.actions.push_back(Action::Send {
                     relay,
@@ -476,7 +887,6 @@ impl Engine {
             }
         }
     }
-
     /// A `NEG-MSG` or `NEG-ERR` from `relay`.
     pub(super) fn on_neg_message(
         &mut self,
@@ -534,19 +944,10 @@ impl Engine {
                         message: close,
                     });
                 }
-                let refusal = Refusal::of_closed(&reason);
-                let why = if refusal == Refusal::TooManySubscriptions {
-                    self.neg_limit_refusal(relay)
-                } else if answered_before
-                    || matches!(refusal, Refusal::BadValue { .. })
-                    || too_big(&reason)
-                {
-                    // A refused value, or a filter matching more than the
-                    // relay reconciles at once, says nothing of NIP-77:
-                    // REQ reads this job, negentropy the next.
-                    ToReq::Failed
-                } else {
-                    ToReq::Unsupported
+                let why = match failure(&reason, answered_before) {
+                    Failure::Limit => self.neg_limit_refusal(relay),
+                    Failure::TooBig | Failure::Job => ToReq::Failed,
+                    Failure::Unsupported => ToReq::Unsupported,
                 };
                 self.job_to_req(relay, id, why, now);
             }
@@ -619,21 +1020,14 @@ impl Engine {
 
     /// Jobs of `relay` whose session is open.
     fn open_sessions(&self, relay: RelayId) -> usize {
-        self.conn(relay).map_or(0, |c| {
-            let jobs = c.flight().into_iter().flat_map(|f| f.neg_jobs.values());
-            jobs.filter(|j| j.session.is_some()).count()
-        })
+        let flight = self.conn(relay).and_then(|c| c.flight());
+        flight.map_or(0, |f| f.neg_jobs.in_session().count())
     }
 
     /// Jobs of `relay` whose session the relay has not answered yet.
     fn unanswered_sessions(&self, relay: RelayId) -> impl Iterator<Item = u64> + '_ {
-        let jobs = self
-            .conn(relay)
-            .into_iter()
-            .flat_map(|c| c.flight())
-            .flat_map(|f| &f.neg_jobs);
-        jobs.filter(|(_, j)| j.session.as_ref().is_some_and(|s| !s.answered()))
-            .map(|(id, _)| *id)
+        let flight = self.conn(relay).and_then(|c| c.flight());
+        flight.into_iter().flat_map(|f| f.neg_jobs.unanswered())
     }
 
     /// The job's current filter is reconciled: on to the next, or fetch.
@@ -641,15 +1035,7 @@ impl Engine {
         let Some(job) = self.neg_job_mut(relay, id) else {
             return;
         };
-        job.current += 1;
-        job.session = None;
-        // The filters of one job overlap (a NIP-22 reply tags its root with
-        // both `E` and `e`): an id two of them miss is one event to fetch,
-        // and counted twice it sent a 10,001-reply issue to REQ paging.
-        job.need.extend(need);
-        job.need.sort_unstable();
-        job.need.dedup();
-        let more = job.current < job.filters.len();
+        let more = job.reconciled(need);
         if self.recount_ids(relay) {
             return self.over_id_budget(relay, id, now);
         }
@@ -658,43 +1044,27 @@ impl Engine {
             self.fetch_ahead(relay, id, now);
             return self.after_jobs_ended(now);
         }
-        let Some(mut job) = self.end_job(relay, id) else {
+        let Some(job) = self.end_job(relay, id) else {
             return;
         };
-        let asked = std::mem::take(&mut job.asked);
-        job.need.retain(|id| asked.binary_search(id).is_err());
         self.fetch_needed(relay, job, now);
         self.after_jobs_ended(now);
     }
 
     /// Fetches what job `id`'s finished filters found missing while its
-    /// next filter is reconciled, instead of after it: in a first sync of
-    /// one issue with 20,000 replies, the `#E` session over 20,000 items
-    /// otherwise ran while nothing was fetched. The ids stay in the job
-    /// (`asked`) so the next filter does not ask them again, so they are
-    /// held twice while their REQs wait: only done while the bound on ids
-    /// held leaves room for that and for the next filter finding as many
-    /// again. Each fetch REQ counts one more completion of the job's
-    /// chunks; the job keeps its own.
+    /// next filter is reconciled, instead of after it
+    /// ([`NegJob::take_ahead`]): in a first sync of one issue with 20,000
+    /// replies, the `#E` session over 20,000 items otherwise ran while
+    /// nothing was fetched. Each fetch REQ counts one more completion of
+    /// the job's chunks; the job keeps its own.
     fn fetch_ahead(&mut self, relay: RelayId, id: u64, now: Time) {
-        let room = self
-            .listings
-            .ids
-            .max()
-            .saturating_sub(self.listings.ids.held());
+        let room = self.nip77.room_for_ids();
         let Some(job) = self.neg_job_mut(relay, id) else {
             return;
         };
-        if job.second.is_some() || job.need.is_empty() || 2 * job.need.len() > room {
+        let Some(need) = job.take_ahead(room) else {
             return;
-        }
-        let mut need = std::mem::take(&mut job.need);
-        need.retain(|id| job.asked.binary_search(id).is_err());
-        if need.is_empty() {
-            return;
-        }
-        job.asked.extend_from_slice(&need);
-        job.asked.sort_unstable();
+        };
         let (work, started) = (job.work.clone(), job.started);
         self.stats.neg_fetched_ahead += 1;
         self.fetch_ids(relay, need, &work, started, false, now);
@@ -712,11 +1082,12 @@ impl Engine {
     /// job. Each REQ carries the job's chunks, and their batches count one
     /// completion per REQ, so the batches confirm when the last fetch
     /// reaches EOSE.
-    fn fetch_needed(&mut self, relay: RelayId, job: NegJob, now: Time) {
+    fn fetch_needed(&mut self, relay: RelayId, mut job: NegJob, now: Time) {
         if job.second.is_none() {
             self.relay(relay).mark_uncovered(job.started);
         }
-        self.fetch_ids(relay, job.need, &job.work, job.started, true, now);
+        let need = job.take_need();
+        self.fetch_ids(relay, need, &job.work, job.started, true, now);
     }
 
     /// Queues `ids` REQs for `need` (less what was seen or refused since)
@@ -793,7 +1164,7 @@ impl Engine {
             return;
         };
         match why {
-            ToReq::NothingHeld => self.stats.neg_skipped += 1,
+            ToReq::NothingListed => self.stats.neg_skipped += 1,
             ToReq::Failed => self.stats.neg_fallbacks += 1,
             ToReq::Unsupported => {
                 self.stats.neg_fallbacks += 1;
@@ -854,8 +1225,7 @@ impl Engine {
     /// `relay`'s `dropped` jobs are gone (its connection, or a daily sync,
     /// cleared them): their listings and room are released.
     pub(super) fn neg_jobs_dropped(&mut self, relay: RelayId, dropped: usize, now: Time) {
-        self.listings.turns.relay_ended(relay);
-        self.listings.cache.jobs_ended(dropped);
+        self.nip77.jobs_dropped(relay, dropped);
         self.recount_ids(relay);
         self.after_jobs_ended(now);
     }
@@ -864,80 +1234,39 @@ impl Engine {
     /// them left: for an engine at rest, between the sweeps jobs trigger.
     pub(super) fn shrink_listings(&mut self) {
         let relays = &self.relays;
-        self.listings.cache.release(|&(relay, id, _)| {
-            !relays
-                .get(relay.index())
-                .and_then(|s| s.conn())
-                .and_then(|c| c.flight())
-                .is_some_and(|f| f.neg_jobs.contains_key(&id))
-        });
-        self.listings.cache.shrink_to_fit();
-        self.listings.turns.shrink_to_fit();
+        self.nip77
+            .shrink(|relay, id| relays.get(relay.index()).is_some_and(|s| s.has_neg_job(id)));
     }
 
     /// After jobs ended: drops the listings and room they held, schedules
     /// what they moved, and gives the room to the relays waiting for it.
     fn after_jobs_ended(&mut self, now: Time) {
         let relays = &self.relays;
-        let alive = |relay: RelayId, id: u64| {
-            relays
-                .get(relay.index())
-                .and_then(|s| s.conn())
-                .and_then(|c| c.flight())
-                .is_some_and(|f| f.neg_jobs.contains_key(&id))
-        };
-        self.listings
-            .cache
-            .release_due(|&(relay, id, _)| !alive(relay, id));
+        self.nip77
+            .release_due(|relay, id| relays.get(relay.index()).is_some_and(|s| s.has_neg_job(id)));
         self.flush(now);
     }
 
-    /// Every job holds room and no room is held by a job that is gone.
+    /// Every job holds room, no room is held by a job that is gone, and
+    /// the ids in hand are counted right.
     #[cfg(any(test, feature = "testing"))]
     pub(super) fn check_neg_room(&self) -> Result<(), String> {
-        let mut jobs = 0;
-        for (i, relay) in self.relays.iter().enumerate() {
-            let id = RelayId(i as u32);
-            let Some(conn) = relay.conn() else {
-                continue;
-            };
-            jobs += conn.neg_jobs();
-            if let Some(job) = conn
-                .flight()
-                .into_iter()
-                .flat_map(|f| f.neg_jobs.keys())
-                .find(|&&j| !self.listings.turns.holds(id, j))
-            {
-                return Err(format!("{}: job {job} holds no room", self.relay_url(id)));
-            }
-        }
-        let held = self.listings.turns.in_flight();
-        if held != jobs {
-            return Err(format!("{held} jobs hold room, {jobs} exist"));
-        }
+        let jobs = self.relays.iter().enumerate().flat_map(|(i, relay)| {
+            let flight = relay.conn().and_then(|c| c.flight());
+            let ids = flight.into_iter().flat_map(|f| f.neg_jobs.ids());
+            ids.map(move |id| (RelayId(i as u32), id))
+        });
         let conns = self.relays.iter().filter_map(|r| r.conn());
         let ids: usize = conns.map(|c| c.ids_in_hand()).sum();
-        if ids != self.listings.ids.held() {
-            return Err(format!(
-                "{ids} ids held, {} counted",
-                self.listings.ids.held()
-            ));
-        }
-        Ok(())
+        self.nip77
+            .check(jobs, ids, |r| self.relay_url(r).to_string())
     }
 
-    /// Forgets the room of jobs that no longer exist. Every path that ends
-    /// a job frees its room at once; this periodic check makes sure a path
-    /// that forgot cannot leak room for good (negentropy would stop).
+    /// Forgets the room of jobs that no longer exist ([`Nip77::prune`]).
     pub(super) fn prune_turns(&mut self) {
         let relays = &self.relays;
-        self.listings.turns.retain(|relay, id| {
-            relays
-                .get(relay.index())
-                .and_then(|s| s.conn())
-                .and_then(|c| c.flight())
-                .is_some_and(|f| f.neg_jobs.contains_key(&id))
-        });
+        self.nip77
+            .prune(|relay, id| relays.get(relay.index()).is_some_and(|s| s.has_neg_job(id)));
     }
 
     /// `relay` is read again: each of its sessions counts as progressing
@@ -953,14 +1282,8 @@ impl Engine {
         if !std::mem::take(&mut conn.reads_paused) {
             return;
         }
-        for job in conn
-            .flight_mut()
-            .into_iter()
-            .flat_map(|f| f.neg_jobs.values_mut())
-        {
-            if job.session.is_some() {
-                job.progress = now;
-            }
+        if let Some(f) = conn.flight_mut() {
+            f.neg_jobs.reads_resumed(now);
         }
     }
 
@@ -971,33 +1294,27 @@ impl Engine {
         let Some(conn) = self.conn(relay) else {
             return;
         };
-        let Some(job) = conn.flight().and_then(|f| f.neg_jobs.get(&id)) else {
+        let Some(job) = conn.flight().and_then(|f| f.neg_jobs.get(id)) else {
             return;
         };
-        let timeout = match job.session {
-            Some(_) => self.config.neg_timeout,
-            None => self.listing_timeout(),
+        let timeouts = (self.config.neg_timeout, self.listing_timeout());
+        let (in_session, silent) = match job.due(now, conn.reads_paused, timeouts) {
+            Due::At(at) => {
+                self.arm_conn(at, relay, ConnTimer::NegTimeout(id));
+                return;
+            }
+            Due::Now { in_session, silent } => (in_session, silent),
         };
-        if job.session.is_some() && conn.reads_paused {
-            // Its answer may wait unread: asked again once reads resume.
-            self.arm_conn(now + timeout, relay, ConnTimer::NegTimeout(id));
-            return;
-        }
-        if now < job.progress + timeout {
-            let at = job.progress + timeout;
-            self.arm_conn(at, relay, ConnTimer::NegTimeout(id));
-            return;
-        }
-        let silent = job.session.as_ref().is_some_and(|s| !s.answered());
-        let waited = match job.session {
-            Some(_) => "",
-            None => " waiting for the own relay's listings",
+        let waited = if in_session {
+            ""
+        } else {
+            " waiting for the own relay's listings"
         };
         info!(
             "{}: negentropy job {id:x} timed out{waited}",
             self.relay_url(relay)
         );
-        if job.session.is_some() {
+        if in_session {
             self.send_neg_close(relay, id);
         }
         let why = if silent {
