@@ -924,6 +924,39 @@ fn a_relay_capping_per_req_loses_no_filter_of_a_cut_req() {
     sim.check();
 }
 
+/// History windows go many to a REQ (issue 46), which a relay capping per
+/// REQ cuts as a whole: 2,000 replies and 100 older quotes on such a relay
+/// (cap 100, no NIP-11), split into windows by the first pages, all
+/// arrive.
+#[test]
+fn windows_packed_in_one_req_lose_nothing_on_a_relay_capping_per_req() {
+    let mut sim = Sim::new(config());
+    let own = sim.own.clone();
+    let owner = keys(1);
+    let repo = coord(&owner, "r");
+    let issue = root(&keys(2), 1621, &[&repo], T0 - 500_000, "issue");
+    sim.seed(&own, &issue);
+    let a = sim.add_relay(A);
+    a.cap = 100;
+    a.events.push(issue.clone());
+    let quotes = (0..100).map(|i| {
+        let q = tag(&["q", &issue.id.to_hex()]);
+        sign(&keys(3), 1, T0 - 400_000 + i * 7, vec![q], "a quote")
+    });
+    let replies = (0..2_000).map(|i| reply(&keys(3), &issue, T0 - 100_000 + i * 13, "a reply"));
+    let history: Vec<Event> = quotes.chain(replies).collect();
+    sim.relay(A).events.extend(history.iter().cloned());
+    sim.seed(&own, &announcement(&owner, "r", &[OWN, A], T0 - 600_000));
+    sim.advance(Duration::from_secs(600));
+    assert_eq!(sim.missing(&history).len(), 0, "every quote and reply");
+    let packed = sim.reqs(A).iter().map(|(_, f)| f.len()).max().unwrap_or(0);
+    assert!(
+        packed > 3,
+        "windows went several to a REQ: {packed} filters at most"
+    );
+    sim.check();
+}
+
 /// `n` comments on repo `coord` (tagged `A` alone, so each is its
 /// filter's own event and teaches the relay's cap), seconds apart, on `url`.
 fn comments_on(sim: &mut Sim, url: &str, coord: &str, n: u64, from: u64) -> Vec<Event> {
