@@ -996,23 +996,9 @@ impl Engine {
         &mut self.relays[relay.index()]
     }
 
-    /// A relay's starting limits, from the config.
-    fn starting_limits(&self) -> Limits {
-        Limits {
-            subscriptions: self.config.max_subscriptions.max(1),
-            neg_sessions: self.config.max_subscriptions.max(1),
-            filters_per_req: self.config.max_filters_per_req.max(1),
-            message_bytes: self.config.max_message_bytes.max(1024),
-            page_limit: self.config.page_limit.max(1),
-            tag_values: self.config.chunk_size.max(1),
-            kinds: usize::MAX,
-            value_bytes: usize::MAX,
-        }
-    }
-
     /// Grows the relay table to cover every interned relay.
     fn ensure_relay_slots(&mut self) {
-        let limits = self.starting_limits();
+        let limits = Limits::starting(&self.config);
         while self.relays.len() < self.index.relay_count() {
             self.relays
                 .push(RelayState::new(Role::Remote { bootstrap: false }, limits));
@@ -1026,7 +1012,7 @@ impl Engine {
     /// never has. Without this, junk relays of replaced
     /// announcements would hold the known-relay cap until restart.
     fn release_unreferenced(&mut self) {
-        let limits = self.starting_limits();
+        let limits = Limits::starting(&self.config);
         for i in 0..self.relays.len() {
             let relay = RelayId(i as u32);
             let state = &self.relays[i];

@@ -72,6 +72,17 @@ pub(super) enum NegSupport {
     Unsupported,
 }
 
+impl NegSupport {
+    /// What is known: `None` not tried yet, else whether it speaks NIP-77.
+    pub(super) fn known(self) -> Option<bool> {
+        match self {
+            NegSupport::Unknown => None,
+            NegSupport::Supported => Some(true),
+            NegSupport::Unsupported => Some(false),
+        }
+    }
+}
+
 /// The NIP-77 pipeline's state shared by every relay: the sink's
 /// listings, whose turn it is, and the bound on ids found. Its jobs live
 /// in their connections (`Flight::neg_jobs`).

@@ -10,7 +10,6 @@
 //! [`Stats`](super::Stats), so the status page and `/metrics` agree.
 
 use super::connection::LiveMode;
-use super::nip77::NegSupport;
 use super::relay::{RelayState, Role};
 use super::targets::ItemState;
 use super::{Engine, ItemCounts, Status};
@@ -131,11 +130,7 @@ impl Engine {
                 value_bytes: bounded(limits.value_bytes),
                 message_bytes: limits.message_bytes,
             },
-            negentropy: match state.facts.neg {
-                NegSupport::Unknown => None,
-                NegSupport::Supported => Some(true),
-                NegSupport::Unsupported => Some(false),
-            },
+            negentropy: state.facts.neg.known(),
             penalties: state.facts.conduct.penalties(),
             events_received: state.facts.notes.events_received,
             events_ingested: state.facts.notes.events_ingested,

@@ -98,6 +98,13 @@ impl Targets {
         }
     }
 
+    /// The items confirmed before `unsettled` (see [`Slot::settled`]), in
+    /// no order: what a save may claim.
+    pub(super) fn settled(&self, unsettled: Option<Time>) -> impl Iterator<Item = Item> + '_ {
+        let settled = move |(item, slot): (&Item, &Slot)| slot.settled(unsettled).then_some(*item);
+        self.items.iter().filter_map(settled)
+    }
+
     /// The confirmed items, in no order.
     pub(super) fn confirmed(&self) -> Vec<Item> {
         self.items
