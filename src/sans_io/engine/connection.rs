@@ -10,6 +10,7 @@
 //! jobs, `sub_table`'s table); this module only aggregates them.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
 
 use super::auth::Auth;
 use super::built_chunk::BuiltChunk;
@@ -29,6 +30,17 @@ pub(super) enum LiveMode {
     PerId,
     /// One kind-based filter matched locally (per-id filters would not fit).
     Wide,
+}
+
+/// What a connection's keepalive check finds (`Connection::keepalive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Keepalive {
+    /// Heard from lately: check again at `next`.
+    Heard { next: Time },
+    /// Silent too long: ping it, and check again at `next`.
+    Ping { next: Time },
+    /// Silent through the ping's grace too: the connection is dead.
+    Dead { silent: Duration },
 }
 
 /// Items of one pending batch and how many of its chunks are still fetching.
@@ -56,7 +68,7 @@ pub(super) struct Connection {
     /// Last time the relay sent a whole message, or answered our ping.
     pub last_heard: Time,
     /// A keepalive ping is out and not answered: only then is a pong news.
-    pub pinged: bool,
+    pinged: bool,
     /// The shell leaves this relay's frames unread (the sink is full):
     /// nothing it answered can be seen, so no session of it is silent.
     pub reads_paused: bool,
@@ -130,6 +142,37 @@ impl Connection {
             subs: SubTable::default(),
             unsure: Vec::new(),
             flight: None,
+        }
+    }
+
+    /// A pong answers our keepalive ping, once: it is a sign of life only
+    /// while a ping is out. Unsolicited pongs are no progress: a relay
+    /// could otherwise hold a never-finished message (and our memory for
+    /// it) forever by sending pongs that keep the keepalive content.
+    pub(super) fn pong(&mut self, now: Time) {
+        if std::mem::take(&mut self.pinged) {
+            self.last_heard = now;
+        }
+    }
+
+    /// The keepalive check at `now`: a connection silent for `keepalive`
+    /// is pinged; one silent for `pong` more is dead.
+    pub(super) fn keepalive(
+        &mut self,
+        now: Time,
+        keepalive: Duration,
+        pong: Duration,
+    ) -> Keepalive {
+        let silent = now.since(self.last_heard);
+        if silent >= keepalive + pong {
+            Keepalive::Dead { silent }
+        } else if silent >= keepalive {
+            self.pinged = true;
+            Keepalive::Ping { next: now + pong }
+        } else {
+            Keepalive::Heard {
+                next: self.last_heard + keepalive,
+            }
         }
     }
 

@@ -115,7 +115,7 @@ use connection::{Connection, Flight};
 use diff::Batching;
 use limits::Limits;
 use nip77::Nip77;
-use relay::{InfoFetch, RelayState, Role};
+use relay::{RelayState, Role};
 use timers::{ConnTimer, Timer, whole_second};
 
 /// Something the shell must do.
@@ -577,18 +577,15 @@ impl Engine {
     /// (`None`: none could be had). Its limits only ever lower ours; they
     /// apply to the next REQs.
     pub fn handle_relay_info(&mut self, now: Time, relay: RelayId, info: Option<RelayInfo>) {
-        if let Some(state) = self.relays.get_mut(relay.index()) {
-            state.facts.info = InfoFetch::Answered;
-        }
-        if let Some(info) = info {
-            self.apply_relay_info(relay, info);
+        let Some(state) = self.relays.get_mut(relay.index()) else {
+            return;
+        };
+        if state.facts.info_answered(info) {
+            let url = self.index.relay_url(relay);
+            log::info!("{url}: NIP-11 limits {:?}", state.facts.limits);
         }
         // The provisional limit is lifted: more may start now.
-        if self
-            .relays
-            .get(relay.index())
-            .is_some_and(|s| s.status() == Status::Connected)
-        {
+        if state.status() == Status::Connected {
             self.dirty.push(relay);
             self.flush(now);
         }
@@ -1015,12 +1012,7 @@ impl Engine {
         let limits = Limits::starting(&self.config);
         for i in 0..self.relays.len() {
             let relay = RelayId(i as u32);
-            let state = &self.relays[i];
-            let quiet = state.status() == Status::Disconnected
-                && state.targets.items.is_empty()
-                && state.facts.info != InfoFetch::Asked
-                && matches!(state.facts.role, Role::Remote { bootstrap: false });
-            if quiet && self.index.release_relay(relay) {
+            if self.relays[i].releasable() && self.index.release_relay(relay) {
                 self.resume.forget(relay);
                 self.failure_log.forget(relay);
                 self.relays[i] = RelayState::new(Role::Remote { bootstrap: false }, limits);

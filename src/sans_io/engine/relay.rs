@@ -25,12 +25,14 @@ use super::conduct::Conduct;
 use super::connection::Connection;
 use super::coverage::Coverage;
 use super::limit_probe::LimitProbe;
-use super::limits::{Limits, PROVISIONAL_LIMIT};
+use super::limits::{Limits, PROVISIONAL_LIMIT, StatedLimits};
 use super::nip77::NegSupport;
 use super::targets::{ItemState, Targets};
 use crate::sans_io::query::result_cap::ResultCap;
 use crate::sans_io::timing::health::HealthTracker;
 use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::relay_info::RelayInfo;
+use std::time::Duration;
 
 /// What a relay is to us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +120,35 @@ pub(super) struct RelayState {
     pub targets: Targets,
     pub coverage: Coverage,
     pub link: Link,
+}
+
+impl Facts {
+    /// The daily full sync is due at `now`.
+    pub(super) fn daily_sync_due(&self, now: Time) -> bool {
+        self.daily_due.is_some_and(|due| now >= due)
+    }
+
+    /// The relay's NIP-11 document came (`None`: none could be had): the
+    /// fetch is over, and the limits it states lower ours (never raise
+    /// them: ours are what we can afford). True when there was one.
+    pub(super) fn info_answered(&mut self, info: Option<RelayInfo>) -> bool {
+        self.info = InfoFetch::Answered;
+        let Some(info) = info else {
+            return false;
+        };
+        self.limits.lower_to(StatedLimits {
+            subscriptions: info.max_subscriptions,
+            filters_per_req: info.max_filters,
+            message_bytes: info.max_message_length,
+            page_limit: info.max_limit,
+            value_bytes: info.max_value_bytes,
+            ..StatedLimits::default()
+        });
+        if let Some(stated) = info.max_subscriptions {
+            self.limit_probe.cap(stated);
+        }
+        true
+    }
 }
 
 impl RelayState {
@@ -224,6 +255,76 @@ impl RelayState {
             limit.min(PROVISIONAL_LIMIT)
         } else {
             limit
+        }
+    }
+
+    /// A remote relay the operator did not configure, that nothing
+    /// targets any more: it need not stay connected.
+    pub(super) fn unwanted(&self) -> bool {
+        matches!(self.facts.role, Role::Remote { bootstrap: false })
+            && self.targets.items.is_empty()
+    }
+
+    /// Unwanted, and nothing can report on it any more (disconnected, no
+    /// NIP-11 fetch pending): its id may go back to the index.
+    pub(super) fn releasable(&self) -> bool {
+        self.unwanted() && self.status() == Status::Disconnected && !self.info_pending()
+    }
+
+    /// A connect is asked, as attempt `generation`. True when the relay's
+    /// NIP-11 document is to be fetched too: once per process, never of
+    /// the own relay, and only if the config asks (`ask_info`).
+    pub(super) fn start_connecting(&mut self, generation: u32, ask_info: bool) -> bool {
+        self.link = Link::Connecting { generation };
+        let ask =
+            ask_info && self.facts.info == InfoFetch::NotAsked && self.facts.role != Role::Own;
+        if ask {
+            self.facts.info = InfoFetch::Asked;
+        }
+        ask
+    }
+
+    /// The connect attempt succeeded at `now`, as connection `generation`.
+    /// Returns whether the connection starts fresh (never connected, away
+    /// longer than `quick_window`, or its daily full sync due: a per-relay
+    /// schedule that connections do not reset, so one due while the relay
+    /// was away is done now) and, for a quick reconnect, when to read
+    /// back from: from where live coverage ended (the disconnect, or an
+    /// earlier refused live set), less the window; not from when the
+    /// connection began, so a relay connected for weeks is not re-read.
+    pub(super) fn connect_up(
+        &mut self,
+        generation: u32,
+        now: Time,
+        quick_window: Duration,
+    ) -> (bool, Option<Time>) {
+        let facts = &mut self.facts;
+        let fresh = facts.daily_sync_due(now)
+            || match (facts.last_connected, facts.disconnected_at) {
+                (Some(_), Some(at)) => now.since(at) > quick_window,
+                _ => true,
+            };
+        let catch_up = self
+            .coverage
+            .take_gap()
+            .filter(|_| !fresh)
+            .map(|t| t.saturating_sub(quick_window));
+        facts.conduct.on_connect();
+        facts.last_connected = Some(now);
+        facts.disconnected_at = None;
+        self.link = Link::Up(Box::new(Connection::new(generation, now)));
+        (fresh, catch_up)
+    }
+
+    /// The connection starts reading: the relay's cap is proven again (it
+    /// may have changed while we were away, and a full sync catches what
+    /// a cap lowered since the last one cut). A `fresh` read starts every
+    /// target over from the beginning, so nothing is owed either.
+    pub(super) fn start_reading(&mut self, fresh: bool) {
+        self.facts.result_cap.renew();
+        if fresh {
+            self.targets.requeue_where(|s| s == ItemState::Confirmed);
+            self.coverage.clear();
         }
     }
 

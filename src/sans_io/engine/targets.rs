@@ -98,6 +98,15 @@ impl Targets {
         }
     }
 
+    /// Puts every queued item up for the next diff (a new connection asks
+    /// them all); true when there is one.
+    pub(super) fn requeue_all(&mut self) -> bool {
+        let queued =
+            |(item, slot): (&Item, &Slot)| (slot.state == ItemState::Queued).then_some(*item);
+        self.queued = self.items.iter().filter_map(queued).collect();
+        !self.queued.is_empty()
+    }
+
     /// The items confirmed before `unsettled` (see [`Slot::settled`]), in
     /// no order: what a save may claim.
     pub(super) fn settled(&self, unsettled: Option<Time>) -> impl Iterator<Item = Item> + '_ {
