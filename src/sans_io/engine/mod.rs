@@ -766,26 +766,7 @@ impl Engine {
 
     /// Items of a relay per state.
     pub fn item_counts(&self, relay: RelayId) -> ItemCounts {
-        let state = &self.relays[relay.index()];
-        let (queued, pending, confirmed) = state.targets.counts();
-        let unaskable = state
-            .facts
-            .bad_values
-            .unaskable()
-            .filter(|i| {
-                state
-                    .targets
-                    .items
-                    .get(i)
-                    .is_some_and(|s| s.state == ItemState::Queued)
-            })
-            .count();
-        ItemCounts {
-            queued: queued - unaskable,
-            pending,
-            confirmed,
-            unaskable,
-        }
+        self.relays[relay.index()].item_counts()
     }
 
     /// Where `item` stands on `relay`; `None` when the relay does not target it.
@@ -828,7 +809,7 @@ impl Engine {
     /// What an operator's status page shows of `relay` at `now`
     /// (`relay_view`). O(the relay's items).
     pub fn relay_view(&self, relay: RelayId, now: Time) -> RelayView {
-        self.view_relay(relay, now)
+        self.relays[relay.index()].view(now, &self.policy)
     }
 
     /// True once the own relay's repositories and roots were read to their
@@ -877,52 +858,7 @@ impl Engine {
         let targets = self.index.derive_relay_targets();
         for (i, relay) in self.relays.iter().enumerate() {
             let id = RelayId(i as u32);
-            let items = &relay.targets.items;
-            let want = targets.get(&id);
-            let want_len = want.map_or(0, |t| t.len());
-            if items.len() != want_len {
-                return Err(format!(
-                    "{}: {} items, targets {}",
-                    self.relay_url(id),
-                    items.len(),
-                    want_len
-                ));
-            }
-            let batches = relay.conn().and_then(|c| c.flight()).map(|f| &f.batches);
-            for (item, slot) in items {
-                let refs = want.and_then(|t| t.get(item)).copied().unwrap_or(0);
-                if slot.refs != refs {
-                    return Err(format!(
-                        "{}: {item:?} refs {} want {refs}",
-                        self.relay_url(id),
-                        slot.refs
-                    ));
-                }
-                if let ItemState::Pending(b) = slot.state {
-                    let batch = batches
-                        .and_then(|batches| batches.get(&b))
-                        .ok_or(format!("{item:?} pending in missing batch {b}"))?;
-                    if !batch.items.contains(item) {
-                        return Err(format!(
-                            "{item:?} pending in batch {b} that does not list it"
-                        ));
-                    }
-                }
-            }
-            let Some(conn) = relay.conn() else {
-                continue;
-            };
-            let chains = conn.open_chains();
-            for (b, batch) in conn.flight().into_iter().flat_map(|f| &f.batches) {
-                let open = chains.get(b).copied().unwrap_or(0);
-                if open != batch.chunks_left {
-                    return Err(format!(
-                        "{}: batch {b} waits for {} chains, {open} are working for it",
-                        self.relay_url(id),
-                        batch.chunks_left
-                    ));
-                }
-            }
+            relay.check(targets.get(&id), self.relay_url(id))?;
         }
         self.check_neg_room()?;
         Ok(())

@@ -28,6 +28,8 @@ use super::limit_probe::LimitProbe;
 use super::limits::{Limits, PROVISIONAL_LIMIT, StatedLimits};
 use super::nip77::NegSupport;
 use super::targets::{ItemState, Targets};
+#[cfg(any(test, feature = "testing"))]
+use crate::sans_io::memory::index::Item;
 use crate::sans_io::query::result_cap::ResultCap;
 use crate::sans_io::timing::health::HealthTracker;
 use crate::sans_io::timing::time::Time;
@@ -383,5 +385,55 @@ impl RelayState {
             .requeue_where(|s| matches!(s, ItemState::Pending(_)));
         self.targets.queued.clear();
         conn.neg_jobs()
+    }
+}
+
+/// Checks for tests and fuzzing.
+#[cfg(any(test, feature = "testing"))]
+impl RelayState {
+    /// The relay's targets against `want`, a full recompute of them from
+    /// the index (item and how many repos make it a target), and every
+    /// batch's bookkeeping; errors name the relay as `url`.
+    pub(super) fn check(
+        &self,
+        want: Option<&std::collections::HashMap<Item, u32>>,
+        url: &str,
+    ) -> Result<(), String> {
+        let items = &self.targets.items;
+        let want_len = want.map_or(0, |t| t.len());
+        if items.len() != want_len {
+            return Err(format!("{url}: {} items, targets {want_len}", items.len()));
+        }
+        let batches = self.conn().and_then(|c| c.flight()).map(|f| &f.batches);
+        for (item, slot) in items {
+            let refs = want.and_then(|t| t.get(item)).copied().unwrap_or(0);
+            if slot.refs != refs {
+                return Err(format!("{url}: {item:?} refs {} want {refs}", slot.refs));
+            }
+            if let ItemState::Pending(b) = slot.state {
+                let batch = batches
+                    .and_then(|batches| batches.get(&b))
+                    .ok_or(format!("{item:?} pending in missing batch {b}"))?;
+                if !batch.items.contains(item) {
+                    return Err(format!(
+                        "{item:?} pending in batch {b} that does not list it"
+                    ));
+                }
+            }
+        }
+        let Some(conn) = self.conn() else {
+            return Ok(());
+        };
+        let chains = conn.open_chains();
+        for (b, batch) in conn.flight().into_iter().flat_map(|f| &f.batches) {
+            let open = chains.get(b).copied().unwrap_or(0);
+            if open != batch.chunks_left {
+                return Err(format!(
+                    "{url}: batch {b} waits for {} chains, {open} are working for it",
+                    batch.chunks_left
+                ));
+            }
+        }
+        Ok(())
     }
 }
