@@ -176,6 +176,22 @@ impl Connection {
         }
     }
 
+    /// Makes every silent subscription opened before `before` a suspect
+    /// (`unanswered`): returns those newly suspected, and the grace they
+    /// get to be heard.
+    pub(super) fn suspect_silent(&mut self, before: u64) -> (Duration, Vec<u64>) {
+        let mut newly = Vec::new();
+        for (id, s) in self
+            .subs
+            .iter_mut()
+            .filter(|(id, s)| *id < before && !s.heard && !s.suspect)
+        {
+            s.suspect = true;
+            newly.push(id);
+        }
+        (self.silence.grace(), newly)
+    }
+
     /// The history in flight, if any.
     pub(super) fn flight(&self) -> Option<&Flight> {
         self.flight.as_deref()

@@ -107,6 +107,19 @@ impl Targets {
         !self.queued.is_empty()
     }
 
+    /// Those of `items` confirmed go back to queued (their live
+    /// subscription was refused).
+    pub(super) fn demote_confirmed(&mut self, items: &[Item]) {
+        for item in items {
+            if let Some(slot) = self.items.get_mut(item)
+                && slot.state == ItemState::Confirmed
+            {
+                slot.state = ItemState::Queued;
+                self.queued.push(*item);
+            }
+        }
+    }
+
     /// The items confirmed before `unsettled` (see [`Slot::settled`]), in
     /// no order: what a save may claim.
     pub(super) fn settled(&self, unsettled: Option<Time>) -> impl Iterator<Item = Item> + '_ {
