@@ -563,7 +563,7 @@ impl Engine {
             .get_mut(relay.index())
             .and_then(|s| s.conn_mut())
         {
-            conn.reads_paused = true;
+            conn.pause_reads();
         }
     }
 
