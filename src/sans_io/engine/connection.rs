@@ -7,7 +7,11 @@
 //! and the pending items, back to queued.
 //!
 //! The aspects own the types held here (`auth`'s [`Auth`], `nip77`'s
-//! jobs, `sub_table`'s table); this module only aggregates them.
+//! jobs, `sub_table`'s table); this module aggregates them, and owns the
+//! steps that touch only the connection: the keepalive and its pong,
+//! paused reads, the round of silent suspects, which negentropy sessions
+//! are open, and how work a job gives back or finds goes into the
+//! [`Flight`]'s queues.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;

@@ -12,8 +12,13 @@
 //! outputs, statuses, timers), its state, and the one `impl` block of its
 //! public interface: each input is a thin entry point into the aspect that
 //! does the work, so the whole surface reads in one place. The aspects are
-//! child modules, each an `impl Engine` block of `pub(super)` functions
-//! plus the state types it owns:
+//! child modules, each the state types it owns with the steps that change
+//! them, plus an `impl Engine` block that routes: it finds the relay,
+//! calls the step on the state that owns it, and turns what the step
+//! returns into actions, timers, counters and log lines. A step that
+//! reads or writes one relay's state only is a method of that state
+//! (`RelayState`, `Facts`, `Connection`, `Flight`, `Targets`, `Auth`,
+//! `BadValues`, `NegJob`), not of the engine:
 //!
 //! - `inbound`: messages from relays (events, EOSE, CLOSED, NOTICE, OK).
 //! - `lifecycle`: connect, reconnect, disconnect, keepalive, daily sync.
@@ -26,7 +31,12 @@
 //!   `listing_cache`; the turns, `neg_turns`; the bound on ids in hand,
 //!   `id_budget`); each `NegJob` lives in its connection's `Flight` and
 //!   owns its session and the ids it found; `NegSupport` is a relay fact.
-//! - `auth`: NIP-42 (`Auth`).
+//! - `auth`: NIP-42 (`Auth`, whose state machine is private to it).
+//! - `bad_values`: a refusal of one value narrowed down to its item
+//!   (`BadValues`, in a relay's facts).
+//! - `resume`: restarts; the state file's mapping is on `RelayState` and
+//!   `Facts` there, the waiting relays and the anchor in `Resume`.
+//! - `unanswered`: subscriptions a relay leaves silent.
 //! - `conduct`: offences and penalties (`Conduct`, [`Offence`]).
 //! - `limit_probe`: a subscription limit lowered by a refusal climbs
 //!   back once it held quietly (`LimitProbe`, in a relay's facts).
@@ -38,9 +48,13 @@
 //!   that holds a `Connection` (`connection`: subscriptions, AUTH,
 //!   keepalive, and the `Flight` of history while it runs) only while
 //!   connected. A disconnect drops the connection; what outlives it is
-//!   handed back by `RelayState::end_connection`.
-//! - `relay_view`: one relay as a status page shows it, and the
-//!   per-relay counters the aspects note for it.
+//!   handed back by `RelayState::end_connection`. The link's steps
+//!   (`start_connecting`, `connect_up`, `start_reading`) are
+//!   `RelayState`'s; the keepalive, pong and paused reads the
+//!   `Connection`'s.
+//! - `relay_view`: one relay as a status page shows it
+//!   (`RelayState::view`), and the per-relay counters the aspects note
+//!   for it.
 //!
 //! Imports go one way, so there is no cycle: `auth`, `bad_values`,
 //! `conduct`, `limit_probe`, `nip77` and `saturated` own state types
@@ -430,18 +444,7 @@ impl Engine {
     pub fn new(config: Config, now: Time) -> Result<Engine, ConfigError> {
         let own_url = normalize(&config.own_relay).map_err(ConfigError::OwnRelay)?;
         let service = Service::new(&own_url, config.domain.as_deref());
-        let limits = IndexLimits {
-            relays_per_announcement: config.max_relays_per_announcement,
-            repos_per_root: config.max_repos_per_root,
-            relay_change_interval: config.relay_change_interval,
-            max_relays: config.max_known_relays,
-            max_relays_per_pubkey: config.max_relays_per_pubkey,
-            max_repos_per_pubkey: config.max_repos_per_pubkey,
-            max_roots_per_pubkey: config.max_roots_per_pubkey,
-            max_items: config.max_known_items,
-            allow_private: config.allow_private_addresses,
-        };
-        let mut index = RepoIndex::new(service.clone(), limits);
+        let mut index = RepoIndex::new(service.clone(), index_limits(&config));
         let own = index.intern_relay(&own_url);
         let mut bootstrap = Vec::new();
         for raw in &config.bootstrap {
@@ -450,13 +453,7 @@ impl Engine {
                 bootstrap.push(index.intern_relay(&url));
             }
         }
-        let policy = BackoffPolicy {
-            base: config.backoff_base,
-            max: config.backoff_max,
-            dead_after: config.dead_after,
-            dead_retry: config.dead_retry,
-            rate_limit_cooldown: config.rate_limit_cooldown,
-        };
+        let policy = backoff_policy(&config);
         let mut engine = Engine {
             rng: SmallRng::seed_from_u64(config.seed),
             seen: Seen::new(config.seen_capacity),
@@ -862,6 +859,32 @@ impl Engine {
         }
         self.check_neg_room()?;
         Ok(())
+    }
+}
+
+/// The index's bounds, as the config sets them.
+fn index_limits(config: &Config) -> IndexLimits {
+    IndexLimits {
+        relays_per_announcement: config.max_relays_per_announcement,
+        repos_per_root: config.max_repos_per_root,
+        relay_change_interval: config.relay_change_interval,
+        max_relays: config.max_known_relays,
+        max_relays_per_pubkey: config.max_relays_per_pubkey,
+        max_repos_per_pubkey: config.max_repos_per_pubkey,
+        max_roots_per_pubkey: config.max_roots_per_pubkey,
+        max_items: config.max_known_items,
+        allow_private: config.allow_private_addresses,
+    }
+}
+
+/// Every relay's reconnect backoff, as the config sets it.
+fn backoff_policy(config: &Config) -> BackoffPolicy {
+    BackoffPolicy {
+        base: config.backoff_base,
+        max: config.backoff_max,
+        dead_after: config.dead_after,
+        dead_retry: config.dead_retry,
+        rate_limit_cooldown: config.rate_limit_cooldown,
     }
 }
 

@@ -18,6 +18,13 @@
 //! connection held; [`RelayState::end_connection`] is the one function
 //! that hands back what outlives it. "Disconnected with subscriptions or
 //! batches" cannot be represented.
+//!
+//! The steps that read or write one relay's state only live here, on the
+//! state, and return what the engine must do: connecting and coming up
+//! fresh or quick (`start_connecting`, `connect_up`, `start_reading`),
+//! the NIP-11 answer (`Facts::info_answered`), whether the relay is still
+//! wanted, the limit climb. Other aspects add theirs in their own files
+//! (`resume`: the state file's mapping; `relay_view`: the status view).
 
 use super::Status;
 use super::bad_values::BadValues;
