@@ -57,7 +57,7 @@ pub(super) enum Role {
 
 /// The relay's NIP-11 document, asked once per process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) enum InfoFetch {
+enum InfoFetch {
     #[default]
     NotAsked,
     /// Asked, no answer yet: the relay's limits may be far below ours.
@@ -99,7 +99,8 @@ pub(super) struct Facts {
     pub limit_probe: LimitProbe,
     /// The relay's per-filter result cap, as far as its pages showed it.
     pub result_cap: ResultCap,
-    pub info: InfoFetch,
+    /// Where the NIP-11 fetch stands: only the link's steps here move it.
+    info: InfoFetch,
     /// Items refused for one of their values (`bad_values`).
     pub bad_values: BadValues,
     /// When the next daily full sync is due; kept across connections.
@@ -291,6 +292,21 @@ impl RelayState {
             self.facts.info = InfoFetch::Asked;
         }
         ask
+    }
+
+    /// No connect before `retry` (a restored state asks it): the link goes
+    /// down to wait for it. True when that took back a connect attempt
+    /// the shell has not been handed yet; its NIP-11 fetch, asked with
+    /// it, is then taken back too and asked again with the next.
+    pub(super) fn wait_until(&mut self, retry: Time) -> bool {
+        let cancelled = self.status() == Status::Connecting;
+        if cancelled {
+            self.facts.info = InfoFetch::NotAsked;
+        }
+        self.link = Link::Down {
+            retry_at: Some(retry),
+        };
+        cancelled
     }
 
     /// The connect attempt succeeded at `now`, as connection `generation`.

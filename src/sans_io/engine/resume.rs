@@ -33,8 +33,8 @@ use super::coverage::Coverage;
 use super::limits::Limits;
 use super::limits::StatedLimits;
 use super::nip77::NegSupport;
-use super::relay::{Facts, InfoFetch, Link, RelayState};
-use super::{Action, Engine, Output, Status, Timer};
+use super::relay::{Facts, RelayState};
+use super::{Action, Engine, Output, Timer};
 use crate::sans_io::identity::relay_url::normalize;
 use crate::sans_io::memory::index::{Item, RelayId};
 use crate::sans_io::memory::saved_state::{
@@ -363,14 +363,7 @@ impl RelayState {
             .conduct
             .restore_penalties(saved.penalties.min(MAX_SAVED_PENALTIES));
         let retry = retry?;
-        let cancelled = self.status() == Status::Connecting;
-        if cancelled {
-            self.facts.info = InfoFetch::NotAsked;
-        }
-        self.link = Link::Down {
-            retry_at: Some(retry),
-        };
-        Some((retry, cancelled))
+        Some((retry, self.wait_until(retry)))
     }
 }
 
