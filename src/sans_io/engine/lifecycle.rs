@@ -195,9 +195,7 @@ impl Engine {
         let policy = self.policy;
         let state = &mut self.relays[relay.index()];
         let retry = retry_at(&mut state.facts.health, &policy, &mut self.rng);
-        state.link = Link::Down {
-            retry_at: Some(retry),
-        };
+        state.wait_until(retry);
         let url = self.index.relay_url(relay);
         let retry_in = retry.since(now);
         let loud = match relay == self.own {

@@ -842,13 +842,9 @@ impl Engine {
         };
         let (listed, waiters) = self.nip77.listed(request, listed);
         for (relay, id, i) in waiters {
-            let Some(job) = self.neg_job_mut(relay, id) else {
-                continue;
-            };
-            match job.listed(i, &listed, now) {
-                Listings::Waiting => {}
-                Listings::Empty => self.nothing_listed(relay, id, now),
-                Listings::Ready => self.open_session(relay, id, now),
+            if let Some(job) = self.neg_job_mut(relay, id) {
+                let listings = job.listed(i, &listed, now);
+                self.go_on_listed(relay, id, listings, now);
             }
         }
         drop(listed);
@@ -874,10 +870,17 @@ impl Engine {
     /// holds nothing for any (negentropy would only add a round), else the
     /// first session. Schedules nothing itself: its callers flush.
     fn job_listed(&mut self, relay: RelayId, id: u64, now: Time) {
-        let Some(job) = self.conn(relay).and_then(|c| c.flight()?.neg_jobs.get(id)) else {
-            return;
-        };
-        match job.listings_state() {
+        let job = self.conn(relay).and_then(|c| c.flight()?.neg_jobs.get(id));
+        if let Some(listings) = job.map(NegJob::listings_state) {
+            self.go_on_listed(relay, id, listings, now);
+        }
+    }
+
+    /// Job `id` goes on as its `listings` stand: it waits for the rest,
+    /// goes to REQ if the sink holds nothing for any part, or opens its
+    /// first session.
+    fn go_on_listed(&mut self, relay: RelayId, id: u64, listings: Listings, now: Time) {
+        match listings {
             Listings::Waiting => {}
             Listings::Empty => self.nothing_listed(relay, id, now),
             Listings::Ready => self.open_session(relay, id, now),

@@ -294,10 +294,11 @@ impl RelayState {
         ask
     }
 
-    /// No connect before `retry` (a restored state asks it): the link goes
-    /// down to wait for it. True when that took back a connect attempt
-    /// the shell has not been handed yet; its NIP-11 fetch, asked with
-    /// it, is then taken back too and asked again with the next.
+    /// No connect before `retry` (a failure's backoff, or a restored
+    /// state's): the link goes down to wait for it. True when that took
+    /// back a connect attempt (only a restore can: a failure has dropped
+    /// it already); its NIP-11 fetch, asked with it, is then taken back
+    /// too and asked again with the next.
     pub(super) fn wait_until(&mut self, retry: Time) -> bool {
         let cancelled = self.status() == Status::Connecting;
         if cancelled {
