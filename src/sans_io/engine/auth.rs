@@ -49,6 +49,55 @@ enum AuthState {
     Rejected,
 }
 
+impl Auth {
+    /// A challenge came: kept to be answered (true), unless this
+    /// connection answered one already. One answer per connection: a
+    /// relay re-challenging in a loop gets no loop from us.
+    fn challenged(&mut self, challenge: &str) -> bool {
+        if matches!(
+            self.state,
+            AuthState::Sent(_) | AuthState::Accepted | AuthState::Rejected
+        ) {
+            return false;
+        }
+        self.state = AuthState::Challenged(challenge.to_owned());
+        true
+    }
+
+    /// The challenge waiting for our answer, if any.
+    fn challenge(&self) -> Option<&str> {
+        match &self.state {
+            AuthState::Challenged(challenge) => Some(challenge),
+            _ => None,
+        }
+    }
+
+    /// Our AUTH event `id` is out.
+    fn sent(&mut self, id: EventId) {
+        self.state = AuthState::Sent(id);
+    }
+
+    /// `auth-required:` heard without a key to answer with: true the first
+    /// time on this connection, which alone is logged.
+    fn first_required(&mut self) -> bool {
+        !std::mem::replace(&mut self.required_logged, true)
+    }
+
+    /// The relay's `OK` for event `id`: `None` when it does not answer our
+    /// AUTH, else whether the relay accepted us. A rejection is final for
+    /// the connection.
+    fn answered(&mut self, id: &EventId, accepted: bool) -> Option<bool> {
+        if self.state != AuthState::Sent(*id) {
+            return None;
+        }
+        self.state = match accepted {
+            true => AuthState::Accepted,
+            false => AuthState::Rejected,
+        };
+        Some(accepted)
+    }
+}
+
 impl Engine {
     /// `["AUTH", challenge]`: kept and answered only when a key is
     /// configured (without one it could never be used), and only when it is
@@ -65,29 +114,23 @@ impl Engine {
             );
             return;
         }
-        let Some(conn) = self.conn_mut(relay) else {
-            return;
-        };
-        if matches!(
-            conn.auth.state,
-            AuthState::Sent(_) | AuthState::Accepted | AuthState::Rejected
-        ) {
-            // One answer per connection: a relay re-challenging in a loop
-            // gets no loop from us.
-            return;
+        if self
+            .conn_mut(relay)
+            .is_some_and(|c| c.auth.challenged(challenge))
+        {
+            self.send_auth(relay, now);
         }
-        conn.auth.state = AuthState::Challenged(challenge.to_owned());
-        self.send_auth(relay, now);
     }
 
     /// A REQ was refused with `auth-required:`; the caller pauses the work.
     pub(super) fn on_auth_required(&mut self, relay: RelayId, now: Time) {
         self.stats.auth_required += 1;
-        if self.auth_keys_for(relay).is_none() {
-            let Some(conn) = self.conn_mut(relay) else {
-                return;
-            };
-            if !std::mem::replace(&mut conn.auth.required_logged, true) {
+        let keyed = self.auth_keys_for(relay).is_some();
+        let Some(conn) = self.conn_mut(relay) else {
+            return;
+        };
+        if !keyed {
+            if conn.auth.first_required() {
                 warn!(
                     "{} requires NIP-42 AUTH and no --auth-key-file is set; backing off",
                     self.relay_url(relay)
@@ -95,10 +138,7 @@ impl Engine {
             }
             return;
         }
-        if self
-            .conn(relay)
-            .is_some_and(|c| matches!(c.auth.state, AuthState::Challenged(_)))
-        {
+        if conn.auth.challenge().is_some() {
             self.send_auth(relay, now);
         }
     }
@@ -115,33 +155,30 @@ impl Engine {
         let Some(conn) = self.conn_mut(relay) else {
             return;
         };
-        if conn.auth.state != AuthState::Sent(*id) {
-            return;
-        }
-        if !accepted {
-            conn.auth.state = AuthState::Rejected;
-            self.stats.auth_failures += 1;
-            if let Some(n) = self.log_budget.admit(relay.index(), now) {
-                let url = self.relay_url(relay);
-                warn!(
-                    "{url}: AUTH rejected: {}{}",
-                    relay_text(message),
-                    dropped(n)
-                );
+        let paused = conn.paused_until.is_some();
+        match conn.auth.answered(id, accepted) {
+            None => {}
+            Some(false) => {
+                self.stats.auth_failures += 1;
+                if let Some(n) = self.log_budget.admit(relay.index(), now) {
+                    let url = self.relay_url(relay);
+                    warn!(
+                        "{url}: AUTH rejected: {}{}",
+                        relay_text(message),
+                        dropped(n)
+                    );
+                }
             }
-            return;
+            Some(true) => {
+                info!("{}: authenticated", self.relay_url(relay));
+                // Resuming re-opens a refused self-subscription with the
+                // `since` it had, so a first read refused for AUTH starts
+                // from the beginning.
+                if paused {
+                    self.on_resume(relay, now);
+                }
+            }
         }
-        info!("{}: authenticated", self.relay_url(relay));
-        let Some(conn) = self.conn_mut(relay) else {
-            return;
-        };
-        conn.auth.state = AuthState::Accepted;
-        if conn.paused_until.is_none() {
-            return;
-        }
-        // Resuming re-opens a refused self-subscription with the `since`
-        // it had, so a first read refused for AUTH starts from the beginning.
-        self.on_resume(relay, now);
     }
 
     /// The key that answers `relay`'s challenges: the own relay's own key
@@ -154,8 +191,9 @@ impl Engine {
         own_key.or(self.config.auth_keys.as_ref())
     }
 
+    /// Answers the challenge waiting on `relay`'s connection, if any.
     fn send_auth(&mut self, relay: RelayId, now: Time) {
-        let Some(AuthState::Challenged(challenge)) = self.conn(relay).map(|c| &c.auth.state) else {
+        let Some(challenge) = self.conn(relay).and_then(|c| c.auth.challenge()) else {
             return;
         };
         let Some(keys) = self.auth_keys_for(relay) else {
@@ -173,7 +211,7 @@ impl Engine {
         let Some(conn) = self.conn_mut(relay) else {
             return;
         };
-        conn.auth.state = AuthState::Sent(event.id);
+        conn.auth.sent(event.id);
         let message = ClientMessage::auth(event).as_json();
         self.actions.push_back(Action::Send { relay, message });
     }

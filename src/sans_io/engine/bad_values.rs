@@ -23,7 +23,6 @@ use log::{debug, warn};
 
 use super::Engine;
 use super::limits::MIN_VALUE_BYTES;
-use super::targets::ItemState;
 use crate::sans_io::memory::index::{Item, RelayId};
 use crate::sans_io::query::subscription::{Subscription, WorkRef};
 use crate::sans_io::wire::relay_text::relay_text;
@@ -70,6 +69,43 @@ impl BadValues {
         self.0.as_ref().is_some_and(|v| !v.suspects.is_empty())
     }
 
+    /// True when any of `items` is a suspect: their chunk travels in a
+    /// REQ of its own.
+    pub(super) fn any_suspect(&self, items: &[Item]) -> bool {
+        self.has_suspects() && items.iter().any(|i| self.suspect(i).is_some())
+    }
+
+    /// `items` (two or more) were in a REQ refused for one of their
+    /// values: each becomes a suspect whose chunk holds at most half of
+    /// them, so the offending one stands alone after a few rounds.
+    fn isolate(&mut self, items: Vec<Item>) {
+        let size = items.len().div_ceil(2);
+        let suspects = &mut self.values().suspects;
+        for item in items {
+            let at = suspects.entry(item).or_insert(size);
+            *at = (*at).min(size);
+        }
+    }
+
+    /// `item` cannot be asked: no longer a suspect. True when it was not
+    /// known unaskable before.
+    fn mark_unaskable(&mut self, item: Item) -> bool {
+        let values = self.values();
+        values.suspects.remove(&item);
+        values.unaskable.insert(item)
+    }
+
+    /// `items` were answered to EOSE: none of them is a suspect any more.
+    fn clear<'a>(&mut self, items: impl Iterator<Item = &'a Item>) {
+        if !self.has_suspects() {
+            return;
+        }
+        let suspects = &mut self.values().suspects;
+        for item in items {
+            suspects.remove(item);
+        }
+    }
+
     fn values(&mut self) -> &mut Values {
         self.0.get_or_insert_default()
     }
@@ -88,7 +124,9 @@ impl Engine {
             .collect();
         if items.is_empty() {
             items = sub.covers.iter().flatten().copied().collect();
-            self.demote_confirmed(relay, &items);
+            // Confirmed items of a refused live subscription go back to
+            // history, where they are isolated like any refused chunk.
+            self.relay(relay).targets.demote_confirmed(&items);
         }
         items.sort_unstable();
         items.dedup();
@@ -99,30 +137,11 @@ impl Engine {
             ),
             [item] => self.mark_unaskable(relay, *item, too_long),
             _ => {
-                let size = items.len().div_ceil(2);
-                let values = self.relay(relay).facts.bad_values.values();
-                for item in items {
-                    let at = values.suspects.entry(item).or_insert(size);
-                    *at = (*at).min(size);
-                }
+                self.relay(relay).facts.bad_values.isolate(items);
                 debug!("{}: isolating a refused value", self.relay_url(relay));
             }
         }
         self.dirty.push(relay);
-    }
-
-    /// Confirmed items of a refused live subscription go back to history,
-    /// where they are isolated like any refused chunk.
-    fn demote_confirmed(&mut self, relay: RelayId, items: &[Item]) {
-        let state = self.relay(relay);
-        for item in items {
-            if let Some(slot) = state.targets.items.get_mut(item)
-                && slot.state == ItemState::Confirmed
-            {
-                slot.state = ItemState::Queued;
-                state.targets.queued.push(*item);
-            }
-        }
     }
 
     /// `item` cannot be asked on `relay`: one line, one count, and, for a
@@ -130,9 +149,7 @@ impl Engine {
     fn mark_unaskable(&mut self, relay: RelayId, item: Item, too_long: bool) {
         let longest = self.longest_value(item);
         let state = self.relay(relay);
-        let values = state.facts.bad_values.values();
-        values.suspects.remove(&item);
-        if !values.unaskable.insert(item) {
+        if !state.facts.bad_values.mark_unaskable(item) {
             return;
         }
         if too_long && longest > MIN_VALUE_BYTES {
@@ -164,19 +181,13 @@ impl Engine {
     /// A chunk whose items are suspects: it travels in a REQ of its own.
     pub(super) fn is_suspect_chunk(&self, relay: RelayId, work: &WorkRef) -> bool {
         let bad = &self.relays[relay.index()].facts.bad_values;
-        bad.has_suspects() && work.items.iter().any(|i| bad.suspect(i).is_some())
+        bad.any_suspect(&work.items)
     }
 
     /// The chunks of `work` were answered to EOSE: their items are cleared.
     pub(super) fn clear_suspects(&mut self, relay: RelayId, work: &[WorkRef]) {
-        let bad = &mut self.relay(relay).facts.bad_values;
-        if !bad.has_suspects() {
-            return;
-        }
-        let suspects = &mut bad.values().suspects;
-        for item in work.iter().flat_map(|w| w.items.iter()) {
-            suspects.remove(item);
-        }
+        let items = work.iter().flat_map(|w| w.items.iter());
+        self.relay(relay).facts.bad_values.clear(items);
     }
 
     /// The longest tag value a filter for `item` carries: a repo's

@@ -145,6 +145,12 @@ impl Conduct {
         self.penalties.saturating_mul(BACKOFF_STEPS_PER_PENALTY)
     }
 
+    /// A message over the size cap was skipped: true the first time in
+    /// the process, which alone is logged.
+    fn first_oversized(&mut self) -> bool {
+        !std::mem::replace(&mut self.oversized_logged, true)
+    }
+
     /// Penalties so far.
     pub(super) fn penalties(&self) -> u32 {
         self.penalties
@@ -167,7 +173,7 @@ impl Engine {
             return;
         };
         self.stats.messages_oversized += 1;
-        if std::mem::replace(&mut state.facts.conduct.oversized_logged, true) {
+        if !state.facts.conduct.first_oversized() {
             return;
         }
         warn!(

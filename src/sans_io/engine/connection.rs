@@ -7,9 +7,14 @@
 //! and the pending items, back to queued.
 //!
 //! The aspects own the types held here (`auth`'s [`Auth`], `nip77`'s
-//! jobs, `sub_table`'s table); this module only aggregates them.
+//! jobs, `sub_table`'s table); this module aggregates them, and owns the
+//! steps that touch only the connection: the keepalive and its pong,
+//! paused reads, the round of silent suspects, which negentropy sessions
+//! are open, and how work a job gives back or finds goes into the
+//! [`Flight`]'s queues.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
 
 use super::auth::Auth;
 use super::built_chunk::BuiltChunk;
@@ -18,9 +23,12 @@ use super::saturated::Unsure;
 use super::sub_table::SubTable;
 use crate::sans_io::memory::index::Item;
 use crate::sans_io::query::refusal::Refusal;
-use crate::sans_io::query::subscription::{NextPage, Purpose, Subscription, WorkRef};
+use crate::sans_io::query::subscription::{
+    NextPage, PageFilter, Purpose, Saturated, Scope, Subscription, WorkRef,
+};
 use crate::sans_io::timing::silence::SilenceGrace;
 use crate::sans_io::timing::time::Time;
+use nostr::prelude::Filter;
 
 /// How a relay's live traffic is covered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +37,17 @@ pub(super) enum LiveMode {
     PerId,
     /// One kind-based filter matched locally (per-id filters would not fit).
     Wide,
+}
+
+/// What a connection's keepalive check finds (`Connection::keepalive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Keepalive {
+    /// Heard from lately: check again at `next`.
+    Heard { next: Time },
+    /// Silent too long: ping it, and check again at `next`.
+    Ping { next: Time },
+    /// Silent through the ping's grace too: the connection is dead.
+    Dead { silent: Duration },
 }
 
 /// Items of one pending batch and how many of its chunks are still fetching.
@@ -56,10 +75,10 @@ pub(super) struct Connection {
     /// Last time the relay sent a whole message, or answered our ping.
     pub last_heard: Time,
     /// A keepalive ping is out and not answered: only then is a pong news.
-    pub pinged: bool,
+    pinged: bool,
     /// The shell leaves this relay's frames unread (the sink is full):
     /// nothing it answered can be seen, so no session of it is silent.
-    pub reads_paused: bool,
+    reads_paused: bool,
     /// Historic work paused (after a refusal) until this time.
     pub paused_until: Option<Time>,
     /// How the live set of this connection covers the relay.
@@ -115,6 +134,69 @@ impl Flight {
     }
 }
 
+/// Work given back to the queues: by a negentropy job, or found by one.
+impl Flight {
+    /// Chunks a negentropy job gave back go to the front of the queue, in
+    /// their order: `for_req` marks their batches for REQ (the job
+    /// failed), else they wait for negentropy again (the relay's limit on
+    /// sessions was full).
+    pub(super) fn requeue_chunks(&mut self, work: Vec<WorkRef>, for_req: bool) {
+        if for_req {
+            self.neg_bypass.extend(work.iter().map(|w| w.batch));
+        }
+        for w in work.into_iter().rev() {
+            self.work.push_front(w);
+        }
+    }
+
+    /// A saturated second's job waits for negentropy room again, first of
+    /// the follow-up pages, for the chain that found it (`work`, started
+    /// at `started`).
+    pub(super) fn requeue_second(
+        &mut self,
+        (sat, scope): (Saturated, Scope),
+        work: Vec<WorkRef>,
+        started: Time,
+    ) {
+        self.next_pages.push_front(NextPage {
+            filters: Vec::new(),
+            scope,
+            work,
+            page: 1,
+            started,
+            reconcile: Some(sat),
+        });
+    }
+
+    /// Queues one `ids` REQ per filter of `filters` (what negentropy found
+    /// missing) as follow-up pages of chunks `work`, started at `started`.
+    /// Each completes the chunks once, so their batches wait for `extra`
+    /// more completions.
+    pub(super) fn fetch_pages(
+        &mut self,
+        work: &[WorkRef],
+        filters: impl Iterator<Item = Filter>,
+        started: Time,
+        extra: u32,
+    ) {
+        for w in work {
+            if let Some(b) = self.batches.get_mut(&w.batch) {
+                b.chunks_left += extra;
+            }
+        }
+        for filter in filters {
+            self.next_pages.push_back(NextPage {
+                filters: vec![PageFilter::first(filter)],
+                scope: Scope::Exact,
+                work: work.to_vec(),
+                page: 1,
+                started,
+                reconcile: None,
+            });
+        }
+    }
+}
+
 impl Connection {
     /// A connection just opened at `now`.
     pub(super) fn new(generation: u32, now: Time) -> Connection {
@@ -131,6 +213,53 @@ impl Connection {
             unsure: Vec::new(),
             flight: None,
         }
+    }
+
+    /// A pong answers our keepalive ping, once: it is a sign of life only
+    /// while a ping is out. Unsolicited pongs are no progress: a relay
+    /// could otherwise hold a never-finished message (and our memory for
+    /// it) forever by sending pongs that keep the keepalive content.
+    pub(super) fn pong(&mut self, now: Time) {
+        if std::mem::take(&mut self.pinged) {
+            self.last_heard = now;
+        }
+    }
+
+    /// The keepalive check at `now`: a connection silent for `keepalive`
+    /// is pinged; one silent for `pong` more is dead.
+    pub(super) fn keepalive(
+        &mut self,
+        now: Time,
+        keepalive: Duration,
+        pong: Duration,
+    ) -> Keepalive {
+        let silent = now.since(self.last_heard);
+        if silent >= keepalive + pong {
+            Keepalive::Dead { silent }
+        } else if silent >= keepalive {
+            self.pinged = true;
+            Keepalive::Ping { next: now + pong }
+        } else {
+            Keepalive::Heard {
+                next: self.last_heard + keepalive,
+            }
+        }
+    }
+
+    /// Makes every silent subscription opened before `before` a suspect
+    /// (`unanswered`): returns those newly suspected, and the grace they
+    /// get to be heard.
+    pub(super) fn suspect_silent(&mut self, before: u64) -> (Duration, Vec<u64>) {
+        let mut newly = Vec::new();
+        for (id, s) in self
+            .subs
+            .iter_mut()
+            .filter(|(id, s)| *id < before && !s.heard && !s.suspect)
+        {
+            s.suspect = true;
+            newly.push(id);
+        }
+        (self.silence.grace(), newly)
     }
 
     /// The history in flight, if any.
@@ -154,6 +283,43 @@ impl Connection {
     pub(super) fn take_flight(&mut self) -> Option<Box<Flight>> {
         self.unsure = Vec::new();
         self.flight.take()
+    }
+
+    /// The shell stopped reading the relay (the sink has no room).
+    pub(super) fn pause_reads(&mut self) {
+        self.reads_paused = true;
+    }
+
+    /// The shell leaves the relay's frames unread: what it answered may
+    /// wait among them.
+    pub(super) fn reads_paused(&self) -> bool {
+        self.reads_paused
+    }
+
+    /// The relay is read again at `now`: each of its negentropy sessions
+    /// counts as progressing then, so it gets a whole `neg_timeout` to be
+    /// heard.
+    pub(super) fn reads_resumed(&mut self, now: Time) {
+        if !std::mem::take(&mut self.reads_paused) {
+            return;
+        }
+        if let Some(f) = self.flight_mut() {
+            f.neg_jobs.reads_resumed(now);
+        }
+    }
+
+    /// Its negentropy jobs whose session is open.
+    pub(super) fn sessions(&self) -> impl Iterator<Item = u64> + '_ {
+        self.flight()
+            .into_iter()
+            .flat_map(|f| f.neg_jobs.in_session())
+    }
+
+    /// Its negentropy jobs whose session the relay has not answered yet.
+    pub(super) fn unanswered_sessions(&self) -> impl Iterator<Item = u64> + '_ {
+        self.flight()
+            .into_iter()
+            .flat_map(|f| f.neg_jobs.unanswered())
     }
 
     /// Negentropy jobs in flight.

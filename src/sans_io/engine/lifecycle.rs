@@ -13,22 +13,19 @@ use log::{debug, info, warn};
 use nostr::prelude::Timestamp;
 use rand::rngs::SmallRng;
 
-use super::connection::Connection;
+use super::connection::Keepalive;
 use super::failure_log::Loudness;
-use super::limits::StatedLimits;
-use super::relay::{InfoFetch, Link, Role};
-use super::targets::ItemState;
+use super::relay::{Link, Role};
 use super::{Action, ConnTimer, Engine, Status, Timer, whole_second};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::health::{BackoffPolicy, HealthTracker};
 use crate::sans_io::timing::time::Time;
-use crate::sans_io::wire::relay_info::RelayInfo;
 
 impl Engine {
-    /// One entry point for every successful connect: fresh or quick, then
-    /// the live set, the queued history and the daily schedule.
+    /// One entry point for every successful connect: fresh or quick
+    /// (`RelayState::connect_up`), then the live set, the queued history
+    /// and the daily schedule.
     pub(super) fn connected(&mut self, now: Time, relay: RelayId) {
-        let quick_window = self.config.quick_reconnect;
         let Link::Connecting { .. } = self.relays[relay.index()].link else {
             debug!(
                 "connected report for relay {} not connecting; ignored",
@@ -37,29 +34,9 @@ impl Engine {
             return;
         };
         self.resume.forget(relay);
-        let state = self.relay(relay);
-        // The daily full sync is a per-relay schedule that connections do
-        // not reset: one due while the relay was away is done now.
-        let daily_due = state.facts.daily_due.is_some_and(|due| now >= due);
-        let fresh = daily_due
-            || match (state.facts.last_connected, state.facts.disconnected_at) {
-                (Some(_), Some(at)) => now.since(at) > quick_window,
-                _ => true,
-            };
-        // A quick reconnect reads back from when live coverage ended (the
-        // disconnect, or an earlier refused live set), not from when the
-        // connection began: a relay connected for weeks is not re-read.
-        let catch_up = state
-            .coverage
-            .take_gap()
-            .filter(|_| !fresh)
-            .map(|t| t.saturating_sub(quick_window));
         let generation = self.next_generation();
-        let state = self.relay(relay);
-        state.link = Link::Up(Box::new(Connection::new(generation, now)));
-        state.facts.conduct.on_connect();
-        state.facts.last_connected = Some(now);
-        state.facts.disconnected_at = None;
+        let quick_window = self.config.quick_reconnect;
+        let (fresh, catch_up) = self.relay(relay).connect_up(generation, now, quick_window);
         let since = catch_up.map(|t| Timestamp::from_secs(t.as_secs()));
         self.log_connected(relay, fresh, now);
         self.start_reading(relay, fresh, since, now);
@@ -67,42 +44,14 @@ impl Engine {
         self.flush(now);
     }
 
-    /// Lowers `relay`'s limits to its NIP-11 document's (never raises them:
-    /// ours are what we can afford).
-    pub(super) fn apply_relay_info(&mut self, relay: RelayId, info: RelayInfo) {
-        let Some(state) = self.relays.get_mut(relay.index()) else {
-            return;
-        };
-        state.facts.limits.lower_to(StatedLimits {
-            subscriptions: info.max_subscriptions,
-            filters_per_req: info.max_filters,
-            message_bytes: info.max_message_length,
-            page_limit: info.max_limit,
-            value_bytes: info.max_value_bytes,
-            ..StatedLimits::default()
-        });
-        if let Some(stated) = info.max_subscriptions {
-            state.facts.limit_probe.cap(stated);
-        }
-        info!(
-            "{}: NIP-11 limits {:?}",
-            self.index.relay_url(relay),
-            self.relays[relay.index()].facts.limits
-        );
-    }
-
-    /// A pong answers our keepalive ping, once: it is a sign of life only
-    /// while a ping is out. Unsolicited pongs are no progress: a relay
-    /// could otherwise hold a never-finished message (and our memory for
-    /// it) forever by sending pongs that keep the keepalive content.
+    /// A pong from `relay` (see `Connection::pong`).
     pub(super) fn heard_pong(&mut self, now: Time, relay: RelayId) {
         if let Some(conn) = self
             .relays
             .get_mut(relay.index())
             .and_then(|s| s.conn_mut())
-            && std::mem::take(&mut conn.pinged)
         {
-            conn.last_heard = now;
+            conn.pong(now);
         }
     }
 
@@ -115,7 +64,7 @@ impl Engine {
         if state.status() != Status::Connected {
             return;
         }
-        if state.facts.daily_due.is_some_and(|due| now >= due) {
+        if state.facts.daily_sync_due(now) {
             self.daily_sync(relay, now);
         }
         if let Some(next) = self.keepalive(relay, now) {
@@ -136,27 +85,23 @@ impl Engine {
         self.arm_conn(at, relay, ConnTimer::Watch);
     }
 
-    /// A connected relay silent for `keepalive` is pinged; one silent for
-    /// `pong_timeout` more is dead and dropped (a half-open TCP connection
-    /// would otherwise look connected forever). Returns when to check
-    /// again, unless the relay was dropped.
+    /// The keepalive check (`Connection::keepalive`): a dead relay is
+    /// dropped (a half-open TCP connection would otherwise look connected
+    /// forever), a silent one pinged. Returns when to check again, unless
+    /// the relay was dropped.
     fn keepalive(&mut self, relay: RelayId, now: Time) -> Option<Time> {
-        let conn = self.relays[relay.index()].conn()?;
-        let last_heard = conn.last_heard;
-        let silent = now.since(last_heard);
         let (keepalive, pong) = (self.config.keepalive, self.config.pong_timeout);
-        if silent >= keepalive + pong {
-            self.actions.push_back(Action::Disconnect { relay });
-            self.fail_connection(relay, now, &format!("silent for {silent:?}"));
-            None
-        } else if silent >= keepalive {
-            if let Some(conn) = self.relay(relay).conn_mut() {
-                conn.pinged = true;
+        match self.conn_mut(relay)?.keepalive(now, keepalive, pong) {
+            Keepalive::Dead { silent } => {
+                self.actions.push_back(Action::Disconnect { relay });
+                self.fail_connection(relay, now, &format!("silent for {silent:?}"));
+                None
             }
-            self.actions.push_back(Action::Ping { relay });
-            Some(now + pong)
-        } else {
-            Some(last_heard + keepalive)
+            Keepalive::Ping { next } => {
+                self.actions.push_back(Action::Ping { relay });
+                Some(next)
+            }
+            Keepalive::Heard { next } => Some(next),
         }
     }
 
@@ -203,7 +148,8 @@ impl Engine {
             return;
         }
         let generation = self.next_generation();
-        self.relay(relay).link = Link::Connecting { generation };
+        let ask_info = self.config.relay_info;
+        let ask_info = self.relay(relay).start_connecting(generation, ask_info);
         self.stats.connects += 1;
         let url = self.relay_url(relay).to_owned();
         debug!("connecting {url}");
@@ -211,10 +157,7 @@ impl Engine {
             relay,
             url: url.clone(),
         });
-        let ask_info = self.config.relay_info;
-        let state = self.relay(relay);
-        if state.facts.info == InfoFetch::NotAsked && state.facts.role != Role::Own && ask_info {
-            state.facts.info = InfoFetch::Asked;
+        if ask_info {
             self.actions.push_back(Action::FetchInfo { relay, url });
         }
         self.arm_conn(
@@ -252,9 +195,7 @@ impl Engine {
         let policy = self.policy;
         let state = &mut self.relays[relay.index()];
         let retry = retry_at(&mut state.facts.health, &policy, &mut self.rng);
-        state.link = Link::Down {
-            retry_at: Some(retry),
-        };
+        state.wait_until(retry);
         let url = self.index.relay_url(relay);
         let retry_in = retry.since(now);
         let loud = match relay == self.own {
@@ -347,16 +288,10 @@ impl Engine {
     /// connect, a stale reconnect and the daily sync (`fresh`: every
     /// target read again from the beginning, and the next daily sync
     /// scheduled), and of a quick reconnect (confirmed targets kept, live
-    /// filters reaching back to `since`). Either way the relay's cap is
-    /// proven again: it may have changed while we were away, and a full
-    /// sync catches what a cap lowered since the last one cut.
+    /// filters reaching back to `since`); `RelayState::start_reading`
+    /// says what either way renews.
     fn start_reading(&mut self, relay: RelayId, fresh: bool, since: Option<Timestamp>, now: Time) {
-        let state = self.relay(relay);
-        state.facts.result_cap.renew();
-        if fresh {
-            state.targets.requeue_where(|s| s == ItemState::Confirmed);
-            state.coverage.clear();
-        }
+        self.relay(relay).start_reading(fresh);
         if relay == self.own {
             self.subscribe_self(since, now);
         } else {
@@ -381,9 +316,7 @@ impl Engine {
         for i in 0..self.relays.len() {
             let relay = RelayId(i as u32);
             let state = &self.relays[i];
-            let idle = matches!(state.facts.role, Role::Remote { bootstrap: false })
-                && state.targets.items.is_empty();
-            if idle && state.status() != Status::Disconnected {
+            if state.unwanted() && state.status() != Status::Disconnected {
                 info!("{}: nothing to sync; disconnecting", self.relay_url(relay));
                 self.actions.push_back(Action::Disconnect { relay });
                 self.drop_connection(relay, now);
@@ -394,15 +327,7 @@ impl Engine {
 
     /// Puts every queued item of a connected relay up for the next diff.
     pub(super) fn requeue_all(&mut self, relay: RelayId) {
-        let state = self.relay(relay);
-        state.targets.queued = state
-            .targets
-            .items
-            .iter()
-            .filter(|(_, s)| s.state == ItemState::Queued)
-            .map(|(i, _)| *i)
-            .collect();
-        if !state.targets.queued.is_empty() {
+        if self.relay(relay).targets.requeue_all() {
             self.dirty.push(relay);
         }
     }

@@ -90,16 +90,10 @@ impl LimitProbe {
 }
 
 impl Engine {
-    /// An EOSE on `relay`, its page still open: a subscription limit a
-    /// refusal lowered climbs one if every slot is in use and it held
-    /// quietly long enough (`limit_probe`). The next schedule uses it.
+    /// An EOSE on `relay`, its page still open: its subscription limit
+    /// may climb (`RelayState::climb_limit`); the next schedule uses it.
     pub(super) fn climb_limit(&mut self, relay: RelayId, now: Time) {
-        let state = self.relay(relay);
-        let in_use = state.conn().map_or(0, |c| c.subs.len() + c.neg_jobs());
-        let facts = &mut state.facts;
-        let before = facts.limits.subscriptions;
-        facts.limits.subscriptions = facts.limit_probe.climb(before, in_use, now);
-        if facts.limits.subscriptions > before {
+        if let Some(before) = self.relay(relay).climb_limit(now) {
             info!(
                 "{}: subscription limit {before} held; trying {}",
                 self.relay_url(relay),

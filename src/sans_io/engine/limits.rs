@@ -2,6 +2,7 @@
 //! NIP-11 document, a saved state) or taught us by refusing. They are
 //! facts of the relay, not of a connection: they outlive every socket.
 
+use crate::sans_io::config::Config;
 use crate::sans_io::query::refusal::Refusal;
 
 /// Limits of one relay, lowered when it refuses.
@@ -54,6 +55,21 @@ pub(super) struct StatedLimits {
 }
 
 impl Limits {
+    /// A relay's starting limits: ours, from the config, before the
+    /// relay taught us anything.
+    pub(super) fn starting(config: &Config) -> Limits {
+        Limits {
+            subscriptions: config.max_subscriptions.max(1),
+            neg_sessions: config.max_subscriptions.max(1),
+            filters_per_req: config.max_filters_per_req.max(1),
+            message_bytes: config.max_message_bytes.max(1024),
+            page_limit: config.page_limit.max(1),
+            tag_values: config.chunk_size.max(1),
+            kinds: usize::MAX,
+            value_bytes: usize::MAX,
+        }
+    }
+
     /// Lowers ours to what the relay stated, never raising them (ours are
     /// what we can afford) and never below a usable floor.
     pub(super) fn lower_to(&mut self, stated: StatedLimits) {

@@ -12,8 +12,13 @@
 //! outputs, statuses, timers), its state, and the one `impl` block of its
 //! public interface: each input is a thin entry point into the aspect that
 //! does the work, so the whole surface reads in one place. The aspects are
-//! child modules, each an `impl Engine` block of `pub(super)` functions
-//! plus the state types it owns:
+//! child modules, each the state types it owns with the steps that change
+//! them, plus an `impl Engine` block that routes: it finds the relay,
+//! calls the step on the state that owns it, and turns what the step
+//! returns into actions, timers, counters and log lines. A step that
+//! reads or writes one relay's state only is a method of that state
+//! (`RelayState`, `Facts`, `Connection`, `Flight`, `Targets`, `Auth`,
+//! `BadValues`, `NegJob`), not of the engine:
 //!
 //! - `inbound`: messages from relays (events, EOSE, CLOSED, NOTICE, OK).
 //! - `lifecycle`: connect, reconnect, disconnect, keepalive, daily sync.
@@ -26,7 +31,12 @@
 //!   `listing_cache`; the turns, `neg_turns`; the bound on ids in hand,
 //!   `id_budget`); each `NegJob` lives in its connection's `Flight` and
 //!   owns its session and the ids it found; `NegSupport` is a relay fact.
-//! - `auth`: NIP-42 (`Auth`).
+//! - `auth`: NIP-42 (`Auth`, whose state machine is private to it).
+//! - `bad_values`: a refusal of one value narrowed down to its item
+//!   (`BadValues`, in a relay's facts).
+//! - `resume`: restarts; the state file's mapping is on `RelayState` and
+//!   `Facts` there, the waiting relays and the anchor in `Resume`.
+//! - `unanswered`: subscriptions a relay leaves silent.
 //! - `conduct`: offences and penalties (`Conduct`, [`Offence`]).
 //! - `limit_probe`: a subscription limit lowered by a refusal climbs
 //!   back once it held quietly (`LimitProbe`, in a relay's facts).
@@ -38,9 +48,13 @@
 //!   that holds a `Connection` (`connection`: subscriptions, AUTH,
 //!   keepalive, and the `Flight` of history while it runs) only while
 //!   connected. A disconnect drops the connection; what outlives it is
-//!   handed back by `RelayState::end_connection`.
-//! - `relay_view`: one relay as a status page shows it, and the
-//!   per-relay counters the aspects note for it.
+//!   handed back by `RelayState::end_connection`. The link's steps
+//!   (`start_connecting`, `connect_up`, `start_reading`) are
+//!   `RelayState`'s; the keepalive, pong and paused reads the
+//!   `Connection`'s.
+//! - `relay_view`: one relay as a status page shows it
+//!   (`RelayState::view`), and the per-relay counters the aspects note
+//!   for it.
 //!
 //! Imports go one way, so there is no cycle: `auth`, `bad_values`,
 //! `conduct`, `limit_probe`, `nip77` and `saturated` own state types
@@ -115,7 +129,7 @@ use connection::{Connection, Flight};
 use diff::Batching;
 use limits::Limits;
 use nip77::Nip77;
-use relay::{InfoFetch, RelayState, Role};
+use relay::{RelayState, Role};
 use timers::{ConnTimer, Timer, whole_second};
 
 /// Something the shell must do.
@@ -430,18 +444,7 @@ impl Engine {
     pub fn new(config: Config, now: Time) -> Result<Engine, ConfigError> {
         let own_url = normalize(&config.own_relay).map_err(ConfigError::OwnRelay)?;
         let service = Service::new(&own_url, config.domain.as_deref());
-        let limits = IndexLimits {
-            relays_per_announcement: config.max_relays_per_announcement,
-            repos_per_root: config.max_repos_per_root,
-            relay_change_interval: config.relay_change_interval,
-            max_relays: config.max_known_relays,
-            max_relays_per_pubkey: config.max_relays_per_pubkey,
-            max_repos_per_pubkey: config.max_repos_per_pubkey,
-            max_roots_per_pubkey: config.max_roots_per_pubkey,
-            max_items: config.max_known_items,
-            allow_private: config.allow_private_addresses,
-        };
-        let mut index = RepoIndex::new(service.clone(), limits);
+        let mut index = RepoIndex::new(service.clone(), index_limits(&config));
         let own = index.intern_relay(&own_url);
         let mut bootstrap = Vec::new();
         for raw in &config.bootstrap {
@@ -450,13 +453,7 @@ impl Engine {
                 bootstrap.push(index.intern_relay(&url));
             }
         }
-        let policy = BackoffPolicy {
-            base: config.backoff_base,
-            max: config.backoff_max,
-            dead_after: config.dead_after,
-            dead_retry: config.dead_retry,
-            rate_limit_cooldown: config.rate_limit_cooldown,
-        };
+        let policy = backoff_policy(&config);
         let mut engine = Engine {
             rng: SmallRng::seed_from_u64(config.seed),
             seen: Seen::new(config.seen_capacity),
@@ -563,7 +560,7 @@ impl Engine {
             .get_mut(relay.index())
             .and_then(|s| s.conn_mut())
         {
-            conn.reads_paused = true;
+            conn.pause_reads();
         }
     }
 
@@ -577,18 +574,15 @@ impl Engine {
     /// (`None`: none could be had). Its limits only ever lower ours; they
     /// apply to the next REQs.
     pub fn handle_relay_info(&mut self, now: Time, relay: RelayId, info: Option<RelayInfo>) {
-        if let Some(state) = self.relays.get_mut(relay.index()) {
-            state.facts.info = InfoFetch::Answered;
-        }
-        if let Some(info) = info {
-            self.apply_relay_info(relay, info);
+        let Some(state) = self.relays.get_mut(relay.index()) else {
+            return;
+        };
+        if state.facts.info_answered(info) {
+            let url = self.index.relay_url(relay);
+            log::info!("{url}: NIP-11 limits {:?}", state.facts.limits);
         }
         // The provisional limit is lifted: more may start now.
-        if self
-            .relays
-            .get(relay.index())
-            .is_some_and(|s| s.status() == Status::Connected)
-        {
+        if state.status() == Status::Connected {
             self.dirty.push(relay);
             self.flush(now);
         }
@@ -769,26 +763,7 @@ impl Engine {
 
     /// Items of a relay per state.
     pub fn item_counts(&self, relay: RelayId) -> ItemCounts {
-        let state = &self.relays[relay.index()];
-        let (queued, pending, confirmed) = state.targets.counts();
-        let unaskable = state
-            .facts
-            .bad_values
-            .unaskable()
-            .filter(|i| {
-                state
-                    .targets
-                    .items
-                    .get(i)
-                    .is_some_and(|s| s.state == ItemState::Queued)
-            })
-            .count();
-        ItemCounts {
-            queued: queued - unaskable,
-            pending,
-            confirmed,
-            unaskable,
-        }
+        self.relays[relay.index()].item_counts()
     }
 
     /// Where `item` stands on `relay`; `None` when the relay does not target it.
@@ -831,7 +806,7 @@ impl Engine {
     /// What an operator's status page shows of `relay` at `now`
     /// (`relay_view`). O(the relay's items).
     pub fn relay_view(&self, relay: RelayId, now: Time) -> RelayView {
-        self.view_relay(relay, now)
+        self.relays[relay.index()].view(now, &self.policy)
     }
 
     /// True once the own relay's repositories and roots were read to their
@@ -880,55 +855,36 @@ impl Engine {
         let targets = self.index.derive_relay_targets();
         for (i, relay) in self.relays.iter().enumerate() {
             let id = RelayId(i as u32);
-            let items = &relay.targets.items;
-            let want = targets.get(&id);
-            let want_len = want.map_or(0, |t| t.len());
-            if items.len() != want_len {
-                return Err(format!(
-                    "{}: {} items, targets {}",
-                    self.relay_url(id),
-                    items.len(),
-                    want_len
-                ));
-            }
-            let batches = relay.conn().and_then(|c| c.flight()).map(|f| &f.batches);
-            for (item, slot) in items {
-                let refs = want.and_then(|t| t.get(item)).copied().unwrap_or(0);
-                if slot.refs != refs {
-                    return Err(format!(
-                        "{}: {item:?} refs {} want {refs}",
-                        self.relay_url(id),
-                        slot.refs
-                    ));
-                }
-                if let ItemState::Pending(b) = slot.state {
-                    let batch = batches
-                        .and_then(|batches| batches.get(&b))
-                        .ok_or(format!("{item:?} pending in missing batch {b}"))?;
-                    if !batch.items.contains(item) {
-                        return Err(format!(
-                            "{item:?} pending in batch {b} that does not list it"
-                        ));
-                    }
-                }
-            }
-            let Some(conn) = relay.conn() else {
-                continue;
-            };
-            let chains = conn.open_chains();
-            for (b, batch) in conn.flight().into_iter().flat_map(|f| &f.batches) {
-                let open = chains.get(b).copied().unwrap_or(0);
-                if open != batch.chunks_left {
-                    return Err(format!(
-                        "{}: batch {b} waits for {} chains, {open} are working for it",
-                        self.relay_url(id),
-                        batch.chunks_left
-                    ));
-                }
-            }
+            relay.check(targets.get(&id), self.relay_url(id))?;
         }
         self.check_neg_room()?;
         Ok(())
+    }
+}
+
+/// The index's bounds, as the config sets them.
+fn index_limits(config: &Config) -> IndexLimits {
+    IndexLimits {
+        relays_per_announcement: config.max_relays_per_announcement,
+        repos_per_root: config.max_repos_per_root,
+        relay_change_interval: config.relay_change_interval,
+        max_relays: config.max_known_relays,
+        max_relays_per_pubkey: config.max_relays_per_pubkey,
+        max_repos_per_pubkey: config.max_repos_per_pubkey,
+        max_roots_per_pubkey: config.max_roots_per_pubkey,
+        max_items: config.max_known_items,
+        allow_private: config.allow_private_addresses,
+    }
+}
+
+/// Every relay's reconnect backoff, as the config sets it.
+fn backoff_policy(config: &Config) -> BackoffPolicy {
+    BackoffPolicy {
+        base: config.backoff_base,
+        max: config.backoff_max,
+        dead_after: config.dead_after,
+        dead_retry: config.dead_retry,
+        rate_limit_cooldown: config.rate_limit_cooldown,
     }
 }
 
@@ -996,23 +952,9 @@ impl Engine {
         &mut self.relays[relay.index()]
     }
 
-    /// A relay's starting limits, from the config.
-    fn starting_limits(&self) -> Limits {
-        Limits {
-            subscriptions: self.config.max_subscriptions.max(1),
-            neg_sessions: self.config.max_subscriptions.max(1),
-            filters_per_req: self.config.max_filters_per_req.max(1),
-            message_bytes: self.config.max_message_bytes.max(1024),
-            page_limit: self.config.page_limit.max(1),
-            tag_values: self.config.chunk_size.max(1),
-            kinds: usize::MAX,
-            value_bytes: usize::MAX,
-        }
-    }
-
     /// Grows the relay table to cover every interned relay.
     fn ensure_relay_slots(&mut self) {
-        let limits = self.starting_limits();
+        let limits = Limits::starting(&self.config);
         while self.relays.len() < self.index.relay_count() {
             self.relays
                 .push(RelayState::new(Role::Remote { bootstrap: false }, limits));
@@ -1026,15 +968,10 @@ impl Engine {
     /// never has. Without this, junk relays of replaced
     /// announcements would hold the known-relay cap until restart.
     fn release_unreferenced(&mut self) {
-        let limits = self.starting_limits();
+        let limits = Limits::starting(&self.config);
         for i in 0..self.relays.len() {
             let relay = RelayId(i as u32);
-            let state = &self.relays[i];
-            let quiet = state.status() == Status::Disconnected
-                && state.targets.items.is_empty()
-                && state.facts.info != InfoFetch::Asked
-                && matches!(state.facts.role, Role::Remote { bootstrap: false });
-            if quiet && self.index.release_relay(relay) {
+            if self.relays[i].releasable() && self.index.release_relay(relay) {
                 self.resume.forget(relay);
                 self.failure_log.forget(relay);
                 self.relays[i] = RelayState::new(Role::Remote { bootstrap: false }, limits);

@@ -53,7 +53,7 @@ use crate::sans_io::query::reconcile::{
     IDS_PER_FILTER, LimitTooSmall, Reconciliation, Step, fetch_filters, means_unsupported,
 };
 use crate::sans_io::query::refusal::Refusal;
-use crate::sans_io::query::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
+use crate::sans_io::query::subscription::{Saturated, Scope, WorkRef};
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
 
@@ -70,6 +70,17 @@ pub(super) enum NegSupport {
     Supported,
     /// It said or showed it does not; REQ only from now on.
     Unsupported,
+}
+
+impl NegSupport {
+    /// What is known: `None` not tried yet, else whether it speaks NIP-77.
+    pub(super) fn known(self) -> Option<bool> {
+        match self {
+            NegSupport::Unknown => None,
+            NegSupport::Supported => Some(true),
+            NegSupport::Unsupported => Some(false),
+        }
+    }
 }
 
 /// The NIP-77 pipeline's state shared by every relay: the sink's
@@ -406,6 +417,16 @@ impl NegJob {
         self.listings_state()
     }
 
+    /// A `NEG-MSG` or `NEG-ERR` for its session at `now`: the step it
+    /// makes, if any, and whether the relay had answered the session
+    /// before (a failure after an answer says nothing of NIP-77).
+    fn on_message(&mut self, message: &RelayMessage<'_>, now: Time) -> Option<(Step, bool)> {
+        self.progress = now;
+        let session = self.session.as_mut()?;
+        let answered_before = session.answered();
+        Some((session.handle(message)?, answered_before))
+    }
+
     /// Whether every part is listed, and whether the sink holds anything.
     fn listings_state(&self) -> Listings {
         if self.listings.iter().any(|(_, l)| l.is_none()) {
@@ -560,7 +581,7 @@ impl NegJobs {
     }
 
     /// Jobs whose session is open.
-    fn in_session(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(super) fn in_session(&self) -> impl Iterator<Item = u64> + '_ {
         self.0
             .iter()
             .filter(|(_, j)| j.session.is_some())
@@ -568,7 +589,7 @@ impl NegJobs {
     }
 
     /// Jobs whose session the relay has not answered yet.
-    fn unanswered(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(super) fn unanswered(&self) -> impl Iterator<Item = u64> + '_ {
         self.0
             .iter()
             .filter(|(_, j)| j.session.as_ref().is_some_and(|s| !s.answered()))
@@ -577,7 +598,7 @@ impl NegJobs {
 
     /// The relay is read again at `now`: each open session counts as
     /// progressing, so it gets a whole `neg_timeout` to be heard.
-    fn reads_resumed(&mut self, now: Time) {
+    pub(super) fn reads_resumed(&mut self, now: Time) {
         for job in self.0.values_mut().filter(|j| j.session.is_some()) {
             job.progress = now;
         }
@@ -627,6 +648,15 @@ fn failure(reason: &str, answered_before: bool) -> Failure {
     }
 }
 
+/// Whether a NOTICE refuses a negentropy session for the relay's limit
+/// on sessions (strfry: `ERROR: too many concurrent NEG requests`).
+fn refuses_session(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    let names_neg =
+        lower.contains("neg ") || lower.contains("neg-") || lower.contains("negentropy");
+    names_neg && Refusal::of_notice(text) == Some(Refusal::TooManySubscriptions)
+}
+
 /// Whether a session's failure says its filter matched more than the
 /// relay reconciles at once: rust-nostr's relays answer `NEG-ERR
 /// "rate-limited: too many negentropy items"` past their
@@ -663,11 +693,7 @@ impl Engine {
         let Some(conn) = self.conn(relay) else {
             return;
         };
-        let open: Vec<u64> = conn
-            .flight()
-            .into_iter()
-            .flat_map(|f| f.neg_jobs.in_session())
-            .collect();
+        let open: Vec<u64> = conn.sessions().collect();
         for id in open {
             self.send_neg_close(relay, id);
         }
@@ -816,13 +842,9 @@ impl Engine {
         };
         let (listed, waiters) = self.nip77.listed(request, listed);
         for (relay, id, i) in waiters {
-            let Some(job) = self.neg_job_mut(relay, id) else {
-                continue;
-            };
-            match job.listed(i, &listed, now) {
-                Listings::Waiting => {}
-                Listings::Empty => self.nothing_listed(relay, id, now),
-                Listings::Ready => self.open_session(relay, id, now),
+            if let Some(job) = self.neg_job_mut(relay, id) {
+                let listings = job.listed(i, &listed, now);
+                self.go_on_listed(relay, id, listings, now);
             }
         }
         drop(listed);
@@ -848,10 +870,17 @@ impl Engine {
     /// holds nothing for any (negentropy would only add a round), else the
     /// first session. Schedules nothing itself: its callers flush.
     fn job_listed(&mut self, relay: RelayId, id: u64, now: Time) {
-        let Some(job) = self.conn(relay).and_then(|c| c.flight()?.neg_jobs.get(id)) else {
-            return;
-        };
-        match job.listings_state() {
+        let job = self.conn(relay).and_then(|c| c.flight()?.neg_jobs.get(id));
+        if let Some(listings) = job.map(NegJob::listings_state) {
+            self.go_on_listed(relay, id, listings, now);
+        }
+    }
+
+    /// Job `id` goes on as its `listings` stand: it waits for the rest,
+    /// goes to REQ if the sink holds nothing for any part, or opens its
+    /// first session.
+    fn go_on_listed(&mut self, relay: RelayId, id: u64, listings: Listings, now: Time) {
+        match listings {
             Listings::Waiting => {}
             Listings::Empty => self.nothing_listed(relay, id, now),
             Listings::Ready => self.open_session(relay, id, now),
@@ -896,15 +925,8 @@ impl Engine {
         now: Time,
     ) {
         let Some(id) = sub else { return };
-        let Some(job) = self.neg_job_mut(relay, id) else {
-            return;
-        };
-        job.progress = now;
-        let Some(session) = job.session.as_mut() else {
-            return;
-        };
-        let answered_before = session.answered();
-        let Some(step) = session.handle(message) else {
+        let job = self.neg_job_mut(relay, id);
+        let Some((step, answered_before)) = job.and_then(|j| j.on_message(message, now)) else {
             return;
         };
         if matches!(message, RelayMessage::NegMsg { .. }) {
@@ -959,13 +981,10 @@ impl Engine {
     /// the newest session not answered yet is the refused one. True when
     /// the notice was one.
     pub(super) fn neg_limit_notice(&mut self, relay: RelayId, text: &str, now: Time) -> bool {
-        let lower = text.to_ascii_lowercase();
-        let names_neg =
-            lower.contains("neg ") || lower.contains("neg-") || lower.contains("negentropy");
-        if !names_neg || Refusal::of_notice(text) != Some(Refusal::TooManySubscriptions) {
+        if !refuses_session(text) {
             return false;
         }
-        let refused = self.unanswered_sessions(relay).max();
+        let refused = self.conn(relay).and_then(|c| c.unanswered_sessions().max());
         info!(
             "{}: negentropy session refused for its limit: {}",
             self.relay_url(relay),
@@ -978,14 +997,18 @@ impl Engine {
         true
     }
 
-    /// A session refused for the relay's limit: the limit falls to what is
-    /// open besides it, and the job waits for room. If nothing else of
-    /// ours is open, the relay refuses even one (sessions counted that we
-    /// cannot see): waiting would ask again at once, forever, so the job
-    /// goes to REQ.
+    /// A session refused for the relay's limit: the relay refused one
+    /// session more than it allows, so it allows those open besides that
+    /// one, and the job waits for room. If nothing else of ours is open,
+    /// the relay refuses even one (sessions counted that we cannot see):
+    /// waiting would ask again at once, forever, so the job goes to REQ.
     fn neg_limit_refusal(&mut self, relay: RelayId) -> ToReq {
-        let open = self.open_sessions(relay);
-        self.lower_neg_limit(relay);
+        let open = self.conn(relay).map_or(0, |c| c.sessions().count());
+        let limits = &mut self.relay(relay).facts.limits;
+        limits.neg_sessions = open.saturating_sub(1).clamp(1, limits.neg_sessions);
+        let limit = limits.neg_sessions;
+        let url = self.relay_url(relay);
+        debug!("{url}: negentropy sessions now at most {limit}");
         if open > 1 {
             ToReq::Limit
         } else {
@@ -993,41 +1016,17 @@ impl Engine {
         }
     }
 
-    /// The relay refused one session more than it allows: it allows those
-    /// open besides that one.
-    fn lower_neg_limit(&mut self, relay: RelayId) {
-        let open = self.open_sessions(relay);
-        let limits = &mut self.relay(relay).facts.limits;
-        limits.neg_sessions = open.saturating_sub(1).clamp(1, limits.neg_sessions);
-        debug!(
-            "{}: negentropy sessions now at most {}",
-            self.relay_url(relay),
-            self.relays[relay.index()].facts.limits.neg_sessions
-        );
-    }
-
     /// A NOTICE; true when it told a job's relay that NEG is unknown there.
     pub(super) fn neg_notice(&mut self, relay: RelayId, text: &str, now: Time) -> bool {
         if !means_unsupported(text) {
             return false;
         }
-        let waiting: Vec<u64> = self.unanswered_sessions(relay).collect();
+        let conn = self.conn(relay);
+        let waiting: Vec<u64> = conn.map_or(Vec::new(), |c| c.unanswered_sessions().collect());
         for &id in &waiting {
             self.job_to_req(relay, id, ToReq::Unsupported, now);
         }
         !waiting.is_empty()
-    }
-
-    /// Jobs of `relay` whose session is open.
-    fn open_sessions(&self, relay: RelayId) -> usize {
-        let flight = self.conn(relay).and_then(|c| c.flight());
-        flight.map_or(0, |f| f.neg_jobs.in_session().count())
-    }
-
-    /// Jobs of `relay` whose session the relay has not answered yet.
-    fn unanswered_sessions(&self, relay: RelayId) -> impl Iterator<Item = u64> + '_ {
-        let flight = self.conn(relay).and_then(|c| c.flight());
-        flight.into_iter().flat_map(|f| f.neg_jobs.unanswered())
     }
 
     /// The job's current filter is reconciled: on to the next, or fetch.
@@ -1131,21 +1130,8 @@ impl Engine {
         let Some(flight) = self.start_flight(relay) else {
             return;
         };
-        for w in work {
-            if let Some(b) = flight.batches.get_mut(&w.batch) {
-                b.chunks_left += extra;
-            }
-        }
-        for group in groups {
-            flight.next_pages.push_back(NextPage {
-                filters: vec![PageFilter::first(group.filter)],
-                scope: Scope::Exact,
-                work: work.to_vec(),
-                page: 1,
-                started,
-                reconcile: None,
-            });
-        }
+        let filters = groups.into_iter().map(|g| g.filter);
+        flight.fetch_pages(work, filters, started, extra);
         self.dirty.push(relay);
         self.flush(now);
     }
@@ -1189,10 +1175,7 @@ impl Engine {
             return;
         }
         if let Some(flight) = self.start_flight(relay) {
-            flight.neg_bypass.extend(job.work.iter().map(|w| w.batch));
-            for work in job.work.into_iter().rev() {
-                flight.work.push_front(work);
-            }
+            flight.requeue_chunks(job.work, true);
         }
         self.dirty.push(relay);
     }
@@ -1205,19 +1188,8 @@ impl Engine {
             return;
         };
         match job.second {
-            Some((sat, scope)) => flight.next_pages.push_front(NextPage {
-                filters: Vec::new(),
-                scope,
-                work: job.work,
-                page: 1,
-                started: job.started,
-                reconcile: Some(sat),
-            }),
-            None => {
-                for work in job.work.into_iter().rev() {
-                    flight.work.push_front(work);
-                }
-            }
+            Some(second) => flight.requeue_second(second, job.work, job.started),
+            None => flight.requeue_chunks(job.work, false),
         }
         self.dirty.push(relay);
     }
@@ -1269,21 +1241,14 @@ impl Engine {
             .prune(|relay, id| relays.get(relay.index()).is_some_and(|s| s.has_neg_job(id)));
     }
 
-    /// `relay` is read again: each of its sessions counts as progressing
-    /// now, so it gets a whole `neg_timeout` to be heard.
+    /// `relay` is read again (`Connection::reads_resumed`).
     pub(super) fn neg_reads_resumed(&mut self, relay: RelayId, now: Time) {
-        let Some(conn) = self
+        if let Some(conn) = self
             .relays
             .get_mut(relay.index())
             .and_then(|s| s.conn_mut())
-        else {
-            return;
-        };
-        if !std::mem::take(&mut conn.reads_paused) {
-            return;
-        }
-        if let Some(f) = conn.flight_mut() {
-            f.neg_jobs.reads_resumed(now);
+        {
+            conn.reads_resumed(now);
         }
     }
 
@@ -1298,7 +1263,7 @@ impl Engine {
             return;
         };
         let timeouts = (self.config.neg_timeout, self.listing_timeout());
-        let (in_session, silent) = match job.due(now, conn.reads_paused, timeouts) {
+        let (in_session, silent) = match job.due(now, conn.reads_paused(), timeouts) {
             Due::At(at) => {
                 self.arm_conn(at, relay, ConnTimer::NegTimeout(id));
                 return;

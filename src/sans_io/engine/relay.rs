@@ -18,6 +18,13 @@
 //! connection held; [`RelayState::end_connection`] is the one function
 //! that hands back what outlives it. "Disconnected with subscriptions or
 //! batches" cannot be represented.
+//!
+//! The steps that read or write one relay's state only live here, on the
+//! state, and return what the engine must do: connecting and coming up
+//! fresh or quick (`start_connecting`, `connect_up`, `start_reading`),
+//! the NIP-11 answer (`Facts::info_answered`), whether the relay is still
+//! wanted, the limit climb. Other aspects add theirs in their own files
+//! (`resume`: the state file's mapping; `relay_view`: the status view).
 
 use super::Status;
 use super::bad_values::BadValues;
@@ -25,12 +32,16 @@ use super::conduct::Conduct;
 use super::connection::Connection;
 use super::coverage::Coverage;
 use super::limit_probe::LimitProbe;
-use super::limits::{Limits, PROVISIONAL_LIMIT};
+use super::limits::{Limits, PROVISIONAL_LIMIT, StatedLimits};
 use super::nip77::NegSupport;
 use super::targets::{ItemState, Targets};
+#[cfg(any(test, feature = "testing"))]
+use crate::sans_io::memory::index::Item;
 use crate::sans_io::query::result_cap::ResultCap;
 use crate::sans_io::timing::health::HealthTracker;
 use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::relay_info::RelayInfo;
+use std::time::Duration;
 
 /// What a relay is to us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +57,7 @@ pub(super) enum Role {
 
 /// The relay's NIP-11 document, asked once per process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) enum InfoFetch {
+enum InfoFetch {
     #[default]
     NotAsked,
     /// Asked, no answer yet: the relay's limits may be far below ours.
@@ -88,7 +99,8 @@ pub(super) struct Facts {
     pub limit_probe: LimitProbe,
     /// The relay's per-filter result cap, as far as its pages showed it.
     pub result_cap: ResultCap,
-    pub info: InfoFetch,
+    /// Where the NIP-11 fetch stands: only the link's steps here move it.
+    info: InfoFetch,
     /// Items refused for one of their values (`bad_values`).
     pub bad_values: BadValues,
     /// When the next daily full sync is due; kept across connections.
@@ -118,6 +130,35 @@ pub(super) struct RelayState {
     pub targets: Targets,
     pub coverage: Coverage,
     pub link: Link,
+}
+
+impl Facts {
+    /// The daily full sync is due at `now`.
+    pub(super) fn daily_sync_due(&self, now: Time) -> bool {
+        self.daily_due.is_some_and(|due| now >= due)
+    }
+
+    /// The relay's NIP-11 document came (`None`: none could be had): the
+    /// fetch is over, and the limits it states lower ours (never raise
+    /// them: ours are what we can afford). True when there was one.
+    pub(super) fn info_answered(&mut self, info: Option<RelayInfo>) -> bool {
+        self.info = InfoFetch::Answered;
+        let Some(info) = info else {
+            return false;
+        };
+        self.limits.lower_to(StatedLimits {
+            subscriptions: info.max_subscriptions,
+            filters_per_req: info.max_filters,
+            message_bytes: info.max_message_length,
+            page_limit: info.max_limit,
+            value_bytes: info.max_value_bytes,
+            ..StatedLimits::default()
+        });
+        if let Some(stated) = info.max_subscriptions {
+            self.limit_probe.cap(stated);
+        }
+        true
+    }
 }
 
 impl RelayState {
@@ -227,6 +268,104 @@ impl RelayState {
         }
     }
 
+    /// A remote relay the operator did not configure, that nothing
+    /// targets any more: it need not stay connected.
+    pub(super) fn unwanted(&self) -> bool {
+        matches!(self.facts.role, Role::Remote { bootstrap: false })
+            && self.targets.items.is_empty()
+    }
+
+    /// Unwanted, and nothing can report on it any more (disconnected, no
+    /// NIP-11 fetch pending): its id may go back to the index.
+    pub(super) fn releasable(&self) -> bool {
+        self.unwanted() && self.status() == Status::Disconnected && !self.info_pending()
+    }
+
+    /// A connect is asked, as attempt `generation`. True when the relay's
+    /// NIP-11 document is to be fetched too: once per process, never of
+    /// the own relay, and only if the config asks (`ask_info`).
+    pub(super) fn start_connecting(&mut self, generation: u32, ask_info: bool) -> bool {
+        self.link = Link::Connecting { generation };
+        let ask =
+            ask_info && self.facts.info == InfoFetch::NotAsked && self.facts.role != Role::Own;
+        if ask {
+            self.facts.info = InfoFetch::Asked;
+        }
+        ask
+    }
+
+    /// No connect before `retry` (a failure's backoff, or a restored
+    /// state's): the link goes down to wait for it. True when that took
+    /// back a connect attempt (only a restore can: a failure has dropped
+    /// it already); its NIP-11 fetch, asked with it, is then taken back
+    /// too and asked again with the next.
+    pub(super) fn wait_until(&mut self, retry: Time) -> bool {
+        let cancelled = self.status() == Status::Connecting;
+        if cancelled {
+            self.facts.info = InfoFetch::NotAsked;
+        }
+        self.link = Link::Down {
+            retry_at: Some(retry),
+        };
+        cancelled
+    }
+
+    /// The connect attempt succeeded at `now`, as connection `generation`.
+    /// Returns whether the connection starts fresh (never connected, away
+    /// longer than `quick_window`, or its daily full sync due: a per-relay
+    /// schedule that connections do not reset, so one due while the relay
+    /// was away is done now) and, for a quick reconnect, when to read
+    /// back from: from where live coverage ended (the disconnect, or an
+    /// earlier refused live set), less the window; not from when the
+    /// connection began, so a relay connected for weeks is not re-read.
+    pub(super) fn connect_up(
+        &mut self,
+        generation: u32,
+        now: Time,
+        quick_window: Duration,
+    ) -> (bool, Option<Time>) {
+        let facts = &mut self.facts;
+        let fresh = facts.daily_sync_due(now)
+            || match (facts.last_connected, facts.disconnected_at) {
+                (Some(_), Some(at)) => now.since(at) > quick_window,
+                _ => true,
+            };
+        let catch_up = self
+            .coverage
+            .take_gap()
+            .filter(|_| !fresh)
+            .map(|t| t.saturating_sub(quick_window));
+        facts.conduct.on_connect();
+        facts.last_connected = Some(now);
+        facts.disconnected_at = None;
+        self.link = Link::Up(Box::new(Connection::new(generation, now)));
+        (fresh, catch_up)
+    }
+
+    /// The connection starts reading: the relay's cap is proven again (it
+    /// may have changed while we were away, and a full sync catches what
+    /// a cap lowered since the last one cut). A `fresh` read starts every
+    /// target over from the beginning, so nothing is owed either.
+    pub(super) fn start_reading(&mut self, fresh: bool) {
+        self.facts.result_cap.renew();
+        if fresh {
+            self.targets.requeue_where(|s| s == ItemState::Confirmed);
+            self.coverage.clear();
+        }
+    }
+
+    /// An EOSE, its page still open: a subscription limit a refusal
+    /// lowered climbs one if every slot is in use and it held quietly
+    /// long enough (`limit_probe`). Returns the limit it climbed from, if
+    /// it did.
+    pub(super) fn climb_limit(&mut self, now: Time) -> Option<usize> {
+        let in_use = self.conn().map_or(0, |c| c.subs.len() + c.neg_jobs());
+        let facts = &mut self.facts;
+        let before = facts.limits.subscriptions;
+        facts.limits.subscriptions = facts.limit_probe.climb(before, in_use, now);
+        (facts.limits.subscriptions > before).then_some(before)
+    }
+
     /// Items synced without a live subscription of their own (negentropy
     /// fetches by id) need one from the next consolidation, reaching back
     /// to `since`. A wide live filter already covers them.
@@ -282,5 +421,55 @@ impl RelayState {
             .requeue_where(|s| matches!(s, ItemState::Pending(_)));
         self.targets.queued.clear();
         conn.neg_jobs()
+    }
+}
+
+/// Checks for tests and fuzzing.
+#[cfg(any(test, feature = "testing"))]
+impl RelayState {
+    /// The relay's targets against `want`, a full recompute of them from
+    /// the index (item and how many repos make it a target), and every
+    /// batch's bookkeeping; errors name the relay as `url`.
+    pub(super) fn check(
+        &self,
+        want: Option<&std::collections::HashMap<Item, u32>>,
+        url: &str,
+    ) -> Result<(), String> {
+        let items = &self.targets.items;
+        let want_len = want.map_or(0, |t| t.len());
+        if items.len() != want_len {
+            return Err(format!("{url}: {} items, targets {want_len}", items.len()));
+        }
+        let batches = self.conn().and_then(|c| c.flight()).map(|f| &f.batches);
+        for (item, slot) in items {
+            let refs = want.and_then(|t| t.get(item)).copied().unwrap_or(0);
+            if slot.refs != refs {
+                return Err(format!("{url}: {item:?} refs {} want {refs}", slot.refs));
+            }
+            if let ItemState::Pending(b) = slot.state {
+                let batch = batches
+                    .and_then(|batches| batches.get(&b))
+                    .ok_or(format!("{item:?} pending in missing batch {b}"))?;
+                if !batch.items.contains(item) {
+                    return Err(format!(
+                        "{item:?} pending in batch {b} that does not list it"
+                    ));
+                }
+            }
+        }
+        let Some(conn) = self.conn() else {
+            return Ok(());
+        };
+        let chains = conn.open_chains();
+        for (b, batch) in conn.flight().into_iter().flat_map(|f| &f.batches) {
+            let open = chains.get(b).copied().unwrap_or(0);
+            if open != batch.chunks_left {
+                return Err(format!(
+                    "{url}: batch {b} waits for {} chains, {open} are working for it",
+                    batch.chunks_left
+                ));
+            }
+        }
+        Ok(())
     }
 }

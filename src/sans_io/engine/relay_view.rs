@@ -1,5 +1,6 @@
 //! One relay as an operator sees it: the figures the status page and the
-//! first sync's progress are made of, read off the relay table when asked.
+//! first sync's progress are made of, read off the relay's state when
+//! asked (`RelayState::view`, `RelayState::item_counts`).
 //!
 //! Most of it is state the other aspects keep anyway (status, health,
 //! limits, items); the rest are four small per-relay records the aspects
@@ -10,12 +11,11 @@
 //! [`Stats`](super::Stats), so the status page and `/metrics` agree.
 
 use super::connection::LiveMode;
-use super::nip77::NegSupport;
-use super::relay::{RelayState, Role};
+use super::relay::{Facts, RelayState, Role};
 use super::targets::ItemState;
 use super::{Engine, ItemCounts, Status};
 use crate::sans_io::memory::index::RelayId;
-use crate::sans_io::timing::health::Health;
+use crate::sans_io::timing::health::{BackoffPolicy, Health};
 use crate::sans_io::timing::time::Time;
 
 /// What the engine knows of one relay, for a status page.
@@ -95,56 +95,96 @@ pub struct LimitsView {
     pub message_bytes: usize,
 }
 
-impl Engine {
-    /// The view of `relay` at `now`.
-    pub(super) fn view_relay(&self, relay: RelayId, now: Time) -> RelayView {
-        let state = &self.relays[relay.index()];
-        let items = self.item_counts(relay);
+/// One relay's figures, read off its state when asked.
+impl RelayState {
+    /// The relay as a status page shows it at `now` (`policy` judges its
+    /// health). O(its items).
+    pub(super) fn view(&self, now: Time, policy: &BackoffPolicy) -> RelayView {
+        let items = self.item_counts();
         let history_done =
-            state.status() == Status::Connected && items.queued == 0 && items.pending == 0;
-        let limits = &state.facts.limits;
-        let conn = state.conn();
-        let cap = state.facts.result_cap.for_saving();
-        let bounded = |v: usize| (v != usize::MAX).then_some(v);
+            self.status() == Status::Connected && items.queued == 0 && items.pending == 0;
+        let (facts, conn) = (&self.facts, self.conn());
         RelayView {
-            status: state.status(),
-            health: state.facts.health.health(now, &self.policy),
-            failures: state.facts.health.failures(),
-            retry_at: state.retry_at().filter(|&t| t > now),
+            status: self.status(),
+            health: facts.health.health(now, policy),
+            failures: facts.health.failures(),
+            retry_at: self.retry_at().filter(|&t| t > now),
             paused_until: conn.and_then(|c| c.paused_until).filter(|&t| t > now),
-            last_connected: state.facts.last_connected,
-            disconnected_at: state.facts.disconnected_at,
-            first_history_done: state.facts.notes.first_history_done || history_done,
+            last_connected: facts.last_connected,
+            disconnected_at: facts.disconnected_at,
+            first_history_done: facts.notes.first_history_done || history_done,
             history_done,
             items,
             subscriptions_open: conn.map_or(0, |c| c.subs.len()),
             live_filters: conn.map_or(0, |c| c.live_filter_count()),
             live_wide: conn.is_some_and(|c| c.live_mode == LiveMode::Wide),
-            limits: LimitsView {
-                subscriptions: limits.subscriptions,
-                filters_per_req: limits.filters_per_req,
-                page_limit: limits.page_limit,
-                result_cap: cap.proven,
-                result_floor: cap.floor,
-                tag_values: limits.tag_values,
-                kinds: bounded(limits.kinds),
-                value_bytes: bounded(limits.value_bytes),
-                message_bytes: limits.message_bytes,
-            },
-            negentropy: match state.facts.neg {
-                NegSupport::Unknown => None,
-                NegSupport::Supported => Some(true),
-                NegSupport::Unsupported => Some(false),
-            },
-            penalties: state.facts.conduct.penalties(),
-            events_received: state.facts.notes.events_received,
-            events_ingested: state.facts.notes.events_ingested,
-            refusals: state.facts.notes.refusals,
-            last_event_at: state.facts.notes.last_event_at,
-            bootstrap: state.facts.role == Role::Remote { bootstrap: true },
+            limits: facts.limits_view(),
+            negentropy: facts.neg.known(),
+            penalties: facts.conduct.penalties(),
+            events_received: facts.notes.events_received,
+            events_ingested: facts.notes.events_ingested,
+            refusals: facts.notes.refusals,
+            last_event_at: facts.notes.last_event_at,
+            bootstrap: facts.role == Role::Remote { bootstrap: true },
         }
     }
 
+    /// Its items per state; a queued item it cannot be asked for counts
+    /// as unaskable, not queued.
+    pub(super) fn item_counts(&self) -> ItemCounts {
+        let (queued, pending, confirmed) = self.targets.counts();
+        let unaskable = self
+            .facts
+            .bad_values
+            .unaskable()
+            .filter(|i| {
+                self.targets
+                    .items
+                    .get(i)
+                    .is_some_and(|s| s.state == ItemState::Queued)
+            })
+            .count();
+        ItemCounts {
+            queued: queued - unaskable,
+            pending,
+            confirmed,
+            unaskable,
+        }
+    }
+
+    /// A batch was confirmed: if none is left and nothing waits to be
+    /// asked, its first history is read. The scan of its items runs only
+    /// when its last batch ends, and never once it is done.
+    fn note_batch_confirmed(&mut self) {
+        let pending = self.conn().is_some_and(|c| c.batches() > 0);
+        if self.facts.notes.first_history_done || pending {
+            return;
+        }
+        self.facts.notes.first_history_done = nothing_waits(self);
+    }
+}
+
+impl Facts {
+    /// The limits applied now: what the relay taught us, or ours.
+    fn limits_view(&self) -> LimitsView {
+        let limits = &self.limits;
+        let cap = self.result_cap.for_saving();
+        let bounded = |v: usize| (v != usize::MAX).then_some(v);
+        LimitsView {
+            subscriptions: limits.subscriptions,
+            filters_per_req: limits.filters_per_req,
+            page_limit: limits.page_limit,
+            result_cap: cap.proven,
+            result_floor: cap.floor,
+            tag_values: limits.tag_values,
+            kinds: bounded(limits.kinds),
+            value_bytes: bounded(limits.value_bytes),
+            message_bytes: limits.message_bytes,
+        }
+    }
+}
+
+impl Engine {
     /// True once the own relay's announcements and roots have been read
     /// to their end (the self-subscription's first EOSE), or when the
     /// engine does not read them (an embedder feeds them), and no batch
@@ -172,17 +212,9 @@ impl Engine {
         self.relay(relay).facts.notes.refusals += 1;
     }
 
-    /// A batch of `relay` was confirmed: if none is left and nothing
-    /// waits to be asked, its first history is read. The scan of its
-    /// items runs only when its last batch ends, and never once it is
-    /// done.
+    /// A batch of `relay` was confirmed (`RelayState::note_batch_confirmed`).
     pub(super) fn note_batch_confirmed(&mut self, relay: RelayId) {
-        let state = &mut self.relays[relay.index()];
-        let pending = state.conn().is_some_and(|c| c.batches() > 0);
-        if state.facts.notes.first_history_done || pending {
-            return;
-        }
-        state.facts.notes.first_history_done = nothing_waits(state);
+        self.relay(relay).note_batch_confirmed();
     }
 }
 

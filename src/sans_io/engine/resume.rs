@@ -30,17 +30,18 @@ use std::time::Duration;
 use log::info;
 
 use super::coverage::Coverage;
+use super::limits::Limits;
 use super::limits::StatedLimits;
 use super::nip77::NegSupport;
-use super::relay::{InfoFetch, Link, RelayState};
-use super::{Action, Engine, Output, Status, Timer};
+use super::relay::{Facts, RelayState};
+use super::{Action, Engine, Output, Timer};
 use crate::sans_io::identity::relay_url::normalize;
 use crate::sans_io::memory::index::{Item, RelayId};
 use crate::sans_io::memory::saved_state::{
     MAX_CONFIRMED, MAX_RELAYS, SavedLimits, SavedRelay, SavedState, item_hash,
 };
 use crate::sans_io::query::result_cap::{Hint, ResultCap};
-use crate::sans_io::timing::health::{HealthTracker, SavedHealth};
+use crate::sans_io::timing::health::{BackoffPolicy, HealthTracker, SavedHealth};
 use crate::sans_io::timing::time::Time;
 
 /// Penalties a saved relay may claim at most (each quadruples its backoff,
@@ -126,17 +127,25 @@ impl Engine {
             .front()
             .map(|Output::Ingest { received, .. }| *received);
         let unsettled = unsettled.into_iter().chain(waiting).min();
+        let ours = Limits::starting(&self.config);
         let mut known: Vec<(Time, RelayId, SavedRelay)> = (0..self.relays.len())
             .map(|i| RelayId(i as u32))
             .filter(|&r| r != self.own && self.index.relay_known(r))
-            .filter_map(|r| self.saved_relay(r, anchor, unsettled))
+            .filter_map(|r| {
+                let state = &self.relays[r.index()];
+                let (useful, record) = state.saved(self.relay_url(r), anchor, unsettled, &ours)?;
+                Some((useful, r, record))
+            })
             .collect();
         known.sort_by_key(|r| std::cmp::Reverse(r.0));
         known.truncate(MAX_RELAYS);
         let mut budget = MAX_CONFIRMED;
         let mut relays = Vec::with_capacity(known.len());
         for (_, id, mut relay) in known {
-            relay.confirmed = self.confirmed_hashes(&self.relays[id.index()], budget, unsettled);
+            let targets = &self.relays[id.index()].targets;
+            let settled = targets.settled(unsettled).take(budget);
+            relay.confirmed = settled.map(|item| self.item_hash(item)).collect();
+            relay.confirmed.sort_unstable();
             budget -= relay.confirmed.len();
             relays.push(relay);
         }
@@ -155,94 +164,6 @@ impl Engine {
             refused: self.refused.iter().copied().collect(),
             outbox: Vec::new(),
         }
-    }
-
-    /// One relay's record (confirmed items left out) with the time it was
-    /// last useful (for the order), or `None` when it taught us nothing.
-    /// Its live coverage ends no later than `unsettled`.
-    fn saved_relay(
-        &self,
-        relay: RelayId,
-        anchor: Anchor,
-        unsettled: Option<Time>,
-    ) -> Option<(Time, RelayId, SavedRelay)> {
-        let state = &self.relays[relay.index()];
-        let now = anchor.now;
-        let (mut disconnected, mut covered, mut layer1) = (
-            state.facts.disconnected_at,
-            state.coverage.gap(),
-            state.coverage.layer1_unread(),
-        );
-        if let Some((gap, cut)) = state.coverage_end(now) {
-            (disconnected, covered, layer1) = (Some(now), Some(gap), cut);
-        }
-        let covered = covered.map(|t| unsettled.map_or(t, |u| t.min(u)));
-        let health = state.facts.health.saved();
-        let useful = disconnected.or(state.facts.last_connected);
-        if useful.is_none() && health == SavedHealth::default() && state.retry_at().is_none() {
-            return None;
-        }
-        let unix = |t: Option<Time>| t.map(|t| anchor.to_unix(t));
-        let record = SavedRelay {
-            url: self.relay_url(relay).to_owned(),
-            last_connected: unix(state.facts.last_connected),
-            disconnected: unix(disconnected),
-            covered_until: unix(covered),
-            layer1_unread: layer1,
-            next_full_sync: unix(state.facts.daily_due),
-            failures: health.failures,
-            refusals: health.refusals,
-            failing_since: unix(health.failing_since),
-            rate_limited_until: unix(health.rate_limited_until),
-            retry_at: unix(state.retry_at()),
-            penalties: state.facts.conduct.penalties(),
-            limits: self.saved_limits(state),
-            negentropy: match state.facts.neg {
-                NegSupport::Unknown => None,
-                NegSupport::Supported => Some(true),
-                NegSupport::Unsupported => Some(false),
-            },
-            confirmed: Vec::new(),
-        };
-        Some((useful.unwrap_or_default(), relay, record))
-    }
-
-    /// The limits `state` holds below our starting ones.
-    fn saved_limits(&self, state: &RelayState) -> SavedLimits {
-        let ours = self.starting_limits();
-        let l = &state.facts.limits;
-        let below = |theirs: usize, ours: usize| (theirs < ours).then_some(theirs as u64);
-        let hint = state.facts.result_cap.for_saving();
-        SavedLimits {
-            subscriptions: below(l.subscriptions, ours.subscriptions),
-            filters: below(l.filters_per_req, ours.filters_per_req),
-            message_bytes: below(l.message_bytes, ours.message_bytes),
-            page_limit: below(l.page_limit, ours.page_limit),
-            tag_values: below(l.tag_values, ours.tag_values),
-            kinds: below(l.kinds, ours.kinds),
-            result_cap: hint.proven.map(|c| c as u64),
-            result_floor: (hint.floor > 0).then_some(hint.floor as u64),
-        }
-    }
-
-    /// Hashes of at most `budget` of the items `state` confirmed before
-    /// `unsettled`.
-    fn confirmed_hashes(
-        &self,
-        state: &RelayState,
-        budget: usize,
-        unsettled: Option<Time>,
-    ) -> Vec<u64> {
-        let mut hashes: Vec<u64> = state
-            .targets
-            .items
-            .iter()
-            .filter(|(_, s)| s.settled(unsettled))
-            .take(budget)
-            .map(|(item, _)| self.item_hash(*item))
-            .collect();
-        hashes.sort_unstable();
-        hashes
     }
 
     fn item_hash(&self, item: Item) -> u64 {
@@ -288,55 +209,142 @@ impl Engine {
             return;
         };
         let anchor = Anchor { now: at, unix };
-        self.restore_connection(relay, &saved, anchor, now);
-        self.restore_health(relay, &saved, anchor, now);
-        self.restore_limits(relay, &saved);
+        let window = (self.config.quick_reconnect, self.config.daily_max);
+        let state = &mut self.relays[relay.index()];
+        // Called before the relay's first targets are added (`diff`), so
+        // the hashes apply as targets arrive.
+        if state.restore_connection(&saved, anchor, now, window) && !saved.confirmed.is_empty() {
+            let hashes = saved.confirmed.iter().copied().collect();
+            self.resume.confirmed.insert(relay, hashes);
+        }
+        let retry = state.restore_health(&saved, anchor, now, &self.policy);
+        state.facts.restore_limits(&saved);
+        if let Some((retry, cancelled)) = retry {
+            self.restore_retry(relay, retry, cancelled, now);
+        }
+    }
+
+    /// The saved state asks for no connect before `retry`: a connect this
+    /// engine already asked for the relay (`cancelled`) and has not
+    /// handed out yet is taken back, and the retry armed.
+    fn restore_retry(&mut self, relay: RelayId, retry: Time, cancelled: bool, now: Time) {
+        if cancelled {
+            self.actions.retain(|a| !connects(a, relay));
+            self.stats.connects = self.stats.connects.saturating_sub(1);
+        }
+        info!(
+            "{}: failing before the restart; next try in {:?}",
+            self.relay_url(relay),
+            retry.since(now)
+        );
+        self.arm(retry, Timer::Reconnect(relay));
+    }
+
+    /// A target `item` newly added on `relay`: true when the relay had it
+    /// confirmed before the restart and has not connected since.
+    pub(super) fn restored_confirmed(&self, relay: RelayId, item: Item) -> bool {
+        self.resume
+            .confirmed
+            .get(&relay)
+            .is_some_and(|set| set.contains(&self.item_hash(item)))
+    }
+}
+
+/// One relay's side of the state file: what it saves, and how a saved
+/// record is taken back into it.
+impl RelayState {
+    /// The relay's record at `anchor`, as `url` (confirmed items left
+    /// out), with the time it was last useful (for the order), or `None`
+    /// when it taught us nothing. Its live coverage ends no later than
+    /// `unsettled`; its limits are saved where below `ours`.
+    fn saved(
+        &self,
+        url: &str,
+        anchor: Anchor,
+        unsettled: Option<Time>,
+        ours: &Limits,
+    ) -> Option<(Time, SavedRelay)> {
+        let now = anchor.now;
+        let (mut disconnected, mut covered, mut layer1) = (
+            self.facts.disconnected_at,
+            self.coverage.gap(),
+            self.coverage.layer1_unread(),
+        );
+        if let Some((gap, cut)) = self.coverage_end(now) {
+            (disconnected, covered, layer1) = (Some(now), Some(gap), cut);
+        }
+        let covered = covered.map(|t| unsettled.map_or(t, |u| t.min(u)));
+        let health = self.facts.health.saved();
+        let useful = disconnected.or(self.facts.last_connected);
+        if useful.is_none() && health == SavedHealth::default() && self.retry_at().is_none() {
+            return None;
+        }
+        let unix = |t: Option<Time>| t.map(|t| anchor.to_unix(t));
+        let record = SavedRelay {
+            url: url.to_owned(),
+            last_connected: unix(self.facts.last_connected),
+            disconnected: unix(disconnected),
+            covered_until: unix(covered),
+            layer1_unread: layer1,
+            next_full_sync: unix(self.facts.daily_due),
+            failures: health.failures,
+            refusals: health.refusals,
+            failing_since: unix(health.failing_since),
+            rate_limited_until: unix(health.rate_limited_until),
+            retry_at: unix(self.retry_at()),
+            penalties: self.facts.conduct.penalties(),
+            limits: self.facts.saved_limits(ours),
+            negentropy: self.facts.neg.known(),
+            confirmed: Vec::new(),
+        };
+        Some((useful.unwrap_or_default(), record))
     }
 
     /// The daily schedule, and the quick-reconnect state only when it is
     /// whole (a quick reconnect keeps the daily schedule, so it needs
-    /// one), consistent and still within the window: otherwise the relay
-    /// gets a fresh sync.
+    /// one), consistent and still within the quick-reconnect window
+    /// (`window.0`; `window.1` bounds the daily schedule): otherwise the
+    /// relay gets a fresh sync. True when the quick state was taken, so
+    /// the saved confirmed items apply.
     fn restore_connection(
         &mut self,
-        relay: RelayId,
         saved: &SavedRelay,
         anchor: Anchor,
         now: Time,
-    ) {
-        let window = self.config.quick_reconnect;
-        let daily_max = self.config.daily_max;
-        let state = &mut self.relays[relay.index()];
-        state.facts.daily_due = anchor.to_time(saved.next_full_sync, now + daily_max);
+        (window, daily_max): (Duration, Duration),
+    ) -> bool {
+        let facts = &mut self.facts;
+        facts.daily_due = anchor.to_time(saved.next_full_sync, now + daily_max);
         let connected = anchor.to_time(saved.last_connected, now);
         let lost = anchor.to_time(saved.disconnected, now);
         let covered = anchor.to_time(saved.covered_until, now);
         let (Some(connected), Some(lost), Some(covered)) = (connected, lost, covered) else {
-            return;
+            return false;
         };
         if connected > lost
             || now.since(lost) > window
-            || state.facts.last_connected.is_some()
-            || state.facts.daily_due.is_none()
+            || facts.last_connected.is_some()
+            || facts.daily_due.is_none()
         {
-            return;
+            return false;
         }
-        state.facts.last_connected = Some(connected);
-        state.facts.disconnected_at = Some(lost);
-        state.coverage = Coverage::restored(covered.min(lost), saved.layer1_unread);
-        // Called before the relay's first targets are added (`diff`), so
-        // the hashes apply as targets arrive.
-        if !saved.confirmed.is_empty() {
-            let hashes = saved.confirmed.iter().copied().collect();
-            self.resume.confirmed.insert(relay, hashes);
-        }
+        facts.last_connected = Some(connected);
+        facts.disconnected_at = Some(lost);
+        self.coverage = Coverage::restored(covered.min(lost), saved.layer1_unread);
+        true
     }
 
     /// Failures, retry time and penalties: a dead relay stays dead until
-    /// its retry. A retry asked by the saved state cancels a connect this
-    /// engine already asked for the relay and has not handed out yet.
-    fn restore_health(&mut self, relay: RelayId, saved: &SavedRelay, anchor: Anchor, now: Time) {
-        let policy = self.policy;
+    /// its retry. Returns the retry the saved state asks for, if any, and
+    /// whether it cancelled a connect attempt (whose `Connect` and NIP-11
+    /// fetch the engine then takes back).
+    fn restore_health(
+        &mut self,
+        saved: &SavedRelay,
+        anchor: Anchor,
+        now: Time,
+        policy: &BackoffPolicy,
+    ) -> Option<(Time, bool)> {
         let longest = policy
             .dead_retry
             .max(policy.max)
@@ -350,37 +358,38 @@ impl Engine {
         let retry = anchor
             .to_time(saved.retry_at, now + longest)
             .filter(|&t| t > now);
-        let state = &mut self.relays[relay.index()];
-        state.facts.health = HealthTracker::restored(health, now, &policy);
-        state
-            .facts
+        self.facts.health = HealthTracker::restored(health, now, policy);
+        self.facts
             .conduct
             .restore_penalties(saved.penalties.min(MAX_SAVED_PENALTIES));
-        let Some(retry) = retry else {
-            return;
-        };
-        if state.status() == Status::Connecting {
-            state.facts.info = InfoFetch::NotAsked;
-            self.actions.retain(|a| !connects(a, relay));
-            self.stats.connects = self.stats.connects.saturating_sub(1);
+        let retry = retry?;
+        Some((retry, self.wait_until(retry)))
+    }
+}
+
+impl Facts {
+    /// The limits held below `ours`, our starting ones.
+    fn saved_limits(&self, ours: &Limits) -> SavedLimits {
+        let l = &self.limits;
+        let below = |theirs: usize, ours: usize| (theirs < ours).then_some(theirs as u64);
+        let hint = self.result_cap.for_saving();
+        SavedLimits {
+            subscriptions: below(l.subscriptions, ours.subscriptions),
+            filters: below(l.filters_per_req, ours.filters_per_req),
+            message_bytes: below(l.message_bytes, ours.message_bytes),
+            page_limit: below(l.page_limit, ours.page_limit),
+            tag_values: below(l.tag_values, ours.tag_values),
+            kinds: below(l.kinds, ours.kinds),
+            result_cap: hint.proven.map(|c| c as u64),
+            result_floor: (hint.floor > 0).then_some(hint.floor as u64),
         }
-        state.link = Link::Down {
-            retry_at: Some(retry),
-        };
-        info!(
-            "{}: failing before the restart; next try in {:?}",
-            self.relay_url(relay),
-            retry.since(now)
-        );
-        self.arm(retry, Timer::Reconnect(relay));
     }
 
     /// Learned limits, each only lowering ours and never below its floor.
-    fn restore_limits(&mut self, relay: RelayId, saved: &SavedRelay) {
+    fn restore_limits(&mut self, saved: &SavedRelay) {
         let l = saved.limits;
-        let state = &mut self.relays[relay.index()];
         let size = |v: Option<u64>| v.map(|v| usize::try_from(v).unwrap_or(usize::MAX));
-        let limits = &mut state.facts.limits;
+        let limits = &mut self.limits;
         limits.lower_to(StatedLimits {
             subscriptions: size(l.subscriptions),
             filters_per_req: size(l.filters),
@@ -394,7 +403,7 @@ impl Engine {
         let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX).clamp(1, page);
         // What an earlier process learnt is a hint, never proof: the relay
         // may have changed its cap since.
-        state.facts.result_cap = ResultCap::from_hint(Hint {
+        self.result_cap = ResultCap::from_hint(Hint {
             proven: l.result_cap.map(clamp),
             floor: l.result_floor.map_or(0, clamp),
         });
@@ -402,17 +411,8 @@ impl Engine {
         // saved "does" would stop a relay's failures from ever turning
         // negentropy off for it, so it must be shown again.
         if saved.negentropy == Some(false) {
-            state.facts.neg = NegSupport::Unsupported;
+            self.neg = NegSupport::Unsupported;
         }
-    }
-
-    /// A target `item` newly added on `relay`: true when the relay had it
-    /// confirmed before the restart and has not connected since.
-    pub(super) fn restored_confirmed(&self, relay: RelayId, item: Item) -> bool {
-        self.resume
-            .confirmed
-            .get(&relay)
-            .is_some_and(|set| set.contains(&self.item_hash(item)))
     }
 }
 

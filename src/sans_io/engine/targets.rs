@@ -98,6 +98,35 @@ impl Targets {
         }
     }
 
+    /// Puts every queued item up for the next diff (a new connection asks
+    /// them all); true when there is one.
+    pub(super) fn requeue_all(&mut self) -> bool {
+        let queued =
+            |(item, slot): (&Item, &Slot)| (slot.state == ItemState::Queued).then_some(*item);
+        self.queued = self.items.iter().filter_map(queued).collect();
+        !self.queued.is_empty()
+    }
+
+    /// Those of `items` confirmed go back to queued (their live
+    /// subscription was refused).
+    pub(super) fn demote_confirmed(&mut self, items: &[Item]) {
+        for item in items {
+            if let Some(slot) = self.items.get_mut(item)
+                && slot.state == ItemState::Confirmed
+            {
+                slot.state = ItemState::Queued;
+                self.queued.push(*item);
+            }
+        }
+    }
+
+    /// The items confirmed before `unsettled` (see [`Slot::settled`]), in
+    /// no order: what a save may claim.
+    pub(super) fn settled(&self, unsettled: Option<Time>) -> impl Iterator<Item = Item> + '_ {
+        let settled = move |(item, slot): (&Item, &Slot)| slot.settled(unsettled).then_some(*item);
+        self.items.iter().filter_map(settled)
+    }
+
     /// The confirmed items, in no order.
     pub(super) fn confirmed(&self) -> Vec<Item> {
         self.items

@@ -37,16 +37,7 @@ impl Engine {
         let Some(conn) = self.conn_mut(relay) else {
             return;
         };
-        let grace = conn.silence.grace();
-        let mut newly = Vec::new();
-        for (id, s) in conn
-            .subs
-            .iter_mut()
-            .filter(|(id, s)| *id < before && !s.heard && !s.suspect)
-        {
-            s.suspect = true;
-            newly.push(id);
-        }
+        let (grace, newly) = conn.suspect_silent(before);
         for id in newly {
             self.arm_conn(now + grace, relay, ConnTimer::Unanswered(id));
         }
