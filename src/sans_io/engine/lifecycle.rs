@@ -237,9 +237,14 @@ impl Engine {
         self.neg_jobs_dropped(relay, jobs, now);
     }
 
+    /// A relay's backoff is over. Only a relay still down is connected: one
+    /// the diff connected once the backoff had passed, before this timer
+    /// ran, is connecting or up, and setting its link down here dropped
+    /// that connection without a `Disconnect` and without handing back
+    /// its coverage (`RelayState::end_connection`).
     pub(super) fn on_reconnect_timer(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
-        if state.retry_at().is_some_and(|t| now < t) {
+        if !matches!(state.link, Link::Down { .. }) || state.retry_at().is_some_and(|t| now < t) {
             return;
         }
         self.relay(relay).link = Link::Down { retry_at: None };
