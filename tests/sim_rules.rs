@@ -982,3 +982,76 @@ fn an_echo_only_batch_window_closes_when_quiet() {
         "its replies within a second, not after a 5 s window"
     );
 }
+
+/// A relay whose backoff had passed was connected by the diff (a repo
+/// naming it came in) before its reconnect timer ran; the late timer then
+/// set its link down, dropping the new attempt without a `Disconnect` or
+/// the hand-back of its coverage, and asked a second connect. Driven
+/// through the engine's API, so the timer runs only when asked.
+#[test]
+fn a_late_reconnect_timer_leaves_a_connection_the_diff_made() {
+    use grasp_sync::testing::sim::instant::req_sub_id;
+    use grasp_sync::{Action, Engine, Time};
+    let mut config = Config::new(OWN);
+    config.bootstrap = vec![B.to_owned()];
+    let start = Time::from_millis(0);
+    let mut engine = Engine::new(config, start).unwrap();
+    let own = engine.own_relay();
+    let b = engine.relay_id(B).unwrap();
+    let drain = |e: &mut Engine| std::iter::from_fn(|| e.poll_action()).collect::<Vec<_>>();
+    let connects = |actions: &[Action]| {
+        let to_b = |a: &&Action| matches!(a, Action::Connect { relay, .. } if *relay == b);
+        actions.iter().filter(to_b).count()
+    };
+    drain(&mut engine);
+    engine.handle_connect_failed(start, b);
+    engine.handle_connected(start, own);
+    let sub = drain(&mut engine)
+        .iter()
+        .find_map(|a| match a {
+            Action::Send { relay, message } if *relay == own => {
+                req_sub_id(message).map(str::to_owned)
+            }
+            _ => None,
+        })
+        .expect("the self-subscription");
+    // An hour on, long past B's backoff, before its timer runs: a repo
+    // naming B, then the self-subscription's EOSE, which closes the batch
+    // window at once; the diff connects B.
+    let late = Time::from_millis(3_600_000);
+    let repo = announcement(&keys(1), "r", &[OWN, B], T0);
+    let sub = SubscriptionId::new(sub);
+    engine.handle_message(late, own, &RelayMessage::event(sub.clone(), repo).as_json());
+    engine.handle_message(late, own, &RelayMessage::eose(sub).as_json());
+    // The own relay's later pages hold nothing more.
+    let mut actions = Vec::new();
+    loop {
+        let batch = drain(&mut engine);
+        let pages: Vec<String> = batch
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send { relay, message } if *relay == own => {
+                    req_sub_id(message).map(str::to_owned)
+                }
+                _ => None,
+            })
+            .collect();
+        actions.extend(batch);
+        if pages.is_empty() {
+            break;
+        }
+        for page in pages {
+            let eose = RelayMessage::eose(SubscriptionId::new(page));
+            engine.handle_message(late, own, &eose.as_json());
+        }
+    }
+    assert_eq!(connects(&actions), 1, "the diff connects B");
+    assert_eq!(engine.relay_status(b), Status::Connecting);
+    engine.handle_timeout(late);
+    assert_eq!(connects(&drain(&mut engine)), 0, "no second connect");
+    assert_eq!(
+        engine.relay_status(b),
+        Status::Connecting,
+        "the attempt stands"
+    );
+}
