@@ -894,23 +894,7 @@ fn an_event_two_filters_share_proves_no_cut() {
 /// filters go on below its oldest second.
 #[test]
 fn a_relay_capping_per_req_loses_no_filter_of_a_cut_req() {
-    let mut sim = Sim::new(config());
-    let own = sim.own.clone();
-    let owner = keys(1);
-    let repo = coord(&owner, "r");
-    let issue = root(&keys(2), 1621, &[&repo], T0 - 100_000, "issue");
-    sim.seed(&own, &issue);
-    let a = sim.add_relay(A);
-    a.cap = 100;
-    a.events.push(issue.clone());
-    let quotes = (0..50).map(|i| {
-        let q = tag(&["q", &issue.id.to_hex()]);
-        sign(&keys(3), 1, T0 - 50_000 + i, vec![q], "a quote")
-    });
-    let replies = (0..150).map(|i| reply(&keys(3), &issue, T0 - 10_000 + i, "a reply"));
-    let history: Vec<Event> = quotes.chain(replies).collect();
-    sim.relay(A).events.extend(history.iter().cloned());
-    sim.seed(&own, &announcement(&owner, "r", &[OWN, A], T0 - 200_000));
+    let (mut sim, history) = capped_per_req((50, T0 - 50_000, 1), (150, T0 - 10_000, 1));
     sim.advance(Duration::from_secs(120));
     assert_eq!(sim.missing(&history), vec![], "every quote and reply");
     let shared = sim.reqs(A).iter().any(|(_, filters)| {
@@ -930,23 +914,7 @@ fn a_relay_capping_per_req_loses_no_filter_of_a_cut_req() {
 /// arrive.
 #[test]
 fn windows_packed_in_one_req_lose_nothing_on_a_relay_capping_per_req() {
-    let mut sim = Sim::new(config());
-    let own = sim.own.clone();
-    let owner = keys(1);
-    let repo = coord(&owner, "r");
-    let issue = root(&keys(2), 1621, &[&repo], T0 - 500_000, "issue");
-    sim.seed(&own, &issue);
-    let a = sim.add_relay(A);
-    a.cap = 100;
-    a.events.push(issue.clone());
-    let quotes = (0..100).map(|i| {
-        let q = tag(&["q", &issue.id.to_hex()]);
-        sign(&keys(3), 1, T0 - 400_000 + i * 7, vec![q], "a quote")
-    });
-    let replies = (0..2_000).map(|i| reply(&keys(3), &issue, T0 - 100_000 + i * 13, "a reply"));
-    let history: Vec<Event> = quotes.chain(replies).collect();
-    sim.relay(A).events.extend(history.iter().cloned());
-    sim.seed(&own, &announcement(&owner, "r", &[OWN, A], T0 - 600_000));
+    let (mut sim, history) = capped_per_req((100, T0 - 400_000, 7), (2_000, T0 - 100_000, 13));
     sim.advance(Duration::from_secs(600));
     assert_eq!(sim.missing(&history).len(), 0, "every quote and reply");
     let packed = sim.reqs(A).iter().map(|(_, f)| f.len()).max().unwrap_or(0);
@@ -955,6 +923,33 @@ fn windows_packed_in_one_req_lose_nothing_on_a_relay_capping_per_req() {
         "windows went several to a REQ: {packed} filters at most"
     );
     sim.check();
+}
+
+/// A repo whose issue is on the own relay and on `A`, which caps each REQ
+/// at 100 (all filters together, newest first) and states no NIP-11; `A`
+/// also holds quotes and replies of the issue, each `(count, first
+/// created_at, seconds apart)`. Returns the world and that history.
+fn capped_per_req(quotes: (u64, u64, u64), replies: (u64, u64, u64)) -> (Sim, Vec<Event>) {
+    let mut sim = Sim::new(config());
+    let own = sim.own.clone();
+    let owner = keys(1);
+    let repo = coord(&owner, "r");
+    let issue = root(&keys(2), 1621, &[&repo], T0 - 1_000_000, "issue");
+    sim.seed(&own, &issue);
+    let a = sim.add_relay(A);
+    a.cap = 100;
+    a.events.push(issue.clone());
+    let (n, from, step) = quotes;
+    let quotes = (0..n).map(|i| {
+        let q = tag(&["q", &issue.id.to_hex()]);
+        sign(&keys(3), 1, from + i * step, vec![q], "a quote")
+    });
+    let (n, from, step) = replies;
+    let replies = (0..n).map(|i| reply(&keys(3), &issue, from + i * step, "a reply"));
+    let history: Vec<Event> = quotes.chain(replies).collect();
+    sim.relay(A).events.extend(history.iter().cloned());
+    sim.seed(&own, &announcement(&owner, "r", &[OWN, A], T0 - 2_000_000));
+    (sim, history)
 }
 
 /// `n` comments on repo `coord` (tagged `A` alone, so each is its

@@ -37,11 +37,7 @@ const SPLIT_WITHIN: Duration = Duration::from_secs(2);
 impl Engine {
     /// A text frame from `relay`: parsed, checked and dispatched by kind.
     pub(super) fn receive_message(&mut self, now: Time, relay: RelayId, text: &str) {
-        let Some(conn) = self
-            .relays
-            .get_mut(relay.index())
-            .and_then(|s| s.conn_mut())
-        else {
+        let Some(conn) = self.conn_mut(relay) else {
             return;
         };
         conn.last_heard = now;

@@ -46,11 +46,7 @@ impl Engine {
 
     /// A pong from `relay` (see `Connection::pong`).
     pub(super) fn heard_pong(&mut self, now: Time, relay: RelayId) {
-        if let Some(conn) = self
-            .relays
-            .get_mut(relay.index())
-            .and_then(|s| s.conn_mut())
-        {
+        if let Some(conn) = self.conn_mut(relay) {
             conn.pong(now);
         }
     }

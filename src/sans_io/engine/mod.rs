@@ -555,11 +555,7 @@ impl Engine {
     /// NIP-77 was marked as not speaking it, for the process's life, when
     /// a first sync held its reads past `neg_timeout`.
     pub fn handle_reads_paused(&mut self, relay: RelayId) {
-        if let Some(conn) = self
-            .relays
-            .get_mut(relay.index())
-            .and_then(|s| s.conn_mut())
-        {
+        if let Some(conn) = self.conn_mut(relay) {
             conn.pause_reads();
         }
     }
@@ -927,14 +923,15 @@ impl Engine {
         self.generations
     }
 
-    /// The relay's open connection, if any.
+    /// The relay's open connection, if any. Checked: the host's inputs
+    /// name relays by id, and a stale one names no relay.
     fn conn(&self, relay: RelayId) -> Option<&Connection> {
-        self.relays[relay.index()].conn()
+        self.relays.get(relay.index())?.conn()
     }
 
-    /// The relay's open connection, if any.
+    /// The relay's open connection, if any (checked, as [`Self::conn`]).
     fn conn_mut(&mut self, relay: RelayId) -> Option<&mut Connection> {
-        self.relays[relay.index()].conn_mut()
+        self.relays.get_mut(relay.index())?.conn_mut()
     }
 
     /// The history in flight on the relay's connection, if any.

@@ -1243,11 +1243,7 @@ impl Engine {
 
     /// `relay` is read again (`Connection::reads_resumed`).
     pub(super) fn neg_reads_resumed(&mut self, relay: RelayId, now: Time) {
-        if let Some(conn) = self
-            .relays
-            .get_mut(relay.index())
-            .and_then(|s| s.conn_mut())
-        {
+        if let Some(conn) = self.conn_mut(relay) {
             conn.reads_resumed(now);
         }
     }

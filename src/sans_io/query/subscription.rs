@@ -536,10 +536,10 @@ pub(crate) const WINDOWS: usize = 16;
 /// counts). Where the filter has no `since`, the next ones double in
 /// width, so a history much longer than the page is split again by their
 /// own first pages; where it has one, the windows share its range
-/// evenly. The last reaches down to the filter's own `since`. Together they ask exactly the seconds
-/// the continuation asked, no second twice. Returns the other windows,
-/// newest first within each filter's and rank by rank (window `j + 1` of
-/// every split filter before window `j + 2` of any), for [`pack`].
+/// evenly. The last reaches down to the filter's own `since`. Together
+/// they ask exactly the seconds the continuation asked, no second twice.
+/// Returns the other windows, newest first: rank by rank, window `j + 1`
+/// of every split filter before window `j + 2` of any, for [`pack`].
 pub(crate) fn windows(next: &mut [PageFilter], spans: &[Span], most: usize) -> Vec<PageFilter> {
     let mut groups: Vec<Vec<PageFilter>> = Vec::new();
     for span in spans {
@@ -606,17 +606,14 @@ pub(crate) fn pack(windows: Vec<PageFilter>, filters: usize, bytes: usize) -> Ve
     let mut size = 0;
     for window in windows {
         let len = window.filter.as_json().len() + 1;
-        let fits = reqs
-            .last()
-            .is_some_and(|r| r.len() < filters.max(1) && size + len <= bytes);
-        if !fits {
-            reqs.push(Vec::new());
-            size = 0;
+        match reqs.last_mut() {
+            Some(req) if req.len() < filters.max(1) && size + len <= bytes => req.push(window),
+            _ => {
+                reqs.push(vec![window]);
+                size = 0;
+            }
         }
         size += len;
-        if let Some(req) = reqs.last_mut() {
-            req.push(window);
-        }
     }
     reqs
 }
@@ -851,23 +848,23 @@ mod tests {
         }
     }
 
+    /// Each window's `since` and `until`, in seconds.
+    fn ranges(windows: &[PageFilter]) -> Vec<(Option<u64>, Option<u64>)> {
+        let secs = |t: Option<Timestamp>| t.map(|t| t.as_secs());
+        windows
+            .iter()
+            .map(|p| (secs(p.filter.since), secs(p.filter.until)))
+            .collect()
+    }
+
     #[test]
     fn a_range_without_a_floor_is_split_in_doubling_windows() {
         let f = filter().until(Timestamp::from_secs(100_000));
         let mut next = vec![PageFilter::first(f)];
         let rest = windows(&mut next, &[span(0, 100_100)], 4);
         assert_eq!(next[0].filter.since, Some(Timestamp::from_secs(99_901)));
-        let ranges: Vec<_> = rest
-            .iter()
-            .map(|p| {
-                (
-                    p.filter.since.map(|t| t.as_secs()),
-                    p.filter.until.map(|t| t.as_secs()),
-                )
-            })
-            .collect();
         assert_eq!(
-            ranges,
+            ranges(&rest),
             vec![
                 (Some(99_701), Some(99_900)),
                 (Some(99_301), Some(99_700)),
@@ -885,17 +882,8 @@ mod tests {
         let rest = windows(&mut next, &[span(0, 100_100)], 4);
         // 10,000 seconds in four windows of 2,500: a page is 100 of them.
         assert_eq!(next[0].filter.since, Some(Timestamp::from_secs(97_501)));
-        let ranges: Vec<_> = rest
-            .iter()
-            .map(|p| {
-                (
-                    p.filter.since.map(|t| t.as_secs()),
-                    p.filter.until.map(|t| t.as_secs()),
-                )
-            })
-            .collect();
         assert_eq!(
-            ranges,
+            ranges(&rest),
             vec![
                 (Some(95_001), Some(97_500)),
                 (Some(92_501), Some(95_000)),
