@@ -254,6 +254,9 @@ impl OwnRelayClient {
             debug!("own relay reads messages of {max_bytes} bytes at most");
             self.outbox.handle_stated_limit(max_bytes);
         }
+        if let Some(subscriptions) = info.max_subscriptions {
+            self.listings.handle_stated_limit(subscriptions);
+        }
     }
 
     /// Gives back the room bursts left in the client's queues (a restart
