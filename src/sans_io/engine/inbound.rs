@@ -399,7 +399,7 @@ impl Engine {
                     "{}: page {page} of {id:x} full; asking the next",
                     self.relay_url(relay)
                 );
-                let windows = match self.may_split(relay, page, &work, answered_in) {
+                let windows = match self.may_split(relay, &work, answered_in) {
                     true => self.pack_windows(relay, windows(&mut filters, &end.spans, WINDOWS)),
                     false => Vec::new(),
                 };
@@ -533,28 +533,23 @@ impl Engine {
     }
 
     /// Whether the rest of a chain's range may be read by several chains
-    /// at once (`subscription::windows`): only from a chain's first page,
-    /// or its second after a probe of the first's cut (each window is a
-    /// chain whose own first pages may split again),
-    /// only for history some batch waits for (a live set's look-back
-    /// stays one chain), only when the page came back within
-    /// [`SPLIT_WITHIN`] (`answered_in`: parallel REQs help a relay the
-    /// path makes slow, and only queue on one that answers one message
-    /// at a time), and not while the relay's queue of pages is long (a
-    /// relay answering every window with a full page cannot make the
-    /// queue grow past it).
-    fn may_split(
-        &self,
-        relay: RelayId,
-        page: u32,
-        work: &[WorkRef],
-        answered_in: Duration,
-    ) -> bool {
+    /// at once (`subscription::windows`): from any full page of a chain
+    /// (each window is a chain whose own full pages may split again; a
+    /// window denser than its first page showed was read one page a round
+    /// trip when only first pages split: 20 pages at 265 ms after the rest
+    /// of a GRASP-shaped first sync had ended), only for history some
+    /// batch waits for (a live set's look-back stays one chain), only when
+    /// the page came back within [`SPLIT_WITHIN`] (`answered_in`: parallel
+    /// REQs help a relay the path makes slow, and only queue on one that
+    /// answers one message at a time), and not while the relay's queue of
+    /// pages is long (a relay answering every window with a full page
+    /// cannot make the queue grow past it).
+    fn may_split(&self, relay: RelayId, work: &[WorkRef], answered_in: Duration) -> bool {
         let queued = self
             .conn(relay)
             .and_then(|c| c.flight())
             .map_or(0, |f| f.next_pages.len());
-        page <= 2 && !work.is_empty() && answered_in <= SPLIT_WITHIN && queued < MAX_QUEUED_PAGES
+        !work.is_empty() && answered_in <= SPLIT_WITHIN && queued < MAX_QUEUED_PAGES
     }
 
     /// `windows` packed into REQs within `relay`'s limits on filters and
