@@ -132,10 +132,42 @@ impl Flight {
             && self.value_notice.is_none()
             && !self.consolidating
     }
+
+    /// A chunk queued before the relay refused that many tag values is
+    /// split to the relay's chunk `size`, so no REQ repeats what it refused.
+    pub(super) fn split_front_chunk(&mut self, size: usize) {
+        if self.work.front().is_none_or(|w| w.items.len() <= size) {
+            return;
+        }
+        let Some(work) = self.work.pop_front() else {
+            return;
+        };
+        let parts = work.items.chunks(size).map(|items| WorkRef {
+            batch: work.batch,
+            items: items.to_vec(),
+        });
+        let parts: Vec<WorkRef> = parts.collect();
+        if let Some(b) = self.batches.get_mut(&work.batch) {
+            b.chunks_left += parts.len() as u32 - 1;
+        }
+        for part in parts.into_iter().rev() {
+            self.work.push_front(part);
+        }
+    }
 }
 
 /// Work given back to the queues: by a negentropy job, or found by one.
 impl Flight {
+    /// `n` more chains complete each chunk of `work`: its batch waits for
+    /// them all.
+    pub(super) fn add_chains(&mut self, work: &[WorkRef], n: u32) {
+        for w in work {
+            if let Some(b) = self.batches.get_mut(&w.batch) {
+                b.chunks_left += n;
+            }
+        }
+    }
+
     /// Chunks a negentropy job gave back go to the front of the queue, in
     /// their order: `for_req` marks their batches for REQ (the job
     /// failed), else they wait for negentropy again (the relay's limit on
@@ -179,11 +211,7 @@ impl Flight {
         started: Time,
         extra: u32,
     ) {
-        for w in work {
-            if let Some(b) = self.batches.get_mut(&w.batch) {
-                b.chunks_left += extra;
-            }
-        }
+        self.add_chains(work, extra);
         for filter in filters {
             self.next_pages.push_back(NextPage {
                 filters: vec![PageFilter::first(filter)],

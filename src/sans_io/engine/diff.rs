@@ -239,7 +239,9 @@ impl Engine {
         let mut roots = Vec::new();
         let mut suspects = Vec::new();
         for item in std::mem::take(&mut state.targets.queued) {
-            if !self.askable(relay, item) {
+            let (state, mut cx) = self.at(relay);
+            let facts = &mut state.facts;
+            if !facts.bad_values.askable(&mut cx, &mut facts.limits, item) {
                 continue;
             }
             let state = &mut self.relays[relay.index()];

@@ -12,15 +12,16 @@ use log::{debug, info, warn};
 use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
 use super::connection::LiveMode;
+use super::ctx::Ctx;
 use super::limits::{MIN_MESSAGE_BYTES, REQ_OVERHEAD};
-use super::relay::Link;
+use super::relay::{Link, RelayState};
 use super::{ConnTimer, Engine, Offence, Output};
 use crate::sans_io::memory::index::{
     Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, is_index_kind,
 };
 use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::query::subscription::{
-    NextPage, PageFilter, Purpose, Scope, Subscription, WINDOWS, WorkRef, pack, windows,
+    NextPage, PageFilter, Purpose, Saturated, Scope, Subscription, WINDOWS, WorkRef, pack, windows,
 };
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
@@ -341,28 +342,16 @@ impl Engine {
         self.index.root_id(&id).map(Item::Root)
     }
 
+    /// A subscription's stored events ended: a page's chain goes on or
+    /// completes its chunks (`RelayState::end_page`), and what the page
+    /// showed of the relay's cap settles its unsure seconds.
     fn on_eose(&mut self, relay: RelayId, sub: Option<u64>, now: Time) {
-        let limit = self.page_limit(relay);
-        let max_pages = self.config.max_pages;
         let Some(id) = sub else { return };
-        let state = self.relay(relay);
-        let Link::Up(conn) = &mut state.link else {
+        let (state, mut cx) = self.at(relay);
+        let Some(scope) = state.eose(&mut cx, id) else {
             return;
         };
-        let Some(s) = conn.subs.get_mut(id) else {
-            return;
-        };
-        if s.eose {
-            return;
-        }
-        s.eose = true;
-        s.heard = true;
-        let (timer, own) = (s.eose_timer.take(), s.scope == Scope::Own);
-        state.facts.health.record_success();
-        if let Some(timer) = timer {
-            self.timers.cancel(timer);
-        }
-        if own {
+        if scope == Scope::Own {
             // Everything before now is read: a re-subscription after a
             // refusal need only reach back over the quick window.
             let back = now.saturating_sub(self.config.quick_reconnect);
@@ -370,73 +359,24 @@ impl Engine {
         }
         self.climb_limit(relay, now);
         self.suspect_skipped(relay, id, now);
-        let state = self.relay(relay);
-        let Link::Up(conn) = &mut state.link else {
+        let neg = self.negentropy_usable(relay);
+        let (state, mut cx) = self.at(relay);
+        let Some((done, unsure)) = state.end_page(&mut cx, id, neg, now) else {
             return;
         };
-        let Some(s) = conn.subs.get_mut(id) else {
-            return;
-        };
-        let end = s.next_page(limit, &mut state.facts.result_cap);
-        s.end_stored();
-        let next = end.next;
-        let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
-        let answered_in = now.since(s.sent);
-        let work = std::mem::take(&mut s.work);
-        // A finished page is closed before its follow-up opens: the relay
-        // never sees one subscription more than we count.
-        if purpose == Purpose::Page {
-            self.close_subscription(relay, id);
-        } else {
-            s.compact();
-        }
-        for saturated in end.saturated {
-            self.split_saturated(relay, saturated, scope, &work, started, now);
-        }
-        match next {
-            Some(mut filters) if page < max_pages => {
-                debug!(
-                    "{}: page {page} of {id:x} full; asking the next",
-                    self.relay_url(relay)
-                );
-                let windows = match self.may_split(relay, page, &work, answered_in) {
-                    true => self.pack_windows(relay, windows(&mut filters, &end.spans, WINDOWS)),
-                    false => Vec::new(),
-                };
-                self.add_chains(relay, &work, windows.len() as u32);
-                let pages = std::iter::once((filters, page + 1))
-                    .chain(windows.into_iter().map(|w| (w, 1)))
-                    .map(|(filters, page)| NextPage {
-                        filters,
-                        scope,
-                        work: work.clone(),
-                        page,
-                        started,
-                        reconcile: None,
-                    });
-                if let Some(flight) = self.start_flight(relay) {
-                    flight.next_pages.extend(pages);
-                }
+        if let Some(done) = done {
+            for w in done {
+                self.complete_chunk(relay, w.batch, now);
             }
-            _ => {
-                if next.is_some() {
-                    warn!(
-                        "{}: {id:x} passed {max_pages} pages; rest given up",
-                        self.relay_url(relay)
-                    );
-                }
-                self.clear_suspects(relay, &work);
-                for w in work {
-                    self.complete_chunk(relay, w.batch, now);
-                }
-                if scope == Scope::Own {
-                    self.close_batch_window_early(now);
-                }
+            if scope == Scope::Own {
+                self.close_batch_window_early(now);
             }
         }
         // After the chunks completed: whether history is read decides.
-        self.note_unsure(relay, end.unsure, scope);
-        self.recheck_unsure(relay, now);
+        let neg = self.negentropy_usable(relay);
+        let (state, mut cx) = self.at(relay);
+        state.note_unsure(&cx, unsure, scope);
+        state.recheck_unsure(&mut cx, neg, now);
         self.dirty.push(relay);
         self.maybe_consolidate(relay, now);
     }
@@ -501,7 +441,10 @@ impl Engine {
         });
         match newest_silent.and_then(|id| self.close_subscription(relay, id)) {
             Some(s) => self.refused(relay, s, refusal, now),
-            None => self.lower_limits(relay, refusal, 0, now),
+            None => {
+                let (state, mut cx) = self.at(relay);
+                state.lower_limits(&mut cx, refusal, 0, now)
+            }
         }
         self.suspect_silent(relay, u64::MAX, now);
     }
@@ -532,39 +475,6 @@ impl Engine {
         true
     }
 
-    /// Whether the rest of a chain's range may be read by several chains
-    /// at once (`subscription::windows`): only from a chain's first page,
-    /// or its second after a probe of the first's cut (each window is a
-    /// chain whose own first pages may split again),
-    /// only for history some batch waits for (a live set's look-back
-    /// stays one chain), only when the page came back within
-    /// [`SPLIT_WITHIN`] (`answered_in`: parallel REQs help a relay the
-    /// path makes slow, and only queue on one that answers one message
-    /// at a time), and not while the relay's queue of pages is long (a
-    /// relay answering every window with a full page cannot make the
-    /// queue grow past it).
-    fn may_split(
-        &self,
-        relay: RelayId,
-        page: u32,
-        work: &[WorkRef],
-        answered_in: Duration,
-    ) -> bool {
-        let queued = self
-            .conn(relay)
-            .and_then(|c| c.flight())
-            .map_or(0, |f| f.next_pages.len());
-        page <= 2 && !work.is_empty() && answered_in <= SPLIT_WITHIN && queued < MAX_QUEUED_PAGES
-    }
-
-    /// `windows` packed into REQs within `relay`'s limits on filters and
-    /// bytes per REQ (`subscription::pack`).
-    fn pack_windows(&self, relay: RelayId, windows: Vec<PageFilter>) -> Vec<Vec<PageFilter>> {
-        let limits = &self.relays[relay.index()].facts.limits;
-        let bytes = limits.message_bytes.saturating_sub(REQ_OVERHEAD);
-        pack(windows, limits.filters_per_req, bytes)
-    }
-
     /// A subscription ended without finishing: fail its batches, learn from
     /// the reason, and retry later (never drop the work).
     pub(super) fn refused(
@@ -577,7 +487,8 @@ impl Engine {
         self.note_refusal(relay);
         self.give_back(relay, &sub, now);
         if sub.scope == Scope::Own {
-            self.pause(relay, refusal, now);
+            let (state, mut cx) = self.at(relay);
+            state.pause(&mut cx, refusal, now);
             return;
         }
         if refusal == Refusal::AuthRequired {
@@ -586,7 +497,10 @@ impl Engine {
         if let Refusal::BadValue { too_long } = refusal {
             // Asked again at once, split: each round halves the suspects'
             // chunks, so the offending item stands alone in a few rounds.
-            return self.isolate_bad_value(relay, &sub, too_long);
+            let (state, mut cx) = self.at(relay);
+            let (facts, targets) = (&mut state.facts, &mut state.targets);
+            let bad = &mut facts.bad_values;
+            return bad.refused(&mut cx, (&mut facts.limits, targets), &sub, too_long);
         }
         if refusal.is_limit() && !self.relays[relay.index()].facts.limits.at_floor(refusal) {
             let hint = match refusal {
@@ -597,11 +511,13 @@ impl Engine {
                 // others learn from what the refused REQ carried.
                 _ => sub.filter_count,
             };
-            self.lower_limits(relay, refusal, hint, now);
+            let (state, mut cx) = self.at(relay);
+            state.lower_limits(&mut cx, refusal, hint, now);
         } else {
             // A limit already as low as it goes is not a limit: retrying at
             // once would loop, so it backs off like any refusal.
-            self.pause(relay, refusal, now);
+            let (state, mut cx) = self.at(relay);
+            state.pause(&mut cx, refusal, now);
         }
     }
 
@@ -625,9 +541,135 @@ impl Engine {
             coverage.gap_from(lost);
         }
     }
+}
 
-    fn lower_limits(&mut self, relay: RelayId, refusal: Refusal, hint: usize, now: Time) {
-        let facts = &mut self.relay(relay).facts;
+/// A relay's steps on what it answered: a page's end, and what a refusal
+/// teaches.
+impl RelayState {
+    /// EOSE of subscription `id`: it is past its stored events and heard
+    /// from, the relay did its part (`HealthTracker::record_success`), and
+    /// its deadline is taken back. Its scope, unless it is unknown or had
+    /// its EOSE already.
+    fn eose(&mut self, cx: &mut Ctx, id: u64) -> Option<Scope> {
+        let Link::Up(conn) = &mut self.link else {
+            return None;
+        };
+        let s = conn.subs.get_mut(id).filter(|s| !s.eose)?;
+        s.eose = true;
+        s.heard = true;
+        let (timer, scope) = (s.eose_timer.take(), s.scope);
+        self.facts.health.record_success();
+        if let Some(timer) = timer {
+            cx.cancel(timer);
+        }
+        Some(scope)
+    }
+
+    /// Subscription `id`'s page ended: a page is closed before its
+    /// follow-up opens (the relay never sees one subscription more than
+    /// we count), a live one compacted; its saturated seconds are asked
+    /// in parts; a full page queues the next, and windows of the rest
+    /// where it may (`may_split`). Returns the chunks of a chain that
+    /// ended, to complete, and the unsure seconds the page found; `None`
+    /// when the subscription is gone. `neg`: see `split_saturated`.
+    #[allow(clippy::type_complexity)]
+    fn end_page(
+        &mut self,
+        cx: &mut Ctx,
+        id: u64,
+        neg: bool,
+        now: Time,
+    ) -> Option<(Option<Vec<WorkRef>>, Vec<Saturated>)> {
+        let (limit, max_pages) = (self.page_limit(), cx.config.max_pages);
+        let Link::Up(conn) = &mut self.link else {
+            return None;
+        };
+        let s = conn.subs.get_mut(id)?;
+        let end = s.next_page(limit, &mut self.facts.result_cap);
+        s.end_stored();
+        let next = end.next;
+        let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
+        let answered_in = now.since(s.sent);
+        let work = std::mem::take(&mut s.work);
+        if purpose == Purpose::Page {
+            self.close_subscription(cx, id);
+        } else {
+            s.compact();
+        }
+        for saturated in end.saturated {
+            self.split_saturated(cx, neg, saturated, scope, &work, started, now);
+        }
+        match next {
+            Some(mut filters) if page < max_pages => {
+                debug!("{}: page {page} of {id:x} full; asking the next", cx.url());
+                let windows = match self.may_split(page, &work, answered_in) {
+                    true => self.pack_windows(windows(&mut filters, &end.spans, WINDOWS)),
+                    false => Vec::new(),
+                };
+                let chains = windows.len() as u32;
+                let pages = std::iter::once((filters, page + 1))
+                    .chain(windows.into_iter().map(|w| (w, 1)))
+                    .map(|(filters, page)| NextPage {
+                        filters,
+                        scope,
+                        work: work.clone(),
+                        page,
+                        started,
+                        reconcile: None,
+                    });
+                if let Some(conn) = self.conn_mut() {
+                    let flight = conn.start_flight();
+                    flight.add_chains(&work, chains);
+                    flight.next_pages.extend(pages);
+                }
+                Some((None, end.unsure))
+            }
+            _ => {
+                if next.is_some() {
+                    warn!(
+                        "{}: {id:x} passed {max_pages} pages; rest given up",
+                        cx.url()
+                    );
+                }
+                let bad = &mut self.facts.bad_values;
+                bad.clear(work.iter().flat_map(|w| w.items.iter()));
+                Some((Some(work), end.unsure))
+            }
+        }
+    }
+
+    /// Whether the rest of a chain's range may be read by several chains
+    /// at once (`subscription::windows`): only from a chain's first page,
+    /// or its second after a probe of the first's cut (each window is a
+    /// chain whose own first pages may split again),
+    /// only for history some batch waits for (a live set's look-back
+    /// stays one chain), only when the page came back within
+    /// [`SPLIT_WITHIN`] (`answered_in`: parallel REQs help a relay the
+    /// path makes slow, and only queue on one that answers one message
+    /// at a time), and not while the relay's queue of pages is long (a
+    /// relay answering every window with a full page cannot make the
+    /// queue grow past it).
+    fn may_split(&self, page: u32, work: &[WorkRef], answered_in: Duration) -> bool {
+        let queued = self
+            .conn()
+            .and_then(|c| c.flight())
+            .map_or(0, |f| f.next_pages.len());
+        page <= 2 && !work.is_empty() && answered_in <= SPLIT_WITHIN && queued < MAX_QUEUED_PAGES
+    }
+
+    /// `windows` packed into REQs within the relay's limits on filters and
+    /// bytes per REQ (`subscription::pack`).
+    fn pack_windows(&self, windows: Vec<PageFilter>) -> Vec<Vec<PageFilter>> {
+        let limits = &self.facts.limits;
+        let bytes = limits.message_bytes.saturating_sub(REQ_OVERHEAD);
+        pack(windows, limits.filters_per_req, bytes)
+    }
+
+    /// A limit refusal lowers the limit it names, to below `hint` (what
+    /// the refused REQ carried) where that teaches more; the relay's
+    /// queued work is diffed again under it.
+    fn lower_limits(&mut self, cx: &mut Ctx, refusal: Refusal, hint: usize, now: Time) {
+        let facts = &mut self.facts;
         let limits = &mut facts.limits;
         match refusal {
             Refusal::TooManySubscriptions => {
@@ -653,32 +695,24 @@ impl Engine {
             }
             _ => {}
         }
-        info!(
-            "{}: limits now {:?}",
-            self.relay_url(relay),
-            self.relays[relay.index()].facts.limits
-        );
-        self.dirty.push(relay);
+        info!("{}: limits now {:?}", cx.url(), self.facts.limits);
+        cx.mark_dirty();
     }
 
-    /// Stops historic work on `relay` until a backoff (or rate-limit cooldown) ends.
-    fn pause(&mut self, relay: RelayId, refusal: Refusal, now: Time) {
-        let policy = self.policy;
-        let state = &mut self.relays[relay.index()];
+    /// Stops historic work until a backoff (or rate-limit cooldown) ends.
+    fn pause(&mut self, cx: &mut Ctx, refusal: Refusal, now: Time) {
+        let (facts, policy) = (&mut self.facts, cx.policy);
         let until = match refusal {
-            Refusal::RateLimited => state.facts.health.record_rate_limit(now, &policy),
+            Refusal::RateLimited => facts.health.record_rate_limit(now, policy),
             _ => {
-                let penalty = state.facts.conduct.backoff_steps();
-                state
-                    .facts
-                    .health
-                    .record_refusal(now, &policy, penalty, &mut self.rng)
+                let penalty = facts.conduct.backoff_steps();
+                facts.health.record_refusal(now, policy, penalty, cx.rng)
             }
         };
-        if let Some(conn) = state.conn_mut() {
+        if let Some(conn) = self.conn_mut() {
             conn.paused_until = Some(until);
         }
-        self.arm_conn(until, relay, ConnTimer::Resume);
+        self.arm(cx, until, ConnTimer::Resume);
     }
 }
 

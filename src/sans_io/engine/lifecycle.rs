@@ -278,7 +278,8 @@ impl Engine {
     /// accepted that way.
     fn daily_sync(&mut self, relay: RelayId, now: Time) {
         info!("{}: daily fresh sync", self.relay_url(relay));
-        self.close_all_subscriptions(relay);
+        let (state, mut cx) = self.at(relay);
+        state.close_all_subscriptions(&mut cx);
         self.close_all_sessions(relay);
         let jobs = self.relay(relay).restart_flight();
         self.start_reading(relay, true, None, now);
@@ -296,7 +297,8 @@ impl Engine {
         if relay == self.own {
             self.subscribe_self(since, now);
         } else {
-            self.subscribe_live(relay, since, !fresh, now);
+            let (state, mut cx) = self.at(relay);
+            state.subscribe_live(&mut cx, since, !fresh, now);
             self.requeue_all(relay);
         }
         if fresh {

@@ -18,14 +18,21 @@
 //! returns into actions, timers, counters and log lines. A step that
 //! reads or writes one relay's state only is a method of that state
 //! (`RelayState`, `Facts`, `Connection`, `Flight`, `Targets`, `Auth`,
-//! `BadValues`, `NegJob`), not of the engine:
+//! `BadValues`, `NegJob`), not of the engine, even when it needs the
+//! config, the index or an output: those it reaches through a `Ctx`:
 //!
 //! - `inbound`: messages from relays (events, EOSE, CLOSED, NOTICE, OK).
 //! - `lifecycle`: connect, reconnect, disconnect, keepalive, daily sync.
 //! - `diff`: the batch window and the three-way diff (`Batching`).
-//! - `requests`: REQs within a relay's limits, live sets, consolidation.
-//!   The filters it built for a REQ they did not fit are a `BuiltChunk`
-//!   (`built_chunk`), held by the relay table.
+//! - `requests`: history packed into REQs within a relay's limits, and
+//!   a relay's subscriptions opened and closed. The filters it built for
+//!   a REQ they did not fit are a `BuiltChunk` (`built_chunk`), held by
+//!   the relay table.
+//! - `live_set`: a relay's live subscriptions, per-id or wide, and their
+//!   consolidation.
+//! - `ctx`: what a step of one relay's state reaches of the engine
+//!   (`Ctx`: config, index, counters, and the queues of actions and
+//!   timers), lent beside the relay's state by `Engine::at`.
 //! - `nip77`: the NIP-77 pipeline, listings → reconciliations → id
 //!   fetches. `Nip77` owns what relays share (the sink's listings,
 //!   `listing_cache`; the turns, `neg_turns`; the bound on ids in hand,
@@ -80,6 +87,7 @@ mod built_chunk;
 mod conduct;
 mod connection;
 mod coverage;
+mod ctx;
 mod diff;
 mod failure_log;
 mod id_budget;
@@ -88,6 +96,7 @@ mod lifecycle;
 mod limit_probe;
 mod limits;
 mod listing_cache;
+mod live_set;
 mod neg_turns;
 mod nip77;
 mod relay;
@@ -126,6 +135,7 @@ use crate::sans_io::wire::relay_info::RelayInfo;
 use crate::sans_io::wire::relay_text::LogBudget;
 use crate::sans_io::wire::signature::Verifier;
 use connection::{Connection, Flight};
+use ctx::Ctx;
 use diff::Batching;
 use limits::Limits;
 use nip77::Nip77;
@@ -891,11 +901,11 @@ impl Engine {
         self.relays[relay.index()].facts.limits.page_limit
     }
 
-    /// Items per historic chunk and per live per-id filter on `relay`:
-    /// ours, or fewer if the relay refuses that many tag values.
+    /// Items per historic chunk and per live per-id filter on `relay`
+    /// (`Limits::chunk_size`).
     fn chunk_size(&self, relay: RelayId) -> usize {
         let limits = &self.relays[relay.index()].facts.limits;
-        self.config.chunk_size.min(limits.tag_values).max(1)
+        limits.chunk_size(self.config.chunk_size)
     }
 
     fn arm(&mut self, at: Time, timer: Timer) -> TimerId {
@@ -906,13 +916,27 @@ impl Engine {
     /// attempt) at `at`, rounded up to the whole second if it only catches
     /// a lack of progress ([`ConnTimer::rounded`]).
     fn arm_conn(&mut self, at: Time, relay: RelayId, timer: ConnTimer) -> Option<TimerId> {
-        let generation = self.relays[relay.index()].generation()?;
-        let at = if timer.rounded() {
-            whole_second(at)
-        } else {
-            at
+        let (state, mut cx) = self.at(relay);
+        state.arm(&mut cx, at, timer)
+    }
+
+    /// The relay's state and what its steps reach of the engine, borrowed
+    /// side by side: for a step of `RelayState` (or of what it holds).
+    fn at(&mut self, relay: RelayId) -> (&mut RelayState, Ctx<'_>) {
+        let cx = Ctx {
+            relay,
+            config: &self.config,
+            policy: &self.policy,
+            index: &self.index,
+            stats: &mut self.stats,
+            rng: &mut self.rng,
+            actions: &mut self.actions,
+            timers: &mut self.timers,
+            log_budget: &mut self.log_budget,
+            next_sub: &mut self.next_sub,
+            dirty: &mut self.dirty,
         };
-        Some(self.arm(at, Timer::Conn(relay, generation, timer)))
+        (&mut self.relays[relay.index()], cx)
     }
 
     /// A number no connection or connect attempt had before: its timers

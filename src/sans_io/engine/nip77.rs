@@ -1167,7 +1167,8 @@ impl Engine {
         if let Some((sat, scope)) = job.second {
             // REQ already read what it could of that second: the parts
             // by kind take over from this job's chain, which ends.
-            self.split_by_kind(relay, sat, scope, &job.work, job.started, now);
+            let (state, mut cx) = self.at(relay);
+            state.split_by_kind(&mut cx, sat, scope, &job.work, job.started, now);
             for w in &job.work {
                 self.complete_chunk(relay, w.batch, now);
             }
