@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::auth::Auth;
 use super::built_chunk::BuiltChunk;
-use super::nip77::NegJobs;
+use super::neg_job::NegJobs;
 use super::saturated::Unsure;
 use super::sub_table::SubTable;
 use crate::sans_io::memory::index::Item;

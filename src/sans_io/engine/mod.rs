@@ -36,8 +36,9 @@
 //! - `nip77`: the NIP-77 pipeline, listings → reconciliations → id
 //!   fetches. `Nip77` owns what relays share (the sink's listings,
 //!   `listing_cache`; the turns, `neg_turns`; the bound on ids in hand,
-//!   `id_budget`); each `NegJob` lives in its connection's `Flight` and
-//!   owns its session and the ids it found; `NegSupport` is a relay fact.
+//!   `id_budget`); each `NegJob` (`neg_job`) lives in its connection's
+//!   `Flight` and owns its session and the ids it found; `NegSupport` is
+//!   a relay fact.
 //! - `auth`: NIP-42 (`Auth`, whose state machine is private to it).
 //! - `bad_values`: a refusal of one value narrowed down to its item
 //!   (`BadValues`, in a relay's facts).
@@ -64,10 +65,12 @@
 //!   for it.
 //!
 //! Imports go one way, so there is no cycle: `auth`, `bad_values`,
-//! `conduct`, `limit_probe`, `nip77` and `saturated` own state types
-//! that `connection` and `relay` aggregate (they never import those back); `limits`, `targets`
-//! and `coverage` are leaves; `inbound`, `lifecycle`, `diff` and
-//! `requests` work on the relay table. This file names only the
+//! `conduct`, `limit_probe`, `nip77`, `neg_job` and `saturated` own state
+//! types that `connection` and `relay` aggregate (none imports
+//! `connection`, and only `saturated`, whose steps are `RelayState`'s,
+//! imports `relay`, which names nothing of it); `limits`, `targets`,
+//! `coverage` and `ctx` are leaves; `inbound`, `lifecycle`, `diff`,
+//! `requests` and `live_set` work on the relay table. This file names only the
 //! children's types: their state (`RelayState`, `Connection`, `Flight`,
 //! `Limits`, `Role`, `Batching`, `Nip77`) and the public `ItemState`
 //! and `Offence` it re-exports. The aspects still call each other's
@@ -97,6 +100,7 @@ mod limit_probe;
 mod limits;
 mod listing_cache;
 mod live_set;
+mod neg_job;
 mod neg_turns;
 mod nip77;
 mod relay;
