@@ -905,13 +905,6 @@ impl Engine {
         self.relays[relay.index()].facts.limits.page_limit
     }
 
-    /// Items per historic chunk and per live per-id filter on `relay`
-    /// (`Limits::chunk_size`).
-    fn chunk_size(&self, relay: RelayId) -> usize {
-        let limits = &self.relays[relay.index()].facts.limits;
-        limits.chunk_size(self.config.chunk_size)
-    }
-
     fn arm(&mut self, at: Time, timer: Timer) -> TimerId {
         self.timers.insert(at.as_millis(), timer)
     }

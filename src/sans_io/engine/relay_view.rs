@@ -155,7 +155,7 @@ impl RelayState {
     /// A batch was confirmed: if none is left and nothing waits to be
     /// asked, its first history is read. The scan of its items runs only
     /// when its last batch ends, and never once it is done.
-    fn note_batch_confirmed(&mut self) {
+    pub(super) fn note_batch_confirmed(&mut self) {
         let pending = self.conn().is_some_and(|c| c.batches() > 0);
         if self.facts.notes.first_history_done || pending {
             return;
@@ -210,11 +210,6 @@ impl Engine {
     pub(super) fn note_refusal(&mut self, relay: RelayId) {
         self.stats.refusals += 1;
         self.relay(relay).facts.notes.refusals += 1;
-    }
-
-    /// A batch of `relay` was confirmed (`RelayState::note_batch_confirmed`).
-    pub(super) fn note_batch_confirmed(&mut self, relay: RelayId) {
-        self.relay(relay).note_batch_confirmed();
     }
 }
 
