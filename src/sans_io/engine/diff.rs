@@ -340,7 +340,7 @@ impl RelayState {
     }
 
     /// One chunk of `batch` reached its last EOSE at `now`.
-    fn complete_chunk(&mut self, cx: &mut Ctx, batch: u64, now: Time) {
+    pub(super) fn complete_chunk(&mut self, cx: &mut Ctx, batch: u64, now: Time) {
         let Link::Up(conn) = &mut self.link else {
             return;
         };

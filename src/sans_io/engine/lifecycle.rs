@@ -280,7 +280,7 @@ impl Engine {
         info!("{}: daily fresh sync", self.relay_url(relay));
         let (state, mut cx) = self.at(relay);
         state.close_all_subscriptions(&mut cx);
-        self.close_all_sessions(relay);
+        state.close_all_sessions(&mut cx);
         let jobs = self.relay(relay).restart_flight();
         self.start_reading(relay, true, None, now);
         self.neg_jobs_dropped(relay, jobs, now);

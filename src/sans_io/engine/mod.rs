@@ -577,7 +577,9 @@ impl Engine {
     /// The shell reads `relay` again: its sessions get a whole
     /// `neg_timeout` from `now` to be heard.
     pub fn handle_reads_resumed(&mut self, now: Time, relay: RelayId) {
-        self.neg_reads_resumed(relay, now);
+        if let Some(conn) = self.conn_mut(relay) {
+            conn.reads_resumed(now);
+        }
     }
 
     /// The relay's NIP-11 document, fetched for [`Action::FetchInfo`]
@@ -900,11 +902,6 @@ fn backoff_policy(config: &Config) -> BackoffPolicy {
 
 /// Helpers every aspect uses.
 impl Engine {
-    /// The `limit` to ask `relay` per filter.
-    fn page_limit(&self, relay: RelayId) -> usize {
-        self.relays[relay.index()].facts.limits.page_limit
-    }
-
     fn arm(&mut self, at: Time, timer: Timer) -> TimerId {
         self.timers.insert(at.as_millis(), timer)
     }

@@ -1,5 +1,6 @@
 //! A NIP-77 job: one packed chunk of historic work done by negentropy,
-//! and a connection's jobs.
+//! a connection's jobs, and what a relay showed of NIP-77 ([`NegSupport`],
+//! one of its facts).
 //!
 //! A [`NegJob`] lives in its connection's `Flight` (in [`NegJobs`]) and
 //! dies with the socket. It owns its listings' shares (`listing_cache`),
@@ -15,6 +16,29 @@ use super::listing_cache::Listed;
 use crate::sans_io::query::reconcile::{LimitTooSmall, Reconciliation, Step};
 use crate::sans_io::query::subscription::{Saturated, Scope, WorkRef};
 use crate::sans_io::timing::time::Time;
+
+/// Whether a relay speaks NIP-77, as far as we know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum NegSupport {
+    /// Not tried yet.
+    #[default]
+    Unknown,
+    /// A reconciliation completed.
+    Supported,
+    /// It said or showed it does not; REQ only from now on.
+    Unsupported,
+}
+
+impl NegSupport {
+    /// What is known: `None` not tried yet, else whether it speaks NIP-77.
+    pub(super) fn known(self) -> Option<bool> {
+        match self {
+            NegSupport::Unknown => None,
+            NegSupport::Supported => Some(true),
+            NegSupport::Unsupported => Some(false),
+        }
+    }
+}
 
 /// Where a job stands once a listing came in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

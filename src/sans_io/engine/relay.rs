@@ -34,7 +34,7 @@ use super::coverage::Coverage;
 use super::ctx::Ctx;
 use super::limit_probe::LimitProbe;
 use super::limits::{Limits, PROVISIONAL_LIMIT, StatedLimits};
-use super::nip77::NegSupport;
+use super::neg_job::NegSupport;
 use super::targets::{ItemState, Targets};
 use super::timers::ConnTimer;
 #[cfg(any(test, feature = "testing"))]

@@ -11,6 +11,7 @@
 //! [`Stats`](super::Stats), so the status page and `/metrics` agree.
 
 use super::connection::LiveMode;
+use super::ctx::Ctx;
 use super::relay::{Facts, RelayState, Role};
 use super::targets::ItemState;
 use super::{Engine, ItemCounts, Status};
@@ -162,6 +163,12 @@ impl RelayState {
         }
         self.facts.notes.first_history_done = nothing_waits(self);
     }
+
+    /// The relay refused or closed a subscription (`Stats::refusals`).
+    pub(super) fn note_refusal(&mut self, cx: &mut Ctx) {
+        cx.stats.refusals += 1;
+        self.facts.notes.refusals += 1;
+    }
 }
 
 impl Facts {
@@ -208,8 +215,8 @@ impl Engine {
 
     /// `relay` refused or closed a subscription (`Stats::refusals`).
     pub(super) fn note_refusal(&mut self, relay: RelayId) {
-        self.stats.refusals += 1;
-        self.relay(relay).facts.notes.refusals += 1;
+        let (state, mut cx) = self.at(relay);
+        state.note_refusal(&mut cx);
     }
 }
 
