@@ -8,7 +8,9 @@
 //! engine's to reach them, and cannot reach another relay.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
+use rand::Rng;
 use rand::rngs::SmallRng;
 
 use super::timers::{ConnTimer, Timer, whole_second};
@@ -46,6 +48,20 @@ impl Ctx<'_> {
     pub(super) fn send(&mut self, message: String) {
         let relay = self.relay;
         self.actions.push_back(Action::Send { relay, message });
+    }
+
+    /// Asks the shell to do `action`.
+    pub(super) fn act(&mut self, action: Action) {
+        self.actions.push_back(action);
+    }
+
+    /// A uniformly random duration in `[min, max]`.
+    pub(super) fn jitter_between(&mut self, min: Duration, max: Duration) -> Duration {
+        let (lo, hi) = (
+            min.as_millis() as u64,
+            max.as_millis().max(min.as_millis()) as u64,
+        );
+        Duration::from_millis(self.rng.gen_range(lo..=hi))
     }
 
     /// Arms `timer` of the relay's connection (or connect attempt)

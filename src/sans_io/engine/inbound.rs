@@ -492,7 +492,8 @@ impl Engine {
             return;
         }
         if refusal == Refusal::AuthRequired {
-            self.on_auth_required(relay, now);
+            let (state, mut cx) = self.at(relay);
+            state.auth_required(&mut cx, now);
         }
         if let Refusal::BadValue { too_long } = refusal {
             // Asked again at once, split: each round halves the suspects'

@@ -119,7 +119,6 @@ pub use targets::ItemState;
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::time::Duration;
 
 use nostr::prelude::{Event, EventId, Filter, Timestamp};
 use rand::SeedableRng;
@@ -992,16 +991,6 @@ impl Engine {
                 self.relays[i] = RelayState::new(Role::Remote { bootstrap: false }, limits);
             }
         }
-    }
-
-    /// A uniformly random duration in `[min, max]`.
-    fn jitter_between(&mut self, min: Duration, max: Duration) -> Duration {
-        use rand::Rng;
-        let (lo, hi) = (
-            min.as_millis() as u64,
-            max.as_millis().max(min.as_millis()) as u64,
-        );
-        Duration::from_millis(self.rng.gen_range(lo..=hi))
     }
 
     fn on_timer(&mut self, timer: Timer, now: Time) {
