@@ -114,7 +114,7 @@ pub(super) struct Flight {
     pub neg_bypass: HashSet<u64>,
     /// A value or kind refusal heard by NOTICE, which names no
     /// subscription: the next subscription not heard from yet that the
-    /// relay answers is the refused one (see `Engine::blame_value_notice`).
+    /// relay answers is the refused one (see `RelayState::blame_value_notice`).
     pub value_notice: Option<Refusal>,
     /// Waiting for pending batches before consolidating.
     pub consolidating: bool,

@@ -17,7 +17,7 @@ use super::limits::{MIN_MESSAGE_BYTES, REQ_OVERHEAD};
 use super::relay::{Link, RelayState};
 use super::{ConnTimer, Engine, Offence, Output};
 use crate::sans_io::memory::index::{
-    Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, is_index_kind,
+    Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, RepoIndex, is_index_kind,
 };
 use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::query::subscription::{
@@ -146,7 +146,8 @@ impl Engine {
         }
         let scope = s.scope;
         let compacted_match = scope == Scope::Targets
-            && (event.kind.as_u16() == KIND_ANNOUNCEMENT || self.tags_target(relay, &event));
+            && (event.kind.as_u16() == KIND_ANNOUNCEMENT
+                || self.relays[relay.index()].tags_target(&self.index, &event));
         if matched.is_empty() && !compacted_match {
             self.stats.events_unwanted += 1;
             debug!(
@@ -159,7 +160,7 @@ impl Engine {
             // sending what it was asked for, and that is no offence. State
             // (30618) is asked by `#d` alone, any author: one for a moved
             // repo names no repo at all.
-            let still_asked = event.kind.as_u16() == KIND_STATE || self.tags_known(&event);
+            let still_asked = event.kind.as_u16() == KIND_STATE || tags_known(&self.index, &event);
             if !(scope == Scope::Targets && still_asked) {
                 self.offended(now, relay, Offence::OutsideFilter);
             }
@@ -283,63 +284,11 @@ impl Engine {
                 Verdict::Unwanted
             };
         }
-        if scope != Scope::Wide || self.tags_target(relay, event) {
+        if scope != Scope::Wide || self.relays[relay.index()].tags_target(&self.index, event) {
             Verdict::Wanted
         } else {
             Verdict::Unwanted
         }
-    }
-
-    /// True if `event` tags any repo or root the index knows, targeted by
-    /// this relay or not.
-    fn tags_known(&self, event: &Event) -> bool {
-        event.tags.iter().map(|t| t.as_slice()).any(|t| {
-            let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
-                return false;
-            };
-            match name.as_str() {
-                "a" | "A" => self.index.repo_id(value).is_some(),
-                "e" | "E" => self.root_item(value).is_some(),
-                "q" => self.index.repo_id(value).is_some() || self.root_item(value).is_some(),
-                _ => false,
-            }
-        })
-    }
-
-    /// True if `event` tags a repo or root that `relay` targets.
-    fn tags_target(&self, relay: RelayId, event: &Event) -> bool {
-        let items = &self.relays[relay.index()].targets.items;
-        let targeted = |item: Option<Item>| item.is_some_and(|i| items.contains_key(&i));
-        if event.kind.as_u16() == KIND_STATE {
-            // The per-id filter asks `#d` alone: state from any maintainer of
-            // a repo with that identifier. 30618 is rare, so a scan of the
-            // relay's repos is cheaper than another index.
-            let d = event.tags.identifier().unwrap_or_default();
-            let repo_with_d =
-                |item: &Item| matches!(item, Item::Repo(r) if self.index.repo_identifier(*r) == d);
-            if items.keys().any(repo_with_d) {
-                return true;
-            }
-        }
-        event.tags.iter().map(|t| t.as_slice()).any(|t| {
-            let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
-                return false;
-            };
-            match name.as_str() {
-                "a" | "A" => targeted(self.index.repo_id(value).map(Item::Repo)),
-                "e" | "E" => targeted(self.root_item(value)),
-                "q" => {
-                    targeted(self.index.repo_id(value).map(Item::Repo))
-                        || targeted(self.root_item(value))
-                }
-                _ => false,
-            }
-        })
-    }
-
-    fn root_item(&self, hex: &str) -> Option<Item> {
-        let id = EventId::from_hex(hex).ok()?;
-        self.index.root_id(&id).map(Item::Root)
     }
 
     /// A subscription's stored events ended: a page's chain goes on or
@@ -451,24 +400,12 @@ impl Engine {
 
     /// After a value or kind NOTICE, the first EVENT or EOSE of a
     /// subscription not heard from yet names the REQ it refused: that one
-    /// is refused (and its message dropped, true). A subscription the
-    /// engine closed before the relay answered it takes the NOTICE too;
-    /// its work was queued again when it was closed.
+    /// is refused (`RelayState::blame_value_notice`), and its message
+    /// dropped (true).
     fn blame_value_notice(&mut self, relay: RelayId, sub: Option<u64>, now: Time) -> bool {
-        let Some(conn) = self.conn_mut(relay) else {
-            return false;
-        };
-        let notice = conn.flight().and_then(|f| f.value_notice);
-        let (Some(refusal), Some(id)) = (notice, sub) else {
-            return false;
-        };
-        if conn.subs.get(id).is_some_and(|s| s.heard) {
-            return false;
-        }
-        if let Some(flight) = conn.flight_mut() {
-            flight.value_notice = None;
-        }
-        let Some(s) = self.close_subscription(relay, id) else {
+        let (state, mut cx) = self.at(relay);
+        let blamed = sub.and_then(|sub| state.blame_value_notice(&mut cx, sub));
+        let Some((s, refusal)) = blamed else {
             return false;
         };
         self.refused(relay, s, refusal, now);
@@ -547,6 +484,55 @@ impl Engine {
 /// A relay's steps on what it answered: a page's end, and what a refusal
 /// teaches.
 impl RelayState {
+    /// Subscription `sub` answers first after a value or kind NOTICE
+    /// (`Flight::value_notice`): unless it was heard from before, it is
+    /// the REQ the NOTICE refused, closed and handed back with the
+    /// refusal. A subscription the engine closed before the relay
+    /// answered it takes the NOTICE too; its work was queued again when
+    /// it was closed.
+    fn blame_value_notice(&mut self, cx: &mut Ctx, sub: u64) -> Option<(Subscription, Refusal)> {
+        let conn = self.conn_mut()?;
+        let refusal = conn.flight().and_then(|f| f.value_notice)?;
+        if conn.subs.get(sub).is_some_and(|s| s.heard) {
+            return None;
+        }
+        if let Some(flight) = conn.flight_mut() {
+            flight.value_notice = None;
+        }
+        Some((self.close_subscription(cx, sub)?, refusal))
+    }
+
+    /// True if `event` tags a repo or root the relay targets.
+    fn tags_target(&self, index: &RepoIndex, event: &Event) -> bool {
+        let items = &self.targets.items;
+        let targeted = |item: Option<Item>| item.is_some_and(|i| items.contains_key(&i));
+        if event.kind.as_u16() == KIND_STATE {
+            // The per-id filter asks `#d` alone: state from any maintainer of
+            // a repo with that identifier. 30618 is rare, so a scan of the
+            // relay's repos is cheaper than another index.
+            let d = event.tags.identifier().unwrap_or_default();
+            let repo_with_d =
+                |item: &Item| matches!(item, Item::Repo(r) if index.repo_identifier(*r) == d);
+            if items.keys().any(repo_with_d) {
+                return true;
+            }
+        }
+        event.tags.iter().map(|t| t.as_slice()).any(|t| {
+            let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
+                return false;
+            };
+            match name.as_str() {
+                "a" | "A" => targeted(index.repo_id(value).map(Item::Repo)),
+                "e" | "E" => targeted(root_item(index, value)),
+                "q" => {
+                    targeted(index.repo_id(value).map(Item::Repo))
+                        || targeted(root_item(index, value))
+                }
+                _ => false,
+            }
+        })
+    }
+
     /// EOSE of subscription `id`: it is past its stored events and heard
     /// from, the relay did its part (`HealthTracker::record_success`), and
     /// its deadline is taken back. Its scope, unless it is unknown or had
@@ -715,6 +701,28 @@ impl RelayState {
         }
         self.arm(cx, until, ConnTimer::Resume);
     }
+}
+
+/// True if `event` tags any repo or root the index knows, targeted by
+/// this relay or not.
+fn tags_known(index: &RepoIndex, event: &Event) -> bool {
+    event.tags.iter().map(|t| t.as_slice()).any(|t| {
+        let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
+            return false;
+        };
+        match name.as_str() {
+            "a" | "A" => index.repo_id(value).is_some(),
+            "e" | "E" => root_item(index, value).is_some(),
+            "q" => index.repo_id(value).is_some() || root_item(index, value).is_some(),
+            _ => false,
+        }
+    })
+}
+
+/// The root a hex event id names, if the index knows it.
+fn root_item(index: &RepoIndex, hex: &str) -> Option<Item> {
+    let id = EventId::from_hex(hex).ok()?;
+    index.root_id(&id).map(Item::Root)
 }
 
 /// The next value cap below a refused filter's `asked` values (its current
