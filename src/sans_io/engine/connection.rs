@@ -69,7 +69,7 @@ pub(super) struct Connection {
     /// NIP-42 on this connection.
     pub auth: Auth,
     /// Rounds of silent subscriptions taken as unanswered on this
-    /// connection (`Engine::on_unanswered`): each doubles the next
+    /// connection (`RelayState::unanswered`): each doubles the next
     /// suspects' grace.
     pub silence: SilenceGrace,
     /// Last time the relay sent a whole message, or answered our ping.

@@ -245,12 +245,6 @@ impl Engine {
         let (state, mut cx) = self.at(relay);
         state.complete_chunk(&mut cx, batch, now);
     }
-
-    /// A chunk of `batch` failed (`RelayState::fail_batch`).
-    pub(super) fn fail_batch(&mut self, relay: RelayId, batch: u64) {
-        let (state, mut cx) = self.at(relay);
-        state.fail_batch(&mut cx, batch);
-    }
 }
 
 /// A relay's side of the diff: its queued items made a batch, and the
@@ -381,7 +375,7 @@ impl RelayState {
     }
 
     /// A chunk of `batch` failed: the whole batch goes back to the diff.
-    fn fail_batch(&mut self, cx: &mut Ctx, batch: u64) {
+    pub(super) fn fail_batch(&mut self, cx: &mut Ctx, batch: u64) {
         let Some(flight) = self.conn_mut().and_then(|c| c.flight_mut()) else {
             return;
         };

@@ -395,7 +395,8 @@ impl Engine {
                 state.lower_limits(&mut cx, refusal, 0, now)
             }
         }
-        self.suspect_silent(relay, u64::MAX, now);
+        let (state, mut cx) = self.at(relay);
+        state.suspect_silent(&mut cx, u64::MAX, now);
     }
 
     /// After a value or kind NOTICE, the first EVENT or EOSE of a
@@ -422,7 +423,8 @@ impl Engine {
         now: Time,
     ) {
         self.note_refusal(relay);
-        self.give_back(relay, &sub, now);
+        let (state, mut cx) = self.at(relay);
+        state.give_back(&mut cx, &sub, now);
         if sub.scope == Scope::Own {
             let (state, mut cx) = self.at(relay);
             state.pause(&mut cx, refusal, now);
@@ -456,27 +458,6 @@ impl Engine {
             // once would loop, so it backs off like any refusal.
             let (state, mut cx) = self.at(relay);
             state.pause(&mut cx, refusal, now);
-        }
-    }
-
-    /// What an ended subscription had not finished goes back to be asked
-    /// again: its batches' chunks, and for live coverage the time from
-    /// which events are unread.
-    pub(super) fn give_back(&mut self, relay: RelayId, sub: &Subscription, now: Time) {
-        for w in &sub.work {
-            self.fail_batch(relay, w.batch);
-        }
-        if sub.scope == Scope::Own {
-            return;
-        }
-        let per_id = self
-            .conn(relay)
-            .is_none_or(|c| c.live_mode != LiveMode::Wide);
-        if sub.purpose == Purpose::Live && per_id || sub.scope == Scope::Wide {
-            let (lost, layer1) = sub.uncovered_from(now);
-            let coverage = &mut self.relay(relay).coverage;
-            coverage.owe_layer1(layer1);
-            coverage.gap_from(lost);
         }
     }
 }
@@ -531,6 +512,24 @@ impl RelayState {
                 _ => false,
             }
         })
+    }
+
+    /// What an ended subscription had not finished goes back to be asked
+    /// again: its batches' chunks, and for live coverage the time from
+    /// which events are unread.
+    pub(super) fn give_back(&mut self, cx: &mut Ctx, sub: &Subscription, now: Time) {
+        for w in &sub.work {
+            self.fail_batch(cx, w.batch);
+        }
+        if sub.scope == Scope::Own {
+            return;
+        }
+        let per_id = self.conn().is_none_or(|c| c.live_mode != LiveMode::Wide);
+        if sub.purpose == Purpose::Live && per_id || sub.scope == Scope::Wide {
+            let (lost, layer1) = sub.uncovered_from(now);
+            self.coverage.owe_layer1(layer1);
+            self.coverage.gap_from(lost);
+        }
     }
 
     /// EOSE of subscription `id`: it is past its stored events and heard

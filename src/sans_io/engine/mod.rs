@@ -905,14 +905,6 @@ impl Engine {
         self.timers.insert(at.as_millis(), timer)
     }
 
-    /// Arms `timer` for the relay's current connection (or connect
-    /// attempt) at `at`, rounded up to the whole second if it only catches
-    /// a lack of progress ([`ConnTimer::rounded`]).
-    fn arm_conn(&mut self, at: Time, relay: RelayId, timer: ConnTimer) -> Option<TimerId> {
-        let (state, mut cx) = self.at(relay);
-        state.arm(&mut cx, at, timer)
-    }
-
     /// The relay's state and what its steps reach of the engine, borrowed
     /// side by side: for a step of `RelayState` (or of what it holds).
     fn at(&mut self, relay: RelayId) -> (&mut RelayState, Ctx<'_>) {
