@@ -372,28 +372,19 @@ impl Engine {
             let url = self.relay_url(relay);
             info!("{url}: refusing notice: {}{}", relay_text(text), dropped(n));
         }
+        let (state, mut cx) = self.at(relay);
         if matches!(
             refusal,
             Refusal::TooManyValues | Refusal::TooManyKinds | Refusal::BadValue { .. }
         ) {
-            if let Some(flight) = self.start_flight(relay) {
+            if let Some(conn) = state.conn_mut() {
+                let flight = conn.start_flight();
                 flight.value_notice = flight.value_notice.or(Some(refusal));
             }
             return;
         }
-        let newest_silent = self.conn(relay).and_then(|c| {
-            c.subs
-                .iter()
-                .filter(|(_, s)| !s.heard)
-                .map(|(id, _)| id)
-                .max()
-        });
-        match newest_silent.and_then(|id| self.close_subscription(relay, id)) {
-            Some(s) => self.refused(relay, s, refusal, now),
-            None => {
-                let (state, mut cx) = self.at(relay);
-                state.lower_limits(&mut cx, refusal, 0, now)
-            }
+        if let Some(s) = state.close_newest_silent(&mut cx, refusal, now) {
+            self.refused(relay, s, refusal, now);
         }
         let (state, mut cx) = self.at(relay);
         state.suspect_silent(&mut cx, u64::MAX, now);
@@ -530,6 +521,24 @@ impl RelayState {
             self.coverage.owe_layer1(layer1);
             self.coverage.gap_from(lost);
         }
+    }
+
+    /// A refusing NOTICE names no subscription: the newest that has heard
+    /// nothing yet is the refused one, closed and returned. With none
+    /// silent, the limit the refusal names is lowered (by one step).
+    fn close_newest_silent(
+        &mut self,
+        cx: &mut Ctx,
+        refusal: Refusal,
+        now: Time,
+    ) -> Option<Subscription> {
+        let silent = self.conn().into_iter().flat_map(|c| c.subs.iter());
+        let newest = silent.filter(|(_, s)| !s.heard).map(|(id, _)| id).max();
+        let closed = newest.and_then(|id| self.close_subscription(cx, id));
+        if closed.is_none() {
+            self.lower_limits(cx, refusal, 0, now);
+        }
+        closed
     }
 
     /// EOSE of subscription `id`: it is past its stored events and heard

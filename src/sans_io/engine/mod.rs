@@ -37,9 +37,11 @@
 //!   fetches. `Nip77` owns what relays share (the sink's listings,
 //!   `listing_cache`; the turns, `neg_turns`; the bound on ids in hand,
 //!   `id_budget`); each `NegJob` (`neg_job`) lives in its connection's
-//!   `Flight` and owns its session and the ids it found; `NegSupport` is
-//!   a relay fact.
-//! - `auth`: NIP-42 (`Auth`, whose state machine is private to it).
+//!   `Flight` and owns its session and the ids it found; `NegSupport`
+//!   (there too) is a relay fact. A job's steps that touch one relay are
+//!   `RelayState`'s, in `nip77`.
+//! - `auth`: NIP-42 (`Auth`, whose state machine is private to it;
+//!   the relay's steps answer challenges with the config's keys).
 //! - `bad_values`: a refusal of one value narrowed down to its item
 //!   (`BadValues`, in a relay's facts).
 //! - `resume`: restarts; the state file's mapping is on `RelayState` and
@@ -64,16 +66,19 @@
 //!   (`RelayState::view`), and the per-relay counters the aspects note
 //!   for it.
 //!
-//! Imports go one way, so there is no cycle: `auth`, `bad_values`,
-//! `conduct`, `limit_probe`, `nip77`, `neg_job` and `saturated` own state
-//! types that `connection` and `relay` aggregate (none imports
-//! `connection`, and only `saturated`, whose steps are `RelayState`'s,
-//! imports `relay`, which names nothing of it); `limits`, `targets`,
-//! `coverage` and `ctx` are leaves; `inbound`, `lifecycle`, `diff`,
-//! `requests` and `live_set` work on the relay table. This file names only the
-//! children's types: their state (`RelayState`, `Connection`, `Flight`,
-//! `Limits`, `Role`, `Batching`, `Nip77`) and the public `ItemState`
-//! and `Offence` it re-exports. The aspects still call each other's
+//! Imports go one way, so no two files import each other. The state
+//! types that `connection` and `relay` aggregate live in files that
+//! import neither (`bad_values`, `conduct`, `limit_probe`, `neg_job`,
+//! `sub_table`), or only `relay`, for steps that are `RelayState`'s
+//! (`auth`, `saturated`: `connection` holds their types, and `relay`
+//! names nothing of them). `limits`, `targets`, `coverage`, `timers` and
+//! `ctx` are leaves. `inbound`, `lifecycle`, `diff`, `requests`,
+//! `live_set`, `unanswered`, `nip77`, `resume` and `relay_view` work on
+//! the relay table: each names `relay`, which names none of them. This
+//! file names only the children's types: their state (`RelayState`,
+//! `Connection`, `Flight`, `Limits`, `Role`, `Batching`, `Nip77`), the
+//! `Ctx` it lends them, and the public `ItemState` and `Offence` it
+//! re-exports. The aspects still call each other's
 //! functions through `self`: they are parts of one state machine, and a
 //! call needs no import. Fields are private: only this folder sees them.
 //!
@@ -946,12 +951,6 @@ impl Engine {
     /// The history in flight on the relay's connection, if any.
     fn flight_mut(&mut self, relay: RelayId) -> Option<&mut Flight> {
         self.conn_mut(relay)?.flight_mut()
-    }
-
-    /// The relay's history in flight, made if there is none, while it is
-    /// connected: for work that starts, never for a lookup.
-    fn start_flight(&mut self, relay: RelayId) -> Option<&mut Flight> {
-        self.conn_mut(relay).map(|c| c.start_flight())
     }
 
     fn relay(&mut self, relay: RelayId) -> &mut RelayState {
