@@ -310,7 +310,7 @@ impl Engine {
         self.suspect_skipped(relay, id, now);
         let neg = self.negentropy_usable(relay);
         let (state, mut cx) = self.at(relay);
-        let Some((done, unsure)) = state.end_page(&mut cx, id, neg, now) else {
+        let Some(PageEnd { done, unsure }) = state.end_page(&mut cx, id, neg, now) else {
             return;
         };
         if let Some(done) = done {
@@ -564,17 +564,9 @@ impl RelayState {
     /// follow-up opens (the relay never sees one subscription more than
     /// we count), a live one compacted; its saturated seconds are asked
     /// in parts; a full page queues the next, and windows of the rest
-    /// where it may (`may_split`). Returns the chunks of a chain that
-    /// ended, to complete, and the unsure seconds the page found; `None`
-    /// when the subscription is gone. `neg`: see `split_saturated`.
-    #[allow(clippy::type_complexity)]
-    fn end_page(
-        &mut self,
-        cx: &mut Ctx,
-        id: u64,
-        neg: bool,
-        now: Time,
-    ) -> Option<(Option<Vec<WorkRef>>, Vec<Saturated>)> {
+    /// where it may (`may_split`). `None` when the subscription is gone.
+    /// `neg`: see `split_saturated`.
+    fn end_page(&mut self, cx: &mut Ctx, id: u64, neg: bool, now: Time) -> Option<PageEnd> {
         let (limit, max_pages) = (self.page_limit(), cx.config.max_pages);
         let Link::Up(conn) = &mut self.link else {
             return None;
@@ -617,7 +609,10 @@ impl RelayState {
                     flight.add_chains(&work, chains);
                     flight.next_pages.extend(pages);
                 }
-                Some((None, end.unsure))
+                Some(PageEnd {
+                    done: None,
+                    unsure: end.unsure,
+                })
             }
             _ => {
                 if next.is_some() {
@@ -628,7 +623,10 @@ impl RelayState {
                 }
                 let bad = &mut self.facts.bad_values;
                 bad.clear(work.iter().flat_map(|w| w.items.iter()));
-                Some((Some(work), end.unsure))
+                Some(PageEnd {
+                    done: Some(work),
+                    unsure: end.unsure,
+                })
             }
         }
     }
@@ -771,6 +769,14 @@ fn counted(refusal: Refusal, sub: &Subscription) -> impl Iterator<Item = usize> 
         _ => None,
     };
     sub.filters.iter().filter_map(move |f| count.map(|c| c(f)))
+}
+
+/// What a page's end leaves the engine to do (`RelayState::end_page`).
+struct PageEnd {
+    /// The chunks of a chain that ended, to complete.
+    done: Option<Vec<WorkRef>>,
+    /// Seconds the page found that may be saturated (`saturated`).
+    unsure: Vec<Saturated>,
 }
 
 /// What becomes of a remote event that matched its subscription.

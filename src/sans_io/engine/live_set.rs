@@ -185,7 +185,7 @@ impl RelayState {
 
     /// Whether to consolidate now: once confirmed items lack live
     /// coverage, at once when no batch is pending, else after the pending
-    /// batches (`Engine::confirm_batch`) or the timeout, armed here.
+    /// batches or the timeout (armed here: `ConnTimer::Consolidate`).
     pub(super) fn consolidation_due(&mut self, cx: &mut Ctx, now: Time) -> bool {
         let Some(conn) = self.conn() else {
             return false;

@@ -64,7 +64,7 @@ pub(super) enum Due {
 /// One packed chunk of historic work done by negentropy.
 pub(super) struct NegJob {
     /// Chunks of pending batches this job completes.
-    pub work: Vec<WorkRef>,
+    work: Vec<WorkRef>,
     /// The chunk's filters (without `limit`), reconciled one at a time.
     filters: Vec<Filter>,
     /// The listing of each part of each filter (`listing_cache`): the
@@ -82,14 +82,14 @@ pub(super) struct NegJob {
     /// again does not ask them twice.
     asked: Vec<EventId>,
     /// When the job started: live coverage of its items begins there.
-    pub started: Time,
+    started: Time,
     /// Last sign of progress (a list or a relay answer), for the timeout.
     progress: Time,
     /// A saturated second reconciled against nothing listed
     /// (`saturated`): what the relay lists there is fetched. It has no REQ
     /// to fall back to (REQ already read what it could), so a failure goes
     /// on to the split by kind; and the chain that found it covers it live.
-    pub second: Option<(Saturated, Scope)>,
+    second: Option<(Saturated, Scope)>,
 }
 
 impl NegJob {
@@ -113,6 +113,18 @@ impl NegJob {
             progress: now,
             second,
         }
+    }
+
+    /// The chunks it completes, and when it started (live coverage of its
+    /// items begins there).
+    pub(super) fn chain(&self) -> (&[WorkRef], Time) {
+        (&self.work, self.started)
+    }
+
+    /// Once it ended: its chunks, its start, and the saturated second it
+    /// reconciled, if it was one.
+    pub(super) fn into_chain(self) -> (Vec<WorkRef>, Time, Option<(Saturated, Scope)>) {
+        (self.work, self.started, self.second)
     }
 
     /// Ids in its hand: found missing by its finished filters and its

@@ -421,7 +421,8 @@ impl Engine {
         filters: Vec<Encoded>,
         now: Time,
     ) {
-        let id = self.at(relay).1.next_sub_id();
+        let (_, mut cx) = self.at(relay);
+        let id = cx.next_sub_id();
         let stale_after = self.listing_timeout();
         let (job, asks) = self
             .nip77
@@ -452,7 +453,8 @@ impl Engine {
         started: Time,
         now: Time,
     ) {
-        let id = self.at(relay).1.next_sub_id();
+        let (_, mut cx) = self.at(relay);
+        let id = cx.next_sub_id();
         let job = self
             .nip77
             .start_second_job((relay, id), (sat, scope), work, started, now);
@@ -603,11 +605,12 @@ impl Engine {
         let Some(mut job) = self.end_job(relay, id) else {
             return;
         };
-        if job.second.is_none() {
-            self.relay(relay).mark_uncovered(job.started);
-        }
         let need = job.take_need();
-        self.fetch_ids(relay, need, &job.work, job.started, true, now);
+        let (work, started, second) = job.into_chain();
+        if second.is_none() {
+            self.relay(relay).mark_uncovered(started);
+        }
+        self.fetch_ids(relay, need, &work, started, true, now);
         self.after_jobs_ended(now);
     }
 
@@ -625,7 +628,8 @@ impl Engine {
         let Some(need) = job.take_ahead(room) else {
             return;
         };
-        let (work, started) = (job.work.clone(), job.started);
+        let (work, started) = job.chain();
+        let work = work.to_vec();
         self.stats.neg_fetched_ahead += 1;
         self.fetch_ids(relay, need, &work, started, false, now);
         self.recount_ids(relay);
@@ -922,26 +926,27 @@ impl RelayState {
             }
             ToReq::Limit => self.note_refusal(cx),
         }
-        match (why, job.second) {
+        let (work, started, second) = job.into_chain();
+        match (why, second) {
             (ToReq::Limit, second) => {
                 let Some(conn) = self.conn_mut() else {
                     return;
                 };
                 let flight = conn.start_flight();
                 match second {
-                    Some(second) => flight.requeue_second(second, job.work, job.started),
-                    None => flight.requeue_chunks(job.work, false),
+                    Some(second) => flight.requeue_second(second, work, started),
+                    None => flight.requeue_chunks(work, false),
                 }
             }
             (_, Some((sat, scope))) => {
-                self.split_by_kind(cx, sat, scope, &job.work, job.started, now);
-                for w in &job.work {
+                self.split_by_kind(cx, sat, scope, &work, started, now);
+                for w in &work {
                     self.complete_chunk(cx, w.batch, now);
                 }
             }
             (_, None) => {
                 if let Some(conn) = self.conn_mut() {
-                    conn.start_flight().requeue_chunks(job.work, true);
+                    conn.start_flight().requeue_chunks(work, true);
                 }
             }
         }
