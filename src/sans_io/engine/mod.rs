@@ -912,6 +912,8 @@ impl Engine {
 
     /// The relay's state and what its steps reach of the engine, borrowed
     /// side by side: for a step of `RelayState` (or of what it holds).
+    /// Unchecked, like [`Self::relay`]: for ids the engine handed out; a
+    /// host's input names a relay checked first ([`Self::conn`]).
     fn at(&mut self, relay: RelayId) -> (&mut RelayState, Ctx<'_>) {
         let cx = Ctx {
             relay,
