@@ -14,7 +14,10 @@
 use log::{debug, info, warn};
 use nostr::prelude::*;
 
-use super::{Action, Engine};
+use super::Engine;
+use super::ctx::Ctx;
+use super::relay::{RelayState, Role};
+use crate::sans_io::config::Config;
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
@@ -99,51 +102,16 @@ impl Auth {
 }
 
 impl Engine {
-    /// `["AUTH", challenge]`: kept and answered only when a key is
-    /// configured (without one it could never be used), and only when it is
-    /// no longer than [`MAX_CHALLENGE_BYTES`].
+    /// `["AUTH", challenge]` from `relay` (`RelayState::auth_challenged`).
     pub(super) fn on_auth_challenge(&mut self, relay: RelayId, challenge: &str, now: Time) {
-        if self.config.auth_keys.is_none() {
-            return;
-        }
-        if challenge.len() > MAX_CHALLENGE_BYTES {
-            debug!(
-                "{}: AUTH challenge of {} bytes ignored",
-                self.relay_url(relay),
-                challenge.len()
-            );
-            return;
-        }
-        if self
-            .conn_mut(relay)
-            .is_some_and(|c| c.auth.challenged(challenge))
-        {
-            self.send_auth(relay, now);
-        }
+        let (state, mut cx) = self.at(relay);
+        state.auth_challenged(&mut cx, challenge, now);
     }
 
-    /// A REQ was refused with `auth-required:`; the caller pauses the work.
-    pub(super) fn on_auth_required(&mut self, relay: RelayId, now: Time) {
-        self.stats.auth_required += 1;
-        let keyed = self.auth_keys_for(relay).is_some();
-        let Some(conn) = self.conn_mut(relay) else {
-            return;
-        };
-        if !keyed {
-            if conn.auth.first_required() {
-                warn!(
-                    "{} requires NIP-42 AUTH and no --auth-key-file is set; backing off",
-                    self.relay_url(relay)
-                );
-            }
-            return;
-        }
-        if conn.auth.challenge().is_some() {
-            self.send_auth(relay, now);
-        }
-    }
-
-    /// `["OK", id, accepted, message]`: the answer to our AUTH, if it is ours.
+    /// `["OK", id, accepted, message]`: the answer to our AUTH, if it is
+    /// ours. Accepted, it resumes work paused for it: resuming re-opens a
+    /// refused self-subscription with the `since` it had, so a first read
+    /// refused for AUTH starts from the beginning.
     pub(super) fn on_ok(
         &mut self,
         relay: RelayId,
@@ -152,54 +120,105 @@ impl Engine {
         message: &str,
         now: Time,
     ) {
-        let Some(conn) = self.conn_mut(relay) else {
+        let (state, mut cx) = self.at(relay);
+        if state.auth_answered(&mut cx, id, accepted, message, now) {
+            self.on_resume(relay, now);
+        }
+    }
+}
+
+/// A relay's NIP-42 steps: its connection's [`Auth`], answered with the
+/// key the config holds for the relay.
+impl RelayState {
+    /// `["AUTH", challenge]`: kept and answered only when a key is
+    /// configured (without one it could never be used), and only when it is
+    /// no longer than [`MAX_CHALLENGE_BYTES`].
+    fn auth_challenged(&mut self, cx: &mut Ctx, challenge: &str, now: Time) {
+        if cx.config.auth_keys.is_none() {
             return;
+        }
+        if challenge.len() > MAX_CHALLENGE_BYTES {
+            let bytes = challenge.len();
+            debug!("{}: AUTH challenge of {bytes} bytes ignored", cx.url());
+            return;
+        }
+        if self
+            .conn_mut()
+            .is_some_and(|c| c.auth.challenged(challenge))
+        {
+            self.send_auth(cx, now);
+        }
+    }
+
+    /// A REQ was refused with `auth-required:`; the caller pauses the work.
+    pub(super) fn auth_required(&mut self, cx: &mut Ctx, now: Time) {
+        cx.stats.auth_required += 1;
+        let keyed = self.auth_keys(cx.config).is_some();
+        let Some(conn) = self.conn_mut() else {
+            return;
+        };
+        if !keyed {
+            if conn.auth.first_required() {
+                warn!(
+                    "{} requires NIP-42 AUTH and no --auth-key-file is set; backing off",
+                    cx.url()
+                );
+            }
+            return;
+        }
+        if conn.auth.challenge().is_some() {
+            self.send_auth(cx, now);
+        }
+    }
+
+    /// An `OK` for event `id`: the answer to our AUTH, if it is ours. True
+    /// when it accepted us with work paused (for it, perhaps).
+    fn auth_answered(
+        &mut self,
+        cx: &mut Ctx,
+        id: &EventId,
+        accepted: bool,
+        message: &str,
+        now: Time,
+    ) -> bool {
+        let Some(conn) = self.conn_mut() else {
+            return false;
         };
         let paused = conn.paused_until.is_some();
         match conn.auth.answered(id, accepted) {
-            None => {}
+            None => false,
             Some(false) => {
-                self.stats.auth_failures += 1;
-                if let Some(n) = self.log_budget.admit(relay.index(), now) {
-                    let url = self.relay_url(relay);
-                    warn!(
-                        "{url}: AUTH rejected: {}{}",
-                        relay_text(message),
-                        dropped(n)
-                    );
+                cx.stats.auth_failures += 1;
+                if let Some(n) = cx.admit_log(now) {
+                    let (url, text) = (cx.url(), relay_text(message));
+                    warn!("{url}: AUTH rejected: {text}{}", dropped(n));
                 }
+                false
             }
             Some(true) => {
-                info!("{}: authenticated", self.relay_url(relay));
-                // Resuming re-opens a refused self-subscription with the
-                // `since` it had, so a first read refused for AUTH starts
-                // from the beginning.
-                if paused {
-                    self.on_resume(relay, now);
-                }
+                info!("{}: authenticated", cx.url());
+                paused
             }
         }
     }
 
-    /// The key that answers `relay`'s challenges: the own relay's own key
+    /// The key that answers the relay's challenges: the own relay's own key
     /// if one is set (see [`Config::own_relay_auth_keys`]), else the shared one.
-    ///
-    /// [`Config::own_relay_auth_keys`]: crate::sans_io::config::Config::own_relay_auth_keys
-    fn auth_keys_for(&self, relay: RelayId) -> Option<&Keys> {
-        let own = relay == self.own;
-        let own_key = self.config.own_relay_auth_keys.as_ref().filter(|_| own);
-        own_key.or(self.config.auth_keys.as_ref())
+    fn auth_keys<'a>(&self, config: &'a Config) -> Option<&'a Keys> {
+        let own = self.facts.role == Role::Own;
+        let own_key = config.own_relay_auth_keys.as_ref().filter(|_| own);
+        own_key.or(config.auth_keys.as_ref())
     }
 
-    /// Answers the challenge waiting on `relay`'s connection, if any.
-    fn send_auth(&mut self, relay: RelayId, now: Time) {
-        let Some(challenge) = self.conn(relay).and_then(|c| c.auth.challenge()) else {
+    /// Answers the challenge waiting on the connection, if any.
+    fn send_auth(&mut self, cx: &mut Ctx, now: Time) {
+        let Some(challenge) = self.conn().and_then(|c| c.auth.challenge()) else {
             return;
         };
-        let Some(keys) = self.auth_keys_for(relay) else {
+        let Some(keys) = self.auth_keys(cx.config) else {
             return;
         };
-        let url = self.index.relay_url(relay);
+        let url = cx.url();
         let event = match crate::sans_io::wire::nip42::auth_event(keys, url, challenge, now) {
             Ok(event) => event,
             Err(e) => {
@@ -207,20 +226,18 @@ impl Engine {
                 return;
             }
         };
-        self.stats.auth_attempts += 1;
-        let Some(conn) = self.conn_mut(relay) else {
+        cx.stats.auth_attempts += 1;
+        let Some(conn) = self.conn_mut() else {
             return;
         };
         conn.auth.sent(event.id);
-        let message = ClientMessage::auth(event).as_json();
-        self.actions.push_back(Action::Send { relay, message });
+        cx.send(ClientMessage::auth(event).as_json());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sans_io::config::Config;
 
     /// An engine with `relay` connected, and a key when `keyed`.
     fn engine(keyed: bool) -> (Engine, RelayId) {

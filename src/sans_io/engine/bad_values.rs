@@ -21,10 +21,11 @@ use std::collections::{HashMap, HashSet};
 
 use log::{debug, warn};
 
-use super::Engine;
-use super::limits::MIN_VALUE_BYTES;
-use crate::sans_io::memory::index::{Item, RelayId};
-use crate::sans_io::query::subscription::{Subscription, WorkRef};
+use super::ctx::Ctx;
+use super::limits::{Limits, MIN_VALUE_BYTES};
+use super::targets::Targets;
+use crate::sans_io::memory::index::Item;
+use crate::sans_io::query::subscription::Subscription;
 use crate::sans_io::wire::relay_text::relay_text;
 
 /// A relay's items refused for one of their values, for the process's
@@ -96,7 +97,7 @@ impl BadValues {
     }
 
     /// `items` were answered to EOSE: none of them is a suspect any more.
-    fn clear<'a>(&mut self, items: impl Iterator<Item = &'a Item>) {
+    pub(super) fn clear<'a>(&mut self, items: impl Iterator<Item = &'a Item>) {
         if !self.has_suspects() {
             return;
         }
@@ -111,11 +112,21 @@ impl BadValues {
     }
 }
 
-impl Engine {
+/// Steps on a refused value that reach past the relay's `BadValues`: the
+/// limit a length refusal teaches (`limits`), the items a refused live
+/// subscription confirmed (`targets`), and the engine's index to measure
+/// values and name items in the log (`cx`).
+impl BadValues {
     /// `sub` was refused for one of its values: its items (its chunks', or
     /// what a live subscription covered) are isolated further. Its
     /// batches were failed already, so the items are back in the diff.
-    pub(super) fn isolate_bad_value(&mut self, relay: RelayId, sub: &Subscription, too_long: bool) {
+    pub(super) fn refused(
+        &mut self,
+        cx: &mut Ctx,
+        (limits, targets): (&mut Limits, &mut Targets),
+        sub: &Subscription,
+        too_long: bool,
+    ) {
         let mut items: Vec<Item> = sub
             .work
             .iter()
@@ -126,84 +137,67 @@ impl Engine {
             items = sub.covers.iter().flatten().copied().collect();
             // Confirmed items of a refused live subscription go back to
             // history, where they are isolated like any refused chunk.
-            self.relay(relay).targets.demote_confirmed(&items);
+            targets.demote_confirmed(&items);
         }
         items.sort_unstable();
         items.dedup();
         match items.as_slice() {
-            [] => debug!(
-                "{}: a value refused in a REQ of no items",
-                self.relay_url(relay)
-            ),
-            [item] => self.mark_unaskable(relay, *item, too_long),
+            [] => debug!("{}: a value refused in a REQ of no items", cx.url()),
+            [item] => self.refuse_item(cx, limits, *item, too_long),
             _ => {
-                self.relay(relay).facts.bad_values.isolate(items);
-                debug!("{}: isolating a refused value", self.relay_url(relay));
+                self.isolate(items);
+                debug!("{}: isolating a refused value", cx.url());
             }
         }
-        self.dirty.push(relay);
+        cx.mark_dirty();
     }
 
-    /// `item` cannot be asked on `relay`: one line, one count, and, for a
-    /// length refusal, the relay's value limit lowered below its value.
-    fn mark_unaskable(&mut self, relay: RelayId, item: Item, too_long: bool) {
-        let longest = self.longest_value(item);
-        let state = self.relay(relay);
-        if !state.facts.bad_values.mark_unaskable(item) {
+    /// `item` cannot be asked on the relay: one line, one count, and, for
+    /// a length refusal, the relay's value limit lowered below its value.
+    fn refuse_item(&mut self, cx: &mut Ctx, limits: &mut Limits, item: Item, too_long: bool) {
+        let longest = longest_value(cx, item);
+        if !self.mark_unaskable(item) {
             return;
         }
         if too_long && longest > MIN_VALUE_BYTES {
-            state.facts.limits.value_bytes = state.facts.limits.value_bytes.min(longest - 1);
+            limits.value_bytes = limits.value_bytes.min(longest - 1);
         }
-        self.stats.items_unaskable += 1;
+        cx.stats.items_unaskable += 1;
         warn!(
             "{}: refuses to be asked for {} (a value of {longest} bytes); its events there are unreachable",
-            self.relay_url(relay),
-            self.item_name(item)
+            cx.url(),
+            item_name(cx, item)
         );
     }
 
-    /// True when `item` may be asked on `relay`; an item whose values
-    /// break the relay's known value limit is marked unaskable here,
-    /// before any REQ carries it.
-    pub(super) fn askable(&mut self, relay: RelayId, item: Item) -> bool {
-        let state = &self.relays[relay.index()];
-        if state.facts.bad_values.is_unaskable(&item) {
+    /// True when `item` may be asked on the relay; an item whose values
+    /// break the relay's known value limit (`limits`) is marked unaskable
+    /// here, before any REQ carries it.
+    pub(super) fn askable(&mut self, cx: &mut Ctx, limits: &mut Limits, item: Item) -> bool {
+        if self.is_unaskable(&item) {
             return false;
         }
-        if self.longest_value(item) > state.facts.limits.value_bytes {
-            self.mark_unaskable(relay, item, false);
+        if longest_value(cx, item) > limits.value_bytes {
+            self.refuse_item(cx, limits, item, false);
             return false;
         }
         true
     }
+}
 
-    /// A chunk whose items are suspects: it travels in a REQ of its own.
-    pub(super) fn is_suspect_chunk(&self, relay: RelayId, work: &WorkRef) -> bool {
-        let bad = &self.relays[relay.index()].facts.bad_values;
-        bad.any_suspect(&work.items)
+/// The longest tag value a filter for `item` carries: a repo's
+/// coordinate (its `d` identifier is shorter), a root's 64-hex id.
+fn longest_value(cx: &Ctx, item: Item) -> usize {
+    match item {
+        Item::Repo(repo) => cx.index.repo_coord(repo).len(),
+        Item::Root(_) => 64,
     }
+}
 
-    /// The chunks of `work` were answered to EOSE: their items are cleared.
-    pub(super) fn clear_suspects(&mut self, relay: RelayId, work: &[WorkRef]) {
-        let items = work.iter().flat_map(|w| w.items.iter());
-        self.relay(relay).facts.bad_values.clear(items);
-    }
-
-    /// The longest tag value a filter for `item` carries: a repo's
-    /// coordinate (its `d` identifier is shorter), a root's 64-hex id.
-    fn longest_value(&self, item: Item) -> usize {
-        match item {
-            Item::Repo(repo) => self.index.repo_coord(repo).len(),
-            Item::Root(_) => 64,
-        }
-    }
-
-    /// How the log names an item.
-    fn item_name(&self, item: Item) -> String {
-        match item {
-            Item::Repo(repo) => format!("repo {}", relay_text(self.index.repo_coord(repo))),
-            Item::Root(root) => format!("root {}", self.index.root_event(root)),
-        }
+/// How the log names an item.
+fn item_name(cx: &Ctx, item: Item) -> String {
+    match item {
+        Item::Repo(repo) => format!("repo {}", relay_text(cx.index.repo_coord(repo))),
+        Item::Root(root) => format!("root {}", cx.index.root_event(root)),
     }
 }

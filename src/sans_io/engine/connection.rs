@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::auth::Auth;
 use super::built_chunk::BuiltChunk;
-use super::nip77::NegJobs;
+use super::neg_job::NegJobs;
 use super::saturated::Unsure;
 use super::sub_table::SubTable;
 use crate::sans_io::memory::index::Item;
@@ -69,7 +69,7 @@ pub(super) struct Connection {
     /// NIP-42 on this connection.
     pub auth: Auth,
     /// Rounds of silent subscriptions taken as unanswered on this
-    /// connection (`Engine::on_unanswered`): each doubles the next
+    /// connection (`RelayState::unanswered`): each doubles the next
     /// suspects' grace.
     pub silence: SilenceGrace,
     /// Last time the relay sent a whole message, or answered our ping.
@@ -114,7 +114,7 @@ pub(super) struct Flight {
     pub neg_bypass: HashSet<u64>,
     /// A value or kind refusal heard by NOTICE, which names no
     /// subscription: the next subscription not heard from yet that the
-    /// relay answers is the refused one (see `Engine::blame_value_notice`).
+    /// relay answers is the refused one (see `RelayState::blame_value_notice`).
     pub value_notice: Option<Refusal>,
     /// Waiting for pending batches before consolidating.
     pub consolidating: bool,
@@ -132,10 +132,42 @@ impl Flight {
             && self.value_notice.is_none()
             && !self.consolidating
     }
+
+    /// A chunk queued before the relay refused that many tag values is
+    /// split to the relay's chunk `size`, so no REQ repeats what it refused.
+    pub(super) fn split_front_chunk(&mut self, size: usize) {
+        if self.work.front().is_none_or(|w| w.items.len() <= size) {
+            return;
+        }
+        let Some(work) = self.work.pop_front() else {
+            return;
+        };
+        let parts = work.items.chunks(size).map(|items| WorkRef {
+            batch: work.batch,
+            items: items.to_vec(),
+        });
+        let parts: Vec<WorkRef> = parts.collect();
+        if let Some(b) = self.batches.get_mut(&work.batch) {
+            b.chunks_left += parts.len() as u32 - 1;
+        }
+        for part in parts.into_iter().rev() {
+            self.work.push_front(part);
+        }
+    }
 }
 
 /// Work given back to the queues: by a negentropy job, or found by one.
 impl Flight {
+    /// `n` more chains complete each chunk of `work`: its batch waits for
+    /// them all.
+    pub(super) fn add_chains(&mut self, work: &[WorkRef], n: u32) {
+        for w in work {
+            if let Some(b) = self.batches.get_mut(&w.batch) {
+                b.chunks_left += n;
+            }
+        }
+    }
+
     /// Chunks a negentropy job gave back go to the front of the queue, in
     /// their order: `for_req` marks their batches for REQ (the job
     /// failed), else they wait for negentropy again (the relay's limit on
@@ -179,11 +211,7 @@ impl Flight {
         started: Time,
         extra: u32,
     ) {
-        for w in work {
-            if let Some(b) = self.batches.get_mut(&w.batch) {
-                b.chunks_left += extra;
-            }
-        }
+        self.add_chains(work, extra);
         for filter in filters {
             self.next_pages.push_back(NextPage {
                 filters: vec![PageFilter::first(filter)],

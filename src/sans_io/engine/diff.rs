@@ -12,6 +12,8 @@ use log::{debug, info};
 use nostr::prelude::Event;
 
 use super::connection::Batch;
+use super::ctx::Ctx;
+use super::relay::{Link, RelayState};
 use super::targets::{ItemState, Slot};
 use super::{Engine, Status, Timer};
 use crate::sans_io::memory::index::{Item, RelayId, RepoId, TargetChange};
@@ -227,43 +229,64 @@ impl Engine {
         }
     }
 
-    /// Turns a connected relay's queued items into one pending batch.
+    /// Turns a connected relay's queued items into one pending batch
+    /// (`RelayState::diff`), under the next batch id.
     fn diff_relay(&mut self, relay: RelayId, now: Time) {
-        let chunk_size = self.chunk_size(relay);
-        let batch_id = self.batching.next_batch;
-        let state = &mut self.relays[relay.index()];
-        if state.conn().is_none_or(|c| c.paused_until.is_some()) {
-            return;
+        let batch = self.batching.next_batch;
+        let (state, mut cx) = self.at(relay);
+        if state.diff(&mut cx, batch, now) {
+            self.batching.next_batch += 1;
+        }
+    }
+
+    /// One chunk of `batch` reached its last EOSE at `now`
+    /// (`RelayState::complete_chunk`).
+    pub(super) fn complete_chunk(&mut self, relay: RelayId, batch: u64, now: Time) {
+        let (state, mut cx) = self.at(relay);
+        state.complete_chunk(&mut cx, batch, now);
+    }
+}
+
+/// A relay's side of the diff: its queued items made a batch, and the
+/// batch confirmed or failed as its chunks end.
+impl RelayState {
+    /// Turns the queued items into pending batch `batch_id`, split into
+    /// chunks queued for the scheduler. Nothing while not connected or
+    /// paused. True when it made the batch (it took the id).
+    fn diff(&mut self, cx: &mut Ctx, batch_id: u64, now: Time) -> bool {
+        let chunk_size = self.facts.limits.chunk_size(cx.config.chunk_size);
+        if self.conn().is_none_or(|c| c.paused_until.is_some()) {
+            return false;
         }
         let mut repos = Vec::new();
         let mut roots = Vec::new();
         let mut suspects = Vec::new();
-        for item in std::mem::take(&mut state.targets.queued) {
-            if !self.askable(relay, item) {
+        for item in std::mem::take(&mut self.targets.queued) {
+            let facts = &mut self.facts;
+            if !facts.bad_values.askable(cx, &mut facts.limits, item) {
                 continue;
             }
-            let state = &mut self.relays[relay.index()];
-            let Some(slot) = state.targets.items.get_mut(&item) else {
+            let Some(slot) = self.targets.items.get_mut(&item) else {
                 continue;
             };
             if slot.state != ItemState::Queued {
                 continue;
             }
             slot.state = ItemState::Pending(batch_id);
-            match (state.facts.bad_values.suspect(&item), item) {
+            match (self.facts.bad_values.suspect(&item), item) {
                 (Some(size), _) => suspects.push((size, item)),
                 (None, Item::Repo(_)) => repos.push(item),
                 (None, Item::Root(_)) => roots.push(item),
             }
         }
         if repos.is_empty() && roots.is_empty() && suspects.is_empty() {
-            return;
+            return false;
         }
-        self.batching.next_batch += 1;
         // Connected: checked above, and asking `askable` changes nothing.
-        let Some(flight) = self.start_flight(relay) else {
-            return;
+        let Some(conn) = self.conn_mut() else {
+            return true;
         };
+        let flight = conn.start_flight();
         let mut chunks = 0;
         let mut isolated: Vec<Item> = Vec::new();
         for part in [repos.as_slice(), roots.as_slice()] {
@@ -307,12 +330,12 @@ impl Engine {
                 started: now,
             },
         );
+        true
     }
 
     /// One chunk of `batch` reached its last EOSE at `now`.
-    pub(super) fn complete_chunk(&mut self, relay: RelayId, batch: u64, now: Time) {
-        let state = &mut self.relays[relay.index()];
-        let Some(conn) = state.conn_mut() else {
+    pub(super) fn complete_chunk(&mut self, cx: &mut Ctx, batch: u64, now: Time) {
+        let Link::Up(conn) = &mut self.link else {
             return;
         };
         let Some(batches) = conn.flight_mut().map(|f| &mut f.batches) else {
@@ -330,7 +353,7 @@ impl Engine {
         };
         let covered = conn.live_covers_all(&done.items);
         for item in &done.items {
-            if let Some(slot) = state.targets.items.get_mut(item)
+            if let Some(slot) = self.targets.items.get_mut(item)
                 && slot.state == ItemState::Pending(batch)
             {
                 slot.confirm(now);
@@ -342,25 +365,18 @@ impl Engine {
         // items waited for the next reconnect or the daily sync (found by
         // the oracle's timeliness check, world 180).
         if !covered {
-            state.mark_uncovered(done.started);
+            self.mark_uncovered(done.started);
         }
-        state.facts.health.record_progress();
-        self.stats.batches_confirmed += 1;
-        self.note_batch_confirmed(relay);
-        debug!(
-            "{}: batch {batch} confirmed ({} items)",
-            self.index.relay_url(relay),
-            done.items.len()
-        );
+        self.facts.health.record_progress();
+        cx.stats.batches_confirmed += 1;
+        self.note_batch_confirmed();
+        let items = done.items.len();
+        debug!("{}: batch {batch} confirmed ({items} items)", cx.url());
     }
 
     /// A chunk of `batch` failed: the whole batch goes back to the diff.
-    pub(super) fn fail_batch(&mut self, relay: RelayId, batch: u64) {
-        let state = &mut self.relays[relay.index()];
-        let Some(conn) = state.conn_mut() else {
-            return;
-        };
-        let Some(flight) = conn.flight_mut() else {
+    pub(super) fn fail_batch(&mut self, cx: &mut Ctx, batch: u64) {
+        let Some(flight) = self.conn_mut().and_then(|c| c.flight_mut()) else {
             return;
         };
         let Some(failed) = flight.batches.remove(&batch) else {
@@ -370,17 +386,14 @@ impl Engine {
         // A chunk built ahead may be of this batch: never keep it idle.
         flight.built_front = None;
         for item in failed.items {
-            if let Some(slot) = state.targets.items.get_mut(&item)
+            if let Some(slot) = self.targets.items.get_mut(&item)
                 && slot.state == ItemState::Pending(batch)
             {
                 slot.state = ItemState::Queued;
-                state.targets.queued.push(item);
+                self.targets.queued.push(item);
             }
         }
-        self.stats.batches_failed += 1;
-        info!(
-            "{}: batch {batch} failed; items back to the diff",
-            self.index.relay_url(relay)
-        );
+        cx.stats.batches_failed += 1;
+        info!("{}: batch {batch} failed; items back to the diff", cx.url());
     }
 }

@@ -12,15 +12,16 @@ use log::{debug, info, warn};
 use nostr::prelude::{Event, EventId, Filter, RelayMessage, Timestamp};
 
 use super::connection::LiveMode;
+use super::ctx::Ctx;
 use super::limits::{MIN_MESSAGE_BYTES, REQ_OVERHEAD};
-use super::relay::Link;
+use super::relay::{Link, RelayState};
 use super::{ConnTimer, Engine, Offence, Output};
 use crate::sans_io::memory::index::{
-    Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, is_index_kind,
+    Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, RepoIndex, is_index_kind,
 };
 use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::query::subscription::{
-    NextPage, PageFilter, Purpose, Scope, Subscription, WINDOWS, WorkRef, pack, windows,
+    NextPage, PageFilter, Purpose, Saturated, Scope, Subscription, WINDOWS, WorkRef, pack, windows,
 };
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
@@ -145,7 +146,8 @@ impl Engine {
         }
         let scope = s.scope;
         let compacted_match = scope == Scope::Targets
-            && (event.kind.as_u16() == KIND_ANNOUNCEMENT || self.tags_target(relay, &event));
+            && (event.kind.as_u16() == KIND_ANNOUNCEMENT
+                || self.relays[relay.index()].tags_target(&self.index, &event));
         if matched.is_empty() && !compacted_match {
             self.stats.events_unwanted += 1;
             debug!(
@@ -158,7 +160,7 @@ impl Engine {
             // sending what it was asked for, and that is no offence. State
             // (30618) is asked by `#d` alone, any author: one for a moved
             // repo names no repo at all.
-            let still_asked = event.kind.as_u16() == KIND_STATE || self.tags_known(&event);
+            let still_asked = event.kind.as_u16() == KIND_STATE || tags_known(&self.index, &event);
             if !(scope == Scope::Targets && still_asked) {
                 self.offended(now, relay, Offence::OutsideFilter);
             }
@@ -282,87 +284,23 @@ impl Engine {
                 Verdict::Unwanted
             };
         }
-        if scope != Scope::Wide || self.tags_target(relay, event) {
+        if scope != Scope::Wide || self.relays[relay.index()].tags_target(&self.index, event) {
             Verdict::Wanted
         } else {
             Verdict::Unwanted
         }
     }
 
-    /// True if `event` tags any repo or root the index knows, targeted by
-    /// this relay or not.
-    fn tags_known(&self, event: &Event) -> bool {
-        event.tags.iter().map(|t| t.as_slice()).any(|t| {
-            let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
-                return false;
-            };
-            match name.as_str() {
-                "a" | "A" => self.index.repo_id(value).is_some(),
-                "e" | "E" => self.root_item(value).is_some(),
-                "q" => self.index.repo_id(value).is_some() || self.root_item(value).is_some(),
-                _ => false,
-            }
-        })
-    }
-
-    /// True if `event` tags a repo or root that `relay` targets.
-    fn tags_target(&self, relay: RelayId, event: &Event) -> bool {
-        let items = &self.relays[relay.index()].targets.items;
-        let targeted = |item: Option<Item>| item.is_some_and(|i| items.contains_key(&i));
-        if event.kind.as_u16() == KIND_STATE {
-            // The per-id filter asks `#d` alone: state from any maintainer of
-            // a repo with that identifier. 30618 is rare, so a scan of the
-            // relay's repos is cheaper than another index.
-            let d = event.tags.identifier().unwrap_or_default();
-            let repo_with_d =
-                |item: &Item| matches!(item, Item::Repo(r) if self.index.repo_identifier(*r) == d);
-            if items.keys().any(repo_with_d) {
-                return true;
-            }
-        }
-        event.tags.iter().map(|t| t.as_slice()).any(|t| {
-            let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
-                return false;
-            };
-            match name.as_str() {
-                "a" | "A" => targeted(self.index.repo_id(value).map(Item::Repo)),
-                "e" | "E" => targeted(self.root_item(value)),
-                "q" => {
-                    targeted(self.index.repo_id(value).map(Item::Repo))
-                        || targeted(self.root_item(value))
-                }
-                _ => false,
-            }
-        })
-    }
-
-    fn root_item(&self, hex: &str) -> Option<Item> {
-        let id = EventId::from_hex(hex).ok()?;
-        self.index.root_id(&id).map(Item::Root)
-    }
-
+    /// A subscription's stored events ended: a page's chain goes on or
+    /// completes its chunks (`RelayState::end_page`), and what the page
+    /// showed of the relay's cap settles its unsure seconds.
     fn on_eose(&mut self, relay: RelayId, sub: Option<u64>, now: Time) {
-        let limit = self.page_limit(relay);
-        let max_pages = self.config.max_pages;
         let Some(id) = sub else { return };
-        let state = self.relay(relay);
-        let Link::Up(conn) = &mut state.link else {
+        let (state, mut cx) = self.at(relay);
+        let Some(scope) = state.eose(&mut cx, id) else {
             return;
         };
-        let Some(s) = conn.subs.get_mut(id) else {
-            return;
-        };
-        if s.eose {
-            return;
-        }
-        s.eose = true;
-        s.heard = true;
-        let (timer, own) = (s.eose_timer.take(), s.scope == Scope::Own);
-        state.facts.health.record_success();
-        if let Some(timer) = timer {
-            self.timers.cancel(timer);
-        }
-        if own {
+        if scope == Scope::Own {
             // Everything before now is read: a re-subscription after a
             // refusal need only reach back over the quick window.
             let back = now.saturating_sub(self.config.quick_reconnect);
@@ -370,73 +308,24 @@ impl Engine {
         }
         self.climb_limit(relay, now);
         self.suspect_skipped(relay, id, now);
-        let state = self.relay(relay);
-        let Link::Up(conn) = &mut state.link else {
+        let neg = self.negentropy_usable(relay);
+        let (state, mut cx) = self.at(relay);
+        let Some(PageEnd { done, unsure }) = state.end_page(&mut cx, id, neg, now) else {
             return;
         };
-        let Some(s) = conn.subs.get_mut(id) else {
-            return;
-        };
-        let end = s.next_page(limit, &mut state.facts.result_cap);
-        s.end_stored();
-        let next = end.next;
-        let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
-        let answered_in = now.since(s.sent);
-        let work = std::mem::take(&mut s.work);
-        // A finished page is closed before its follow-up opens: the relay
-        // never sees one subscription more than we count.
-        if purpose == Purpose::Page {
-            self.close_subscription(relay, id);
-        } else {
-            s.compact();
-        }
-        for saturated in end.saturated {
-            self.split_saturated(relay, saturated, scope, &work, started, now);
-        }
-        match next {
-            Some(mut filters) if page < max_pages => {
-                debug!(
-                    "{}: page {page} of {id:x} full; asking the next",
-                    self.relay_url(relay)
-                );
-                let windows = match self.may_split(relay, &work, answered_in) {
-                    true => self.pack_windows(relay, windows(&mut filters, &end.spans, WINDOWS)),
-                    false => Vec::new(),
-                };
-                self.add_chains(relay, &work, windows.len() as u32);
-                let pages = std::iter::once((filters, page + 1))
-                    .chain(windows.into_iter().map(|w| (w, 1)))
-                    .map(|(filters, page)| NextPage {
-                        filters,
-                        scope,
-                        work: work.clone(),
-                        page,
-                        started,
-                        reconcile: None,
-                    });
-                if let Some(flight) = self.start_flight(relay) {
-                    flight.next_pages.extend(pages);
-                }
+        if let Some(done) = done {
+            for w in done {
+                self.complete_chunk(relay, w.batch, now);
             }
-            _ => {
-                if next.is_some() {
-                    warn!(
-                        "{}: {id:x} passed {max_pages} pages; rest given up",
-                        self.relay_url(relay)
-                    );
-                }
-                self.clear_suspects(relay, &work);
-                for w in work {
-                    self.complete_chunk(relay, w.batch, now);
-                }
-                if scope == Scope::Own {
-                    self.close_batch_window_early(now);
-                }
+            if scope == Scope::Own {
+                self.close_batch_window_early(now);
             }
         }
         // After the chunks completed: whether history is read decides.
-        self.note_unsure(relay, end.unsure, scope);
-        self.recheck_unsure(relay, now);
+        let neg = self.negentropy_usable(relay);
+        let (state, mut cx) = self.at(relay);
+        state.note_unsure(&cx, unsure, scope);
+        state.recheck_unsure(&mut cx, neg, now);
         self.dirty.push(relay);
         self.maybe_consolidate(relay, now);
     }
@@ -483,53 +372,263 @@ impl Engine {
             let url = self.relay_url(relay);
             info!("{url}: refusing notice: {}{}", relay_text(text), dropped(n));
         }
+        let (state, mut cx) = self.at(relay);
         if matches!(
             refusal,
             Refusal::TooManyValues | Refusal::TooManyKinds | Refusal::BadValue { .. }
         ) {
-            if let Some(flight) = self.start_flight(relay) {
+            if let Some(conn) = state.conn_mut() {
+                let flight = conn.start_flight();
                 flight.value_notice = flight.value_notice.or(Some(refusal));
             }
             return;
         }
-        let newest_silent = self.conn(relay).and_then(|c| {
-            c.subs
-                .iter()
-                .filter(|(_, s)| !s.heard)
-                .map(|(id, _)| id)
-                .max()
-        });
-        match newest_silent.and_then(|id| self.close_subscription(relay, id)) {
-            Some(s) => self.refused(relay, s, refusal, now),
-            None => self.lower_limits(relay, refusal, 0, now),
+        if let Some(s) = state.close_newest_silent(&mut cx, refusal, now) {
+            self.refused(relay, s, refusal, now);
         }
-        self.suspect_silent(relay, u64::MAX, now);
+        let (state, mut cx) = self.at(relay);
+        state.suspect_silent(&mut cx, u64::MAX, now);
     }
 
     /// After a value or kind NOTICE, the first EVENT or EOSE of a
     /// subscription not heard from yet names the REQ it refused: that one
-    /// is refused (and its message dropped, true). A subscription the
-    /// engine closed before the relay answered it takes the NOTICE too;
-    /// its work was queued again when it was closed.
+    /// is refused (`RelayState::blame_value_notice`), and its message
+    /// dropped (true).
     fn blame_value_notice(&mut self, relay: RelayId, sub: Option<u64>, now: Time) -> bool {
-        let Some(conn) = self.conn_mut(relay) else {
-            return false;
-        };
-        let notice = conn.flight().and_then(|f| f.value_notice);
-        let (Some(refusal), Some(id)) = (notice, sub) else {
-            return false;
-        };
-        if conn.subs.get(id).is_some_and(|s| s.heard) {
-            return false;
-        }
-        if let Some(flight) = conn.flight_mut() {
-            flight.value_notice = None;
-        }
-        let Some(s) = self.close_subscription(relay, id) else {
+        let (state, mut cx) = self.at(relay);
+        let blamed = sub.and_then(|sub| state.blame_value_notice(&mut cx, sub));
+        let Some((s, refusal)) = blamed else {
             return false;
         };
         self.refused(relay, s, refusal, now);
         true
+    }
+
+    /// A subscription ended without finishing: fail its batches, learn from
+    /// the reason, and retry later (never drop the work).
+    pub(super) fn refused(
+        &mut self,
+        relay: RelayId,
+        sub: Subscription,
+        refusal: Refusal,
+        now: Time,
+    ) {
+        self.note_refusal(relay);
+        let (state, mut cx) = self.at(relay);
+        state.give_back(&mut cx, &sub, now);
+        if sub.scope == Scope::Own {
+            let (state, mut cx) = self.at(relay);
+            state.pause(&mut cx, refusal, now);
+            return;
+        }
+        if refusal == Refusal::AuthRequired {
+            let (state, mut cx) = self.at(relay);
+            state.auth_required(&mut cx, now);
+        }
+        if let Refusal::BadValue { too_long } = refusal {
+            // Asked again at once, split: each round halves the suspects'
+            // chunks, so the offending item stands alone in a few rounds.
+            let (state, mut cx) = self.at(relay);
+            let (facts, targets) = (&mut state.facts, &mut state.targets);
+            let bad = &mut facts.bad_values;
+            return bad.refused(&mut cx, (&mut facts.limits, targets), &sub, too_long);
+        }
+        if refusal.is_limit() && !self.relays[relay.index()].facts.limits.at_floor(refusal) {
+            let hint = match refusal {
+                Refusal::TooManyValues | Refusal::TooManyKinds => {
+                    counted(refusal, &sub).max().unwrap_or(0)
+                }
+                // A subscription refusal steps one (`limit_probe`); the
+                // others learn from what the refused REQ carried.
+                _ => sub.filter_count,
+            };
+            let (state, mut cx) = self.at(relay);
+            state.lower_limits(&mut cx, refusal, hint, now);
+        } else {
+            // A limit already as low as it goes is not a limit: retrying at
+            // once would loop, so it backs off like any refusal.
+            let (state, mut cx) = self.at(relay);
+            state.pause(&mut cx, refusal, now);
+        }
+    }
+}
+
+/// A relay's steps on what it answered: a page's end, and what a refusal
+/// teaches.
+impl RelayState {
+    /// Subscription `sub` answers first after a value or kind NOTICE
+    /// (`Flight::value_notice`): unless it was heard from before, it is
+    /// the REQ the NOTICE refused, closed and handed back with the
+    /// refusal. A subscription the engine closed before the relay
+    /// answered it takes the NOTICE too; its work was queued again when
+    /// it was closed.
+    fn blame_value_notice(&mut self, cx: &mut Ctx, sub: u64) -> Option<(Subscription, Refusal)> {
+        let conn = self.conn_mut()?;
+        let refusal = conn.flight().and_then(|f| f.value_notice)?;
+        if conn.subs.get(sub).is_some_and(|s| s.heard) {
+            return None;
+        }
+        if let Some(flight) = conn.flight_mut() {
+            flight.value_notice = None;
+        }
+        Some((self.close_subscription(cx, sub)?, refusal))
+    }
+
+    /// True if `event` tags a repo or root the relay targets.
+    fn tags_target(&self, index: &RepoIndex, event: &Event) -> bool {
+        let items = &self.targets.items;
+        let targeted = |item: Option<Item>| item.is_some_and(|i| items.contains_key(&i));
+        if event.kind.as_u16() == KIND_STATE {
+            // The per-id filter asks `#d` alone: state from any maintainer of
+            // a repo with that identifier. 30618 is rare, so a scan of the
+            // relay's repos is cheaper than another index.
+            let d = event.tags.identifier().unwrap_or_default();
+            let repo_with_d =
+                |item: &Item| matches!(item, Item::Repo(r) if index.repo_identifier(*r) == d);
+            if items.keys().any(repo_with_d) {
+                return true;
+            }
+        }
+        event.tags.iter().map(|t| t.as_slice()).any(|t| {
+            let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
+                return false;
+            };
+            match name.as_str() {
+                "a" | "A" => targeted(index.repo_id(value).map(Item::Repo)),
+                "e" | "E" => targeted(root_item(index, value)),
+                "q" => {
+                    targeted(index.repo_id(value).map(Item::Repo))
+                        || targeted(root_item(index, value))
+                }
+                _ => false,
+            }
+        })
+    }
+
+    /// What an ended subscription had not finished goes back to be asked
+    /// again: its batches' chunks, and for live coverage the time from
+    /// which events are unread.
+    pub(super) fn give_back(&mut self, cx: &mut Ctx, sub: &Subscription, now: Time) {
+        for w in &sub.work {
+            self.fail_batch(cx, w.batch);
+        }
+        if sub.scope == Scope::Own {
+            return;
+        }
+        let per_id = self.conn().is_none_or(|c| c.live_mode != LiveMode::Wide);
+        if sub.purpose == Purpose::Live && per_id || sub.scope == Scope::Wide {
+            let (lost, layer1) = sub.uncovered_from(now);
+            self.coverage.owe_layer1(layer1);
+            self.coverage.gap_from(lost);
+        }
+    }
+
+    /// A refusing NOTICE names no subscription: the newest that has heard
+    /// nothing yet is the refused one, closed and returned. With none
+    /// silent, the limit the refusal names is lowered (by one step).
+    fn close_newest_silent(
+        &mut self,
+        cx: &mut Ctx,
+        refusal: Refusal,
+        now: Time,
+    ) -> Option<Subscription> {
+        let silent = self.conn().into_iter().flat_map(|c| c.subs.iter());
+        let newest = silent.filter(|(_, s)| !s.heard).map(|(id, _)| id).max();
+        let closed = newest.and_then(|id| self.close_subscription(cx, id));
+        if closed.is_none() {
+            self.lower_limits(cx, refusal, 0, now);
+        }
+        closed
+    }
+
+    /// EOSE of subscription `id`: it is past its stored events and heard
+    /// from, the relay did its part (`HealthTracker::record_success`), and
+    /// its deadline is taken back. Its scope, unless it is unknown or had
+    /// its EOSE already.
+    fn eose(&mut self, cx: &mut Ctx, id: u64) -> Option<Scope> {
+        let Link::Up(conn) = &mut self.link else {
+            return None;
+        };
+        let s = conn.subs.get_mut(id).filter(|s| !s.eose)?;
+        s.eose = true;
+        s.heard = true;
+        let (timer, scope) = (s.eose_timer.take(), s.scope);
+        self.facts.health.record_success();
+        if let Some(timer) = timer {
+            cx.cancel(timer);
+        }
+        Some(scope)
+    }
+
+    /// Subscription `id`'s page ended: a page is closed before its
+    /// follow-up opens (the relay never sees one subscription more than
+    /// we count), a live one compacted; its saturated seconds are asked
+    /// in parts; a full page queues the next, and windows of the rest
+    /// where it may (`may_split`). `None` when the subscription is gone.
+    /// `neg`: see `split_saturated`.
+    fn end_page(&mut self, cx: &mut Ctx, id: u64, neg: bool, now: Time) -> Option<PageEnd> {
+        let (limit, max_pages) = (self.page_limit(), cx.config.max_pages);
+        let Link::Up(conn) = &mut self.link else {
+            return None;
+        };
+        let s = conn.subs.get_mut(id)?;
+        let end = s.next_page(limit, &mut self.facts.result_cap);
+        s.end_stored();
+        let next = end.next;
+        let (purpose, scope, started, page) = (s.purpose, s.scope, s.started, s.page);
+        let answered_in = now.since(s.sent);
+        let work = std::mem::take(&mut s.work);
+        if purpose == Purpose::Page {
+            self.close_subscription(cx, id);
+        } else {
+            s.compact();
+        }
+        for saturated in end.saturated {
+            self.split_saturated(cx, neg, saturated, scope, &work, started, now);
+        }
+        match next {
+            Some(mut filters) if page < max_pages => {
+                debug!("{}: page {page} of {id:x} full; asking the next", cx.url());
+                let windows = match self.may_split(&work, answered_in) {
+                    true => self.pack_windows(windows(&mut filters, &end.spans, WINDOWS)),
+                    false => Vec::new(),
+                };
+                let chains = windows.len() as u32;
+                let pages = std::iter::once((filters, page + 1))
+                    .chain(windows.into_iter().map(|w| (w, 1)))
+                    .map(|(filters, page)| NextPage {
+                        filters,
+                        scope,
+                        work: work.clone(),
+                        page,
+                        started,
+                        reconcile: None,
+                    });
+                if let Some(conn) = self.conn_mut() {
+                    let flight = conn.start_flight();
+                    flight.add_chains(&work, chains);
+                    flight.next_pages.extend(pages);
+                }
+                Some(PageEnd {
+                    done: None,
+                    unsure: end.unsure,
+                })
+            }
+            _ => {
+                if next.is_some() {
+                    warn!(
+                        "{}: {id:x} passed {max_pages} pages; rest given up",
+                        cx.url()
+                    );
+                }
+                let bad = &mut self.facts.bad_values;
+                bad.clear(work.iter().flat_map(|w| w.items.iter()));
+                Some(PageEnd {
+                    done: Some(work),
+                    unsure: end.unsure,
+                })
+            }
+        }
     }
 
     /// Whether the rest of a chain's range may be read by several chains
@@ -544,85 +643,27 @@ impl Engine {
     /// answers one message at a time), and not while the relay's queue of
     /// pages is long (a relay answering every window with a full page
     /// cannot make the queue grow past it).
-    fn may_split(&self, relay: RelayId, work: &[WorkRef], answered_in: Duration) -> bool {
+    fn may_split(&self, work: &[WorkRef], answered_in: Duration) -> bool {
         let queued = self
-            .conn(relay)
+            .conn()
             .and_then(|c| c.flight())
             .map_or(0, |f| f.next_pages.len());
         !work.is_empty() && answered_in <= SPLIT_WITHIN && queued < MAX_QUEUED_PAGES
     }
 
-    /// `windows` packed into REQs within `relay`'s limits on filters and
+    /// `windows` packed into REQs within the relay's limits on filters and
     /// bytes per REQ (`subscription::pack`).
-    fn pack_windows(&self, relay: RelayId, windows: Vec<PageFilter>) -> Vec<Vec<PageFilter>> {
-        let limits = &self.relays[relay.index()].facts.limits;
+    fn pack_windows(&self, windows: Vec<PageFilter>) -> Vec<Vec<PageFilter>> {
+        let limits = &self.facts.limits;
         let bytes = limits.message_bytes.saturating_sub(REQ_OVERHEAD);
         pack(windows, limits.filters_per_req, bytes)
     }
 
-    /// A subscription ended without finishing: fail its batches, learn from
-    /// the reason, and retry later (never drop the work).
-    pub(super) fn refused(
-        &mut self,
-        relay: RelayId,
-        sub: Subscription,
-        refusal: Refusal,
-        now: Time,
-    ) {
-        self.note_refusal(relay);
-        self.give_back(relay, &sub, now);
-        if sub.scope == Scope::Own {
-            self.pause(relay, refusal, now);
-            return;
-        }
-        if refusal == Refusal::AuthRequired {
-            self.on_auth_required(relay, now);
-        }
-        if let Refusal::BadValue { too_long } = refusal {
-            // Asked again at once, split: each round halves the suspects'
-            // chunks, so the offending item stands alone in a few rounds.
-            return self.isolate_bad_value(relay, &sub, too_long);
-        }
-        if refusal.is_limit() && !self.relays[relay.index()].facts.limits.at_floor(refusal) {
-            let hint = match refusal {
-                Refusal::TooManyValues | Refusal::TooManyKinds => {
-                    counted(refusal, &sub).max().unwrap_or(0)
-                }
-                // A subscription refusal steps one (`limit_probe`); the
-                // others learn from what the refused REQ carried.
-                _ => sub.filter_count,
-            };
-            self.lower_limits(relay, refusal, hint, now);
-        } else {
-            // A limit already as low as it goes is not a limit: retrying at
-            // once would loop, so it backs off like any refusal.
-            self.pause(relay, refusal, now);
-        }
-    }
-
-    /// What an ended subscription had not finished goes back to be asked
-    /// again: its batches' chunks, and for live coverage the time from
-    /// which events are unread.
-    pub(super) fn give_back(&mut self, relay: RelayId, sub: &Subscription, now: Time) {
-        for w in &sub.work {
-            self.fail_batch(relay, w.batch);
-        }
-        if sub.scope == Scope::Own {
-            return;
-        }
-        let per_id = self
-            .conn(relay)
-            .is_none_or(|c| c.live_mode != LiveMode::Wide);
-        if sub.purpose == Purpose::Live && per_id || sub.scope == Scope::Wide {
-            let (lost, layer1) = sub.uncovered_from(now);
-            let coverage = &mut self.relay(relay).coverage;
-            coverage.owe_layer1(layer1);
-            coverage.gap_from(lost);
-        }
-    }
-
-    fn lower_limits(&mut self, relay: RelayId, refusal: Refusal, hint: usize, now: Time) {
-        let facts = &mut self.relay(relay).facts;
+    /// A limit refusal lowers the limit it names, to below `hint` (what
+    /// the refused REQ carried) where that teaches more; the relay's
+    /// queued work is diffed again under it.
+    fn lower_limits(&mut self, cx: &mut Ctx, refusal: Refusal, hint: usize, now: Time) {
+        let facts = &mut self.facts;
         let limits = &mut facts.limits;
         match refusal {
             Refusal::TooManySubscriptions => {
@@ -648,33 +689,47 @@ impl Engine {
             }
             _ => {}
         }
-        info!(
-            "{}: limits now {:?}",
-            self.relay_url(relay),
-            self.relays[relay.index()].facts.limits
-        );
-        self.dirty.push(relay);
+        info!("{}: limits now {:?}", cx.url(), self.facts.limits);
+        cx.mark_dirty();
     }
 
-    /// Stops historic work on `relay` until a backoff (or rate-limit cooldown) ends.
-    fn pause(&mut self, relay: RelayId, refusal: Refusal, now: Time) {
-        let policy = self.policy;
-        let state = &mut self.relays[relay.index()];
+    /// Stops historic work until a backoff (or rate-limit cooldown) ends.
+    fn pause(&mut self, cx: &mut Ctx, refusal: Refusal, now: Time) {
+        let (facts, policy) = (&mut self.facts, cx.policy);
         let until = match refusal {
-            Refusal::RateLimited => state.facts.health.record_rate_limit(now, &policy),
+            Refusal::RateLimited => facts.health.record_rate_limit(now, policy),
             _ => {
-                let penalty = state.facts.conduct.backoff_steps();
-                state
-                    .facts
-                    .health
-                    .record_refusal(now, &policy, penalty, &mut self.rng)
+                let penalty = facts.conduct.backoff_steps();
+                facts.health.record_refusal(now, policy, penalty, cx.rng)
             }
         };
-        if let Some(conn) = state.conn_mut() {
+        if let Some(conn) = self.conn_mut() {
             conn.paused_until = Some(until);
         }
-        self.arm_conn(until, relay, ConnTimer::Resume);
+        self.arm(cx, until, ConnTimer::Resume);
     }
+}
+
+/// True if `event` tags any repo or root the index knows, targeted by
+/// this relay or not.
+fn tags_known(index: &RepoIndex, event: &Event) -> bool {
+    event.tags.iter().map(|t| t.as_slice()).any(|t| {
+        let (Some(name), Some(value)) = (t.first(), t.get(1)) else {
+            return false;
+        };
+        match name.as_str() {
+            "a" | "A" => index.repo_id(value).is_some(),
+            "e" | "E" => root_item(index, value).is_some(),
+            "q" => index.repo_id(value).is_some() || root_item(index, value).is_some(),
+            _ => false,
+        }
+    })
+}
+
+/// The root a hex event id names, if the index knows it.
+fn root_item(index: &RepoIndex, hex: &str) -> Option<Item> {
+    let id = EventId::from_hex(hex).ok()?;
+    index.root_id(&id).map(Item::Root)
 }
 
 /// The next value cap below a refused filter's `asked` values (its current
@@ -715,6 +770,14 @@ fn counted(refusal: Refusal, sub: &Subscription) -> impl Iterator<Item = usize> 
         _ => None,
     };
     sub.filters.iter().filter_map(move |f| count.map(|c| c(f)))
+}
+
+/// What a page's end leaves the engine to do (`RelayState::end_page`).
+struct PageEnd {
+    /// The chunks of a chain that ended, to complete.
+    done: Option<Vec<WorkRef>>,
+    /// Seconds the page found that may be saturated (`saturated`).
+    unsure: Vec<Saturated>,
 }
 
 /// What becomes of a remote event that matched its subscription.

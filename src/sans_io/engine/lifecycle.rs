@@ -14,8 +14,9 @@ use nostr::prelude::Timestamp;
 use rand::rngs::SmallRng;
 
 use super::connection::Keepalive;
+use super::ctx::Ctx;
 use super::failure_log::Loudness;
-use super::relay::{Link, Role};
+use super::relay::{Link, RelayState, Role};
 use super::{Action, ConnTimer, Engine, Status, Timer, whole_second};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::health::{BackoffPolicy, HealthTracker};
@@ -40,7 +41,9 @@ impl Engine {
         let since = catch_up.map(|t| Timestamp::from_secs(t.as_secs()));
         self.log_connected(relay, fresh, now);
         self.start_reading(relay, fresh, since, now);
-        self.arm_watch(relay, now + self.config.keepalive);
+        let (state, mut cx) = self.at(relay);
+        let keepalive = now + cx.config.keepalive;
+        state.arm_watch(&mut cx, keepalive);
         self.flush(now);
     }
 
@@ -64,21 +67,9 @@ impl Engine {
             self.daily_sync(relay, now);
         }
         if let Some(next) = self.keepalive(relay, now) {
-            self.arm_watch(relay, next);
+            let (state, mut cx) = self.at(relay);
+            state.arm_watch(&mut cx, next);
         }
-    }
-
-    /// Arms the connection's watch for the keepalive check at `keepalive`
-    /// (to the whole second, so checks due together share a wake-up), or
-    /// for the daily full sync if that is due first.
-    fn arm_watch(&mut self, relay: RelayId, keepalive: Time) {
-        let state = &self.relays[relay.index()];
-        let keepalive = whole_second(keepalive);
-        let at = state
-            .facts
-            .daily_due
-            .map_or(keepalive, |due| due.min(keepalive));
-        self.arm_conn(at, relay, ConnTimer::Watch);
     }
 
     /// The keepalive check (`Connection::keepalive`): a dead relay is
@@ -137,30 +128,15 @@ impl Engine {
     }
 
     /// Asks the shell to connect `relay` unless it is connected, connecting,
-    /// or backing off.
+    /// or backing off (`RelayState::connect`).
     pub(super) fn connect(&mut self, relay: RelayId, now: Time) {
         let state = &self.relays[relay.index()];
         if state.status() != Status::Disconnected || state.retry_at().is_some_and(|t| now < t) {
             return;
         }
         let generation = self.next_generation();
-        let ask_info = self.config.relay_info;
-        let ask_info = self.relay(relay).start_connecting(generation, ask_info);
-        self.stats.connects += 1;
-        let url = self.relay_url(relay).to_owned();
-        debug!("connecting {url}");
-        self.actions.push_back(Action::Connect {
-            relay,
-            url: url.clone(),
-        });
-        if ask_info {
-            self.actions.push_back(Action::FetchInfo { relay, url });
-        }
-        self.arm_conn(
-            now + self.config.connect_timeout,
-            relay,
-            ConnTimer::ConnectTimeout,
-        );
+        let (state, mut cx) = self.at(relay);
+        state.connect(&mut cx, generation, now);
     }
 
     /// Marks `relay` disconnected after a failure for `cause` and
@@ -278,8 +254,9 @@ impl Engine {
     /// accepted that way.
     fn daily_sync(&mut self, relay: RelayId, now: Time) {
         info!("{}: daily fresh sync", self.relay_url(relay));
-        self.close_all_subscriptions(relay);
-        self.close_all_sessions(relay);
+        let (state, mut cx) = self.at(relay);
+        state.close_all_subscriptions(&mut cx);
+        state.close_all_sessions(&mut cx);
         let jobs = self.relay(relay).restart_flight();
         self.start_reading(relay, true, None, now);
         self.neg_jobs_dropped(relay, jobs, now);
@@ -296,19 +273,16 @@ impl Engine {
         if relay == self.own {
             self.subscribe_self(since, now);
         } else {
-            self.subscribe_live(relay, since, !fresh, now);
+            let (state, mut cx) = self.at(relay);
+            state.subscribe_live(&mut cx, since, !fresh, now);
             self.requeue_all(relay);
         }
         if fresh {
-            self.schedule_daily(relay, now);
+            let (state, mut cx) = self.at(relay);
+            let delay = cx.jitter_between(cx.config.daily_min, cx.config.daily_max);
+            // The next full sync is due in 23–25 h (the watch looks for it).
+            state.facts.daily_due = Some(now + delay);
         }
-    }
-
-    /// A full sync started at `now`: the next is due in 23–25 h (the
-    /// connection's watch looks for it).
-    fn schedule_daily(&mut self, relay: RelayId, now: Time) {
-        let delay = self.jitter_between(self.config.daily_min, self.config.daily_max);
-        self.relay(relay).facts.daily_due = Some(now + delay);
     }
 
     /// Every `disconnect_check`: drop remote relays that are not bootstrap
@@ -331,5 +305,40 @@ impl Engine {
         if self.relay(relay).targets.requeue_all() {
             self.dirty.push(relay);
         }
+    }
+}
+
+/// A relay's link steps that reach the engine's config and outputs.
+impl RelayState {
+    /// Asks the shell to connect, as attempt `generation`, and to fetch
+    /// the relay's NIP-11 document with it if due
+    /// (`RelayState::start_connecting`); the attempt has its deadline.
+    fn connect(&mut self, cx: &mut Ctx, generation: u32, now: Time) {
+        let ask_info = self.start_connecting(generation, cx.config.relay_info);
+        cx.stats.connects += 1;
+        let (relay, url) = (cx.relay, cx.url().to_owned());
+        debug!("connecting {url}");
+        let fetch = ask_info.then(|| Action::FetchInfo {
+            relay,
+            url: url.clone(),
+        });
+        cx.act(Action::Connect { relay, url });
+        if let Some(fetch) = fetch {
+            cx.act(fetch);
+        }
+        let at = now + cx.config.connect_timeout;
+        self.arm(cx, at, ConnTimer::ConnectTimeout);
+    }
+
+    /// Arms the connection's watch for the keepalive check at `keepalive`
+    /// (to the whole second, so checks due together share a wake-up), or
+    /// for the daily full sync if that is due first.
+    fn arm_watch(&mut self, cx: &mut Ctx, keepalive: Time) {
+        let keepalive = whole_second(keepalive);
+        let at = self
+            .facts
+            .daily_due
+            .map_or(keepalive, |due| due.min(keepalive));
+        self.arm(cx, at, ConnTimer::Watch);
     }
 }

@@ -92,6 +92,12 @@ impl Limits {
         lower(&mut self.value_bytes, stated.value_bytes, MIN_VALUE_BYTES);
     }
 
+    /// Items per historic chunk and per live per-id filter: `ours`, or
+    /// fewer if the relay refuses that many tag values.
+    pub(super) fn chunk_size(&self, ours: usize) -> usize {
+        ours.min(self.tag_values).max(1)
+    }
+
     /// True when the limit `refusal` names cannot be lowered any further.
     pub(super) fn at_floor(&self, refusal: Refusal) -> bool {
         match refusal {

@@ -18,20 +18,30 @@
 //! returns into actions, timers, counters and log lines. A step that
 //! reads or writes one relay's state only is a method of that state
 //! (`RelayState`, `Facts`, `Connection`, `Flight`, `Targets`, `Auth`,
-//! `BadValues`, `NegJob`), not of the engine:
+//! `BadValues`, `NegJob`), not of the engine, even when it needs the
+//! config, the index or an output: those it reaches through a `Ctx`:
 //!
 //! - `inbound`: messages from relays (events, EOSE, CLOSED, NOTICE, OK).
 //! - `lifecycle`: connect, reconnect, disconnect, keepalive, daily sync.
 //! - `diff`: the batch window and the three-way diff (`Batching`).
-//! - `requests`: REQs within a relay's limits, live sets, consolidation.
-//!   The filters it built for a REQ they did not fit are a `BuiltChunk`
-//!   (`built_chunk`), held by the relay table.
+//! - `requests`: history packed into REQs within a relay's limits, and
+//!   a relay's subscriptions opened and closed. The filters it built for
+//!   a REQ they did not fit are a `BuiltChunk` (`built_chunk`), held by
+//!   the relay table.
+//! - `live_set`: a relay's live subscriptions, per-id or wide, and their
+//!   consolidation.
+//! - `ctx`: what a step of one relay's state reaches of the engine
+//!   (`Ctx`: config, index, counters, and the queues of actions and
+//!   timers), lent beside the relay's state by `Engine::at`.
 //! - `nip77`: the NIP-77 pipeline, listings → reconciliations → id
 //!   fetches. `Nip77` owns what relays share (the sink's listings,
 //!   `listing_cache`; the turns, `neg_turns`; the bound on ids in hand,
-//!   `id_budget`); each `NegJob` lives in its connection's `Flight` and
-//!   owns its session and the ids it found; `NegSupport` is a relay fact.
-//! - `auth`: NIP-42 (`Auth`, whose state machine is private to it).
+//!   `id_budget`); each `NegJob` (`neg_job`) lives in its connection's
+//!   `Flight` and owns its session and the ids it found; `NegSupport`
+//!   (there too) is a relay fact. A job's steps that touch one relay are
+//!   `RelayState`'s, in `nip77`.
+//! - `auth`: NIP-42 (`Auth`, whose state machine is private to it;
+//!   the relay's steps answer challenges with the config's keys).
 //! - `bad_values`: a refusal of one value narrowed down to its item
 //!   (`BadValues`, in a relay's facts).
 //! - `resume`: restarts; the state file's mapping is on `RelayState` and
@@ -56,14 +66,19 @@
 //!   (`RelayState::view`), and the per-relay counters the aspects note
 //!   for it.
 //!
-//! Imports go one way, so there is no cycle: `auth`, `bad_values`,
-//! `conduct`, `limit_probe`, `nip77` and `saturated` own state types
-//! that `connection` and `relay` aggregate (they never import those back); `limits`, `targets`
-//! and `coverage` are leaves; `inbound`, `lifecycle`, `diff` and
-//! `requests` work on the relay table. This file names only the
-//! children's types: their state (`RelayState`, `Connection`, `Flight`,
-//! `Limits`, `Role`, `Batching`, `Nip77`) and the public `ItemState`
-//! and `Offence` it re-exports. The aspects still call each other's
+//! Imports go one way, so no two files import each other. The state
+//! types that `connection` and `relay` aggregate live in files that
+//! import neither (`bad_values`, `conduct`, `limit_probe`, `neg_job`,
+//! `sub_table`), or only `relay`, for steps that are `RelayState`'s
+//! (`auth`, `saturated`: `connection` holds their types, and `relay`
+//! names nothing of them). `limits`, `targets`, `coverage`, `timers` and
+//! `ctx` are leaves. `inbound`, `lifecycle`, `diff`, `requests`,
+//! `live_set`, `unanswered`, `nip77`, `resume` and `relay_view` work on
+//! the relay table: each names `relay`, which names none of them. This
+//! file names only the children's types: their state (`RelayState`,
+//! `Connection`, `Flight`, `Limits`, `Role`, `Batching`, `Nip77`), the
+//! `Ctx` it lends them, and the public `ItemState` and `Offence` it
+//! re-exports. The aspects still call each other's
 //! functions through `self`: they are parts of one state machine, and a
 //! call needs no import. Fields are private: only this folder sees them.
 //!
@@ -80,6 +95,7 @@ mod built_chunk;
 mod conduct;
 mod connection;
 mod coverage;
+mod ctx;
 mod diff;
 mod failure_log;
 mod id_budget;
@@ -88,6 +104,8 @@ mod lifecycle;
 mod limit_probe;
 mod limits;
 mod listing_cache;
+mod live_set;
+mod neg_job;
 mod neg_turns;
 mod nip77;
 mod relay;
@@ -106,7 +124,6 @@ pub use targets::ItemState;
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::time::Duration;
 
 use nostr::prelude::{Event, EventId, Filter, Timestamp};
 use rand::SeedableRng;
@@ -126,6 +143,7 @@ use crate::sans_io::wire::relay_info::RelayInfo;
 use crate::sans_io::wire::relay_text::LogBudget;
 use crate::sans_io::wire::signature::Verifier;
 use connection::{Connection, Flight};
+use ctx::Ctx;
 use diff::Batching;
 use limits::Limits;
 use nip77::Nip77;
@@ -563,7 +581,9 @@ impl Engine {
     /// The shell reads `relay` again: its sessions get a whole
     /// `neg_timeout` from `now` to be heard.
     pub fn handle_reads_resumed(&mut self, now: Time, relay: RelayId) {
-        self.neg_reads_resumed(relay, now);
+        if let Some(conn) = self.conn_mut(relay) {
+            conn.reads_resumed(now);
+        }
     }
 
     /// The relay's NIP-11 document, fetched for [`Action::FetchInfo`]
@@ -886,33 +906,29 @@ fn backoff_policy(config: &Config) -> BackoffPolicy {
 
 /// Helpers every aspect uses.
 impl Engine {
-    /// The `limit` to ask `relay` per filter.
-    fn page_limit(&self, relay: RelayId) -> usize {
-        self.relays[relay.index()].facts.limits.page_limit
-    }
-
-    /// Items per historic chunk and per live per-id filter on `relay`:
-    /// ours, or fewer if the relay refuses that many tag values.
-    fn chunk_size(&self, relay: RelayId) -> usize {
-        let limits = &self.relays[relay.index()].facts.limits;
-        self.config.chunk_size.min(limits.tag_values).max(1)
-    }
-
     fn arm(&mut self, at: Time, timer: Timer) -> TimerId {
         self.timers.insert(at.as_millis(), timer)
     }
 
-    /// Arms `timer` for the relay's current connection (or connect
-    /// attempt) at `at`, rounded up to the whole second if it only catches
-    /// a lack of progress ([`ConnTimer::rounded`]).
-    fn arm_conn(&mut self, at: Time, relay: RelayId, timer: ConnTimer) -> Option<TimerId> {
-        let generation = self.relays[relay.index()].generation()?;
-        let at = if timer.rounded() {
-            whole_second(at)
-        } else {
-            at
+    /// The relay's state and what its steps reach of the engine, borrowed
+    /// side by side: for a step of `RelayState` (or of what it holds).
+    /// Unchecked, like [`Self::relay`]: for ids the engine handed out; a
+    /// host's input names a relay checked first ([`Self::conn`]).
+    fn at(&mut self, relay: RelayId) -> (&mut RelayState, Ctx<'_>) {
+        let cx = Ctx {
+            relay,
+            config: &self.config,
+            policy: &self.policy,
+            index: &self.index,
+            stats: &mut self.stats,
+            rng: &mut self.rng,
+            actions: &mut self.actions,
+            timers: &mut self.timers,
+            log_budget: &mut self.log_budget,
+            next_sub: &mut self.next_sub,
+            dirty: &mut self.dirty,
         };
-        Some(self.arm(at, Timer::Conn(relay, generation, timer)))
+        (&mut self.relays[relay.index()], cx)
     }
 
     /// A number no connection or connect attempt had before: its timers
@@ -937,12 +953,6 @@ impl Engine {
     /// The history in flight on the relay's connection, if any.
     fn flight_mut(&mut self, relay: RelayId) -> Option<&mut Flight> {
         self.conn_mut(relay)?.flight_mut()
-    }
-
-    /// The relay's history in flight, made if there is none, while it is
-    /// connected: for work that starts, never for a lookup.
-    fn start_flight(&mut self, relay: RelayId) -> Option<&mut Flight> {
-        self.conn_mut(relay).map(|c| c.start_flight())
     }
 
     fn relay(&mut self, relay: RelayId) -> &mut RelayState {
@@ -974,16 +984,6 @@ impl Engine {
                 self.relays[i] = RelayState::new(Role::Remote { bootstrap: false }, limits);
             }
         }
-    }
-
-    /// A uniformly random duration in `[min, max]`.
-    fn jitter_between(&mut self, min: Duration, max: Duration) -> Duration {
-        use rand::Rng;
-        let (lo, hi) = (
-            min.as_millis() as u64,
-            max.as_millis().max(min.as_millis()) as u64,
-        );
-        Duration::from_millis(self.rng.gen_range(lo..=hi))
     }
 
     fn on_timer(&mut self, timer: Timer, now: Time) {

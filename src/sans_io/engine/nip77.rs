@@ -17,7 +17,7 @@
 //!    own relay asks waiting parts of one shape together and routes the
 //!    answer back by value (`own_relay::list_batch`).
 //! 2. **Reconciling**: one `NEG-OPEN`/`NEG-MSG` exchange per filter
-//!    ([`Reconciliation`]), gathering the ids the relay has and we lack.
+//!    (`Reconciliation`), gathering the ids the relay has and we lack.
 //! 3. **Fetching**: those ids not seen since the listing, by `ids` REQs,
 //!    which complete the chunk's batches exactly like the REQ path does at
 //!    EOSE; the ids found and not fetched yet are bounded over all relays
@@ -25,11 +25,11 @@
 //!
 //! Who owns what: [`Nip77`] (one per engine) owns what is shared between
 //! relays: whether the sink lists, the listings, the turns and the id
-//! budget. A [`NegJob`] lives in its connection's `Flight` (it dies with
-//! the socket) and owns its listings' shares, its session and the ids it
-//! found. The job's own steps are methods on [`NegJob`]; `impl Engine`
-//! here only routes: it finds the job, applies what a step returns
-//! (messages to send, REQ pages, counters) and schedules.
+//! budget. A [`NegJob`] (`neg_job`) lives in its connection's `Flight`
+//! (it dies with the socket) and owns its listings' shares, its session
+//! and the ids it found. The job's own steps are methods on [`NegJob`];
+//! `impl Engine` here only routes: it finds the job, applies what a step
+//! returns (messages to send, REQ pages, counters) and schedules.
 //!
 //! Anything short of that falls back to REQ + pagination for the job: a
 //! sink that cannot list, nothing listed locally (negentropy would only
@@ -37,21 +37,20 @@
 //! negentropy (`NEG-ERR`, a `NOTICE` saying so before its first `NEG-MSG`,
 //! or no answer within `neg_timeout`) is remembered and never asked again.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
-
 use log::{debug, info};
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
+use std::borrow::Cow;
 
+use super::ctx::Ctx;
 use super::id_budget::IdBudget;
 use super::listing_cache::{Join, Listed, ListingCache, Waiter, parts};
+use super::neg_job::{Due, Listings, NegJob, NegSupport};
 use super::neg_turns::Turns;
+use super::relay::RelayState;
 use super::{Action, ConnTimer, Engine};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::query::filters::Encoded;
-use crate::sans_io::query::reconcile::{
-    IDS_PER_FILTER, LimitTooSmall, Reconciliation, Step, fetch_filters, means_unsupported,
-};
+use crate::sans_io::query::reconcile::{IDS_PER_FILTER, Step, fetch_filters, means_unsupported};
 use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::query::subscription::{Saturated, Scope, WorkRef};
 use crate::sans_io::timing::time::Time;
@@ -59,29 +58,6 @@ use crate::sans_io::wire::relay_text::{dropped, relay_text};
 
 /// How many `neg_timeout`s a job may wait for the sink's listings.
 const LISTING_TIMEOUT_FACTOR: u32 = 4;
-
-/// Whether a relay speaks NIP-77, as far as we know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) enum NegSupport {
-    /// Not tried yet.
-    #[default]
-    Unknown,
-    /// A reconciliation completed.
-    Supported,
-    /// It said or showed it does not; REQ only from now on.
-    Unsupported,
-}
-
-impl NegSupport {
-    /// What is known: `None` not tried yet, else whether it speaks NIP-77.
-    pub(super) fn known(self) -> Option<bool> {
-        match self {
-            NegSupport::Unknown => None,
-            NegSupport::Supported => Some(true),
-            NegSupport::Unsupported => Some(false),
-        }
-    }
-}
 
 /// The NIP-77 pipeline's state shared by every relay: the sink's
 /// listings, whose turn it is, and the bound on ids found. Its jobs live
@@ -325,298 +301,6 @@ enum ToReq {
     Limit,
 }
 
-/// Where a job stands once a listing came in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Listings {
-    /// Some part is not listed yet.
-    Waiting,
-    /// Every part is listed, and the sink holds nothing for any.
-    Empty,
-    /// Every part is listed: reconcile.
-    Ready,
-}
-
-/// What a job's timer finds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Due {
-    /// Not stalled: look again at this time.
-    At(Time),
-    /// Stalled: in a session or waiting for listings, and whether the
-    /// session never heard from the relay.
-    Now { in_session: bool, silent: bool },
-}
-
-/// One packed chunk of historic work done by negentropy.
-pub(super) struct NegJob {
-    /// Chunks of pending batches this job completes.
-    work: Vec<WorkRef>,
-    /// The chunk's filters (without `limit`), reconciled one at a time.
-    filters: Vec<Filter>,
-    /// The listing of each part of each filter (`listing_cache`): the
-    /// filter's index and the part's listing as it comes in (shared with
-    /// other jobs, kept until the job ends).
-    listings: Vec<(usize, Option<Listed>)>,
-    /// The filter being reconciled.
-    current: usize,
-    /// The session of the current filter.
-    session: Option<Reconciliation>,
-    /// Ids found missing so far.
-    need: Vec<EventId>,
-    /// Ids its finished filters found and it already fetches
-    /// ([`NegJob::take_ahead`]), sorted: a later filter finding them
-    /// again does not ask them twice.
-    asked: Vec<EventId>,
-    /// When the job started: live coverage of its items begins there.
-    started: Time,
-    /// Last sign of progress (a list or a relay answer), for the timeout.
-    progress: Time,
-    /// A saturated second reconciled against nothing listed
-    /// (`saturated`): what the relay lists there is fetched. It has no REQ
-    /// to fall back to (REQ already read what it could), so a failure goes
-    /// on to the split by kind; and the chain that found it covers it live.
-    second: Option<(Saturated, Scope)>,
-}
-
-impl NegJob {
-    fn new(
-        work: Vec<WorkRef>,
-        filters: Vec<Filter>,
-        listings: Vec<(usize, Option<Listed>)>,
-        started: Time,
-        now: Time,
-        second: Option<(Saturated, Scope)>,
-    ) -> Self {
-        NegJob {
-            work,
-            filters,
-            listings,
-            current: 0,
-            session: None,
-            need: Vec::new(),
-            asked: Vec::new(),
-            started,
-            progress: now,
-            second,
-        }
-    }
-
-    /// Ids in its hand: found missing by its finished filters and its
-    /// session, and already fetched.
-    pub(super) fn ids_in_hand(&self) -> usize {
-        self.need.len()
-            + self.asked.len()
-            + self.session.as_ref().map_or(0, Reconciliation::need_len)
-    }
-
-    /// Part `i`'s listing came in at `now`: where the job stands.
-    fn listed(&mut self, i: usize, listed: &Listed, now: Time) -> Listings {
-        self.progress = now;
-        if let Some((_, slot)) = self.listings.get_mut(i) {
-            *slot = Some(listed.clone());
-        }
-        self.listings_state()
-    }
-
-    /// A `NEG-MSG` or `NEG-ERR` for its session at `now`: the step it
-    /// makes, if any, and whether the relay had answered the session
-    /// before (a failure after an answer says nothing of NIP-77).
-    fn on_message(&mut self, message: &RelayMessage<'_>, now: Time) -> Option<(Step, bool)> {
-        self.progress = now;
-        let session = self.session.as_mut()?;
-        let answered_before = session.answered();
-        Some((session.handle(message)?, answered_before))
-    }
-
-    /// Whether every part is listed, and whether the sink holds anything.
-    fn listings_state(&self) -> Listings {
-        if self.listings.iter().any(|(_, l)| l.is_none()) {
-            return Listings::Waiting;
-        }
-        let mut all = self.listings.iter().filter_map(|(_, l)| l.as_ref());
-        if all.all(|l| l.is_empty()) {
-            Listings::Empty
-        } else {
-            Listings::Ready
-        }
-    }
-
-    /// Starts the session of the current filter as subscription `id`,
-    /// against its parts' listings; returns the `NEG-OPEN`.
-    fn open_session(&mut self, id: u64, message_bytes: usize) -> Result<String, LimitTooSmall> {
-        let current = self.current;
-        let listed = self
-            .listings
-            .iter()
-            .filter(|(i, _)| *i == current)
-            .filter_map(|(_, l)| l.as_deref())
-            .flatten()
-            .copied();
-        let filter = &self.filters[current];
-        let (session, open) =
-            Reconciliation::start(&format!("{id:x}"), filter, listed, message_bytes)?;
-        self.session = Some(session);
-        Ok(open)
-    }
-
-    /// The current filter is reconciled, finding `need`: true when
-    /// another filter is left.
-    fn reconciled(&mut self, need: Vec<EventId>) -> bool {
-        self.current += 1;
-        self.session = None;
-        // The filters of one job overlap (a NIP-22 reply tags its root with
-        // both `E` and `e`): an id two of them miss is one event to fetch,
-        // and counted twice it sent a 10,001-reply issue to REQ paging.
-        self.need.extend(need);
-        self.need.sort_unstable();
-        self.need.dedup();
-        self.current < self.filters.len()
-    }
-
-    /// What its finished filters found missing, to fetch while the next
-    /// filter is reconciled, when `room` ids are left under the bound:
-    /// enough for these held twice (here and in their REQs) and for the
-    /// next filter finding as many again. The ids stay in `asked`.
-    fn take_ahead(&mut self, room: usize) -> Option<Vec<EventId>> {
-        if self.second.is_some() || self.need.is_empty() || 2 * self.need.len() > room {
-            return None;
-        }
-        let mut need = std::mem::take(&mut self.need);
-        need.retain(|id| self.asked.binary_search(id).is_err());
-        if need.is_empty() {
-            return None;
-        }
-        self.asked.extend_from_slice(&need);
-        self.asked.sort_unstable();
-        Some(need)
-    }
-
-    /// Whether its timer at `now` finds it stalled: a session waits
-    /// `session` for progress, listings `listing`. A session's answer may
-    /// wait unread while the relay's reads are `paused`: asked again once
-    /// they resume.
-    fn due(
-        &self,
-        now: Time,
-        paused: bool,
-        (session, listing): (std::time::Duration, std::time::Duration),
-    ) -> Due {
-        let in_session = self.session.is_some();
-        let timeout = if in_session { session } else { listing };
-        if in_session && paused {
-            return Due::At(now + timeout);
-        }
-        if now < self.progress + timeout {
-            return Due::At(self.progress + timeout);
-        }
-        let silent = self.session.as_ref().is_some_and(|s| !s.answered());
-        Due::Now { in_session, silent }
-    }
-
-    /// The job is done: what is left to fetch, less what was fetched ahead.
-    fn take_need(&mut self) -> Vec<EventId> {
-        let asked = std::mem::take(&mut self.asked);
-        let mut need = std::mem::take(&mut self.need);
-        need.retain(|id| asked.binary_search(id).is_err());
-        need
-    }
-}
-
-/// A connection's negentropy jobs, by subscription id: they live in its
-/// `Flight` and die with the socket.
-#[derive(Debug, Default)]
-pub(super) struct NegJobs(HashMap<u64, NegJob>);
-
-impl NegJobs {
-    /// Jobs in flight on the connection (each holds a subscription slot).
-    pub(super) fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// True with no job in flight.
-    pub(super) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// True while job `id` exists.
-    pub(super) fn contains(&self, id: u64) -> bool {
-        self.0.contains_key(&id)
-    }
-
-    /// Ids found missing and held by its jobs (`IdBudget`).
-    pub(super) fn ids_in_hand(&self) -> usize {
-        self.0.values().map(NegJob::ids_in_hand).sum()
-    }
-
-    /// The chunks its jobs complete.
-    #[cfg(any(test, feature = "testing"))]
-    pub(super) fn work(&self) -> impl Iterator<Item = &WorkRef> {
-        self.0.values().flat_map(|j| &j.work)
-    }
-
-    /// Gives back the room a burst of jobs left.
-    pub(super) fn shrink_to_fit(&mut self) {
-        self.0.shrink_to_fit();
-    }
-
-    fn get(&self, id: u64) -> Option<&NegJob> {
-        self.0.get(&id)
-    }
-
-    fn get_mut(&mut self, id: u64) -> Option<&mut NegJob> {
-        self.0.get_mut(&id)
-    }
-
-    fn insert(&mut self, id: u64, job: NegJob) {
-        self.0.insert(id, job);
-    }
-
-    fn remove(&mut self, id: u64) -> Option<NegJob> {
-        self.0.remove(&id)
-    }
-
-    /// The ids of its jobs.
-    #[cfg(any(test, feature = "testing"))]
-    fn ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.0.keys().copied()
-    }
-
-    /// Jobs whose session is open.
-    pub(super) fn in_session(&self) -> impl Iterator<Item = u64> + '_ {
-        self.0
-            .iter()
-            .filter(|(_, j)| j.session.is_some())
-            .map(|(id, _)| *id)
-    }
-
-    /// Jobs whose session the relay has not answered yet.
-    pub(super) fn unanswered(&self) -> impl Iterator<Item = u64> + '_ {
-        self.0
-            .iter()
-            .filter(|(_, j)| j.session.as_ref().is_some_and(|s| !s.answered()))
-            .map(|(id, _)| *id)
-    }
-
-    /// The relay is read again at `now`: each open session counts as
-    /// progressing, so it gets a whole `neg_timeout` to be heard.
-    pub(super) fn reads_resumed(&mut self, now: Time) {
-        for job in self.0.values_mut().filter(|j| j.session.is_some()) {
-            job.progress = now;
-        }
-    }
-}
-
-impl std::fmt::Debug for NegJob {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NegJob")
-            .field("work", &self.work)
-            .field("filters", &self.filters.len())
-            .field("current", &self.current)
-            .field("reconciling", &self.session.is_some())
-            .field("need", &self.need.len())
-            .finish()
-    }
-}
-
 /// What a session's failure says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Failure {
@@ -685,27 +369,6 @@ impl Engine {
         self.nip77.admit(relay)
     }
 
-    /// Sends `NEG-CLOSE` for every session of `relay`'s jobs, which are
-    /// about to be dropped on a live connection (a daily sync): a relay
-    /// that counts sessions (strfry) would count them for good, and refuse
-    /// every later one over its limit.
-    pub(super) fn close_all_sessions(&mut self, relay: RelayId) {
-        let Some(conn) = self.conn(relay) else {
-            return;
-        };
-        let open: Vec<u64> = conn.sessions().collect();
-        for id in open {
-            self.send_neg_close(relay, id);
-        }
-    }
-
-    /// Sends `NEG-CLOSE` for job `id`'s session.
-    fn send_neg_close(&mut self, relay: RelayId, id: u64) {
-        let subscription_id = Cow::Owned(SubscriptionId::new(format!("{id:x}")));
-        let message = ClientMessage::NegClose { subscription_id }.as_json();
-        self.actions.push_back(Action::Send { relay, message });
-    }
-
     /// Counts again the ids `relay`'s jobs and waiting pages hold; true
     /// when all relays together now hold more than `Config::neg_ids_held`.
     pub(super) fn recount_ids(&mut self, relay: RelayId) -> bool {
@@ -740,24 +403,12 @@ impl Engine {
         true
     }
 
-    /// Job `id` of `relay`'s connection.
-    fn neg_job_mut(&mut self, relay: RelayId, id: u64) -> Option<&mut NegJob> {
-        self.flight_mut(relay)?.neg_jobs.get_mut(id)
-    }
-
     /// Removes job `id` of `relay`, freeing its room and, at the next
     /// sweep, its listings.
     fn end_job(&mut self, relay: RelayId, id: u64) -> Option<NegJob> {
         let job = self.flight_mut(relay)?.neg_jobs.remove(id)?;
         self.nip77.job_ended(relay, id);
         Some(job)
-    }
-
-    /// A new subscription id for a job (its session's, in hex).
-    fn new_job_id(&mut self) -> u64 {
-        let id = self.next_sub;
-        self.next_sub += 1;
-        id
     }
 
     /// Starts a job for packed chunks `work` with their REQ `filters`
@@ -770,7 +421,8 @@ impl Engine {
         filters: Vec<Encoded>,
         now: Time,
     ) {
-        let id = self.new_job_id();
+        let (_, mut cx) = self.at(relay);
+        let id = cx.next_sub_id();
         let stale_after = self.listing_timeout();
         let (job, asks) = self
             .nip77
@@ -781,21 +433,11 @@ impl Engine {
             self.actions
                 .push_back(Action::ListLocal { request, filter });
         }
-        self.insert_job(relay, id, job, now);
-        self.job_listed(relay, id, now);
-    }
-
-    /// Records job `id` (its room taken) and arms its progress deadline.
-    fn insert_job(&mut self, relay: RelayId, id: u64, job: NegJob, now: Time) {
-        let Some(flight) = self.start_flight(relay) else {
-            return;
-        };
-        flight.neg_jobs.insert(id, job);
-        self.arm_conn(
-            now + self.config.neg_timeout,
-            relay,
-            ConnTimer::NegTimeout(id),
-        );
+        let (state, mut cx) = self.at(relay);
+        let listings = state.insert_job(&mut cx, id, job, now);
+        if let Some(listings) = listings {
+            self.go_on_listed(relay, id, listings, now);
+        }
     }
 
     /// Starts a job over saturated second `sat` for the chain that found
@@ -811,11 +453,13 @@ impl Engine {
         started: Time,
         now: Time,
     ) {
-        let id = self.new_job_id();
+        let (_, mut cx) = self.at(relay);
+        let id = cx.next_sub_id();
         let job = self
             .nip77
             .start_second_job((relay, id), (sat, scope), work, started, now);
-        self.insert_job(relay, id, job, now);
+        let (state, mut cx) = self.at(relay);
+        state.insert_job(&mut cx, id, job, now);
         self.open_session(relay, id, now);
     }
 
@@ -842,7 +486,7 @@ impl Engine {
         };
         let (listed, waiters) = self.nip77.listed(request, listed);
         for (relay, id, i) in waiters {
-            if let Some(job) = self.neg_job_mut(relay, id) {
+            if let Some(job) = self.flight_mut(relay).and_then(|f| f.neg_jobs.get_mut(id)) {
                 let listings = job.listed(i, &listed, now);
                 self.go_on_listed(relay, id, listings, now);
             }
@@ -866,57 +510,33 @@ impl Engine {
         self.after_jobs_ended(now);
     }
 
-    /// A new job whose parts may all be listed already: to REQ if the sink
-    /// holds nothing for any (negentropy would only add a round), else the
-    /// first session. Schedules nothing itself: its callers flush.
-    fn job_listed(&mut self, relay: RelayId, id: u64, now: Time) {
-        let job = self.conn(relay).and_then(|c| c.flight()?.neg_jobs.get(id));
-        if let Some(listings) = job.map(NegJob::listings_state) {
-            self.go_on_listed(relay, id, listings, now);
-        }
-    }
-
     /// Job `id` goes on as its `listings` stand: it waits for the rest,
-    /// goes to REQ if the sink holds nothing for any part, or opens its
-    /// first session.
+    /// goes to REQ if the sink holds nothing for any part (REQ costs
+    /// less: not a failure, counted apart from fallbacks), or opens its
+    /// first session. Schedules nothing itself: its callers flush.
     fn go_on_listed(&mut self, relay: RelayId, id: u64, listings: Listings, now: Time) {
         match listings {
             Listings::Waiting => {}
-            Listings::Empty => self.nothing_listed(relay, id, now),
+            Listings::Empty => {
+                debug!("{}: nothing held locally; REQ", self.relay_url(relay));
+                self.requeue_job(relay, id, ToReq::NothingListed, now);
+            }
             Listings::Ready => self.open_session(relay, id, now),
         }
     }
 
-    /// The sink holds nothing for job `id`: REQ costs less. Not a failure:
-    /// counted apart from fallbacks.
-    fn nothing_listed(&mut self, relay: RelayId, id: u64, now: Time) {
-        debug!("{}: nothing held locally; REQ", self.relay_url(relay));
-        self.requeue_job(relay, id, ToReq::NothingListed, now);
-    }
-
-    /// Sends `NEG-OPEN` for the job's current filter. The job keeps its
-    /// share of the listing until it ends, so jobs of other relays asking
-    /// the same filter meanwhile use it too.
+    /// Opens the job's session (`RelayState::open_session`); one that
+    /// cannot open goes to REQ.
     fn open_session(&mut self, relay: RelayId, id: u64, now: Time) {
-        let limit = self.relays[relay.index()].facts.limits.message_bytes;
-        let Some(job) = self.neg_job_mut(relay, id) else {
-            return;
-        };
-        match job.open_session(id, limit) {
-            Ok(open) => {
-                self.stats.neg_sessions += 1;
-                self.actions.push_back(Action::Send {
-                    relay,
-                    message: open,
-                });
-            }
-            Err(e) => {
-                debug!("{}: {e:?}; REQ", self.relay_url(relay));
-                self.requeue_job(relay, id, ToReq::Failed, now);
-            }
+        let (state, mut cx) = self.at(relay);
+        if !state.open_session(&mut cx, id) {
+            self.requeue_job(relay, id, ToReq::Failed, now);
         }
     }
-    /// A `NEG-MSG` or `NEG-ERR` from `relay`.
+
+    /// A `NEG-MSG` or `NEG-ERR` from `relay`: the job's session steps
+    /// (`RelayState::session_step`), and the engine goes on with what the
+    /// step found.
     pub(super) fn on_neg_message(
         &mut self,
         relay: RelayId,
@@ -925,95 +545,34 @@ impl Engine {
         now: Time,
     ) {
         let Some(id) = sub else { return };
-        let job = self.neg_job_mut(relay, id);
-        let Some((step, answered_before)) = job.and_then(|j| j.on_message(message, now)) else {
-            return;
-        };
-        if matches!(message, RelayMessage::NegMsg { .. }) {
-            self.stats.neg_rounds += 1;
-        }
-        match step {
-            Step::Send(text) => {
-                if self.recount_ids(relay) {
-                    self.send_neg_close(relay, id);
+        let (state, mut cx) = self.at(relay);
+        match state.session_step(&mut cx, id, message, now) {
+            None => {}
+            Some(SessionStep::Reply(text)) => {
+                let over = self.recount_ids(relay);
+                let (_, mut cx) = self.at(relay);
+                if over {
+                    cx.send(neg_close(id));
                     return self.over_id_budget(relay, id, now);
                 }
-                self.actions.push_back(Action::Send {
-                    relay,
-                    message: text,
-                });
+                cx.send(text);
             }
-            Step::Done { need, close } => {
-                self.actions.push_back(Action::Send {
-                    relay,
-                    message: close,
-                });
-                self.relay(relay).facts.neg = NegSupport::Supported;
-                self.filter_reconciled(relay, id, need, now);
-            }
-            Step::Failed { reason, close } => {
-                if let Some(n) = self.log_budget.admit(relay.index(), now) {
-                    let url = self.relay_url(relay);
-                    info!(
-                        "{url}: negentropy failed: {}{}",
-                        relay_text(&reason),
-                        dropped(n)
-                    );
-                }
-                if let Some(close) = close {
-                    self.actions.push_back(Action::Send {
-                        relay,
-                        message: close,
-                    });
-                }
-                let why = match failure(&reason, answered_before) {
-                    Failure::Limit => self.neg_limit_refusal(relay),
-                    Failure::TooBig | Failure::Job => ToReq::Failed,
-                    Failure::Unsupported => ToReq::Unsupported,
-                };
-                self.job_to_req(relay, id, why, now);
-            }
+            Some(SessionStep::Reconciled(need)) => self.filter_reconciled(relay, id, need, now),
+            Some(SessionStep::ToReq(why)) => self.job_to_req(relay, id, why, now),
         }
     }
 
     /// A NOTICE refusing a negentropy session for the relay's limit
-    /// (strfry: `ERROR: too many concurrent NEG requests`), naming none:
-    /// the newest session not answered yet is the refused one. True when
-    /// the notice was one.
+    /// (`RelayState::session_limit_notice`); true when the notice was one.
     pub(super) fn neg_limit_notice(&mut self, relay: RelayId, text: &str, now: Time) -> bool {
         if !refuses_session(text) {
             return false;
         }
-        let refused = self.conn(relay).and_then(|c| c.unanswered_sessions().max());
-        info!(
-            "{}: negentropy session refused for its limit: {}",
-            self.relay_url(relay),
-            relay_text(text)
-        );
-        let why = self.neg_limit_refusal(relay);
-        if let Some(id) = refused {
+        let (state, mut cx) = self.at(relay);
+        if let Some((id, why)) = state.session_limit_notice(&mut cx, text) {
             self.job_to_req(relay, id, why, now);
         }
         true
-    }
-
-    /// A session refused for the relay's limit: the relay refused one
-    /// session more than it allows, so it allows those open besides that
-    /// one, and the job waits for room. If nothing else of ours is open,
-    /// the relay refuses even one (sessions counted that we cannot see):
-    /// waiting would ask again at once, forever, so the job goes to REQ.
-    fn neg_limit_refusal(&mut self, relay: RelayId) -> ToReq {
-        let open = self.conn(relay).map_or(0, |c| c.sessions().count());
-        let limits = &mut self.relay(relay).facts.limits;
-        limits.neg_sessions = open.saturating_sub(1).clamp(1, limits.neg_sessions);
-        let limit = limits.neg_sessions;
-        let url = self.relay_url(relay);
-        debug!("{url}: negentropy sessions now at most {limit}");
-        if open > 1 {
-            ToReq::Limit
-        } else {
-            ToReq::Failed
-        }
     }
 
     /// A NOTICE; true when it told a job's relay that NEG is unknown there.
@@ -1031,7 +590,7 @@ impl Engine {
 
     /// The job's current filter is reconciled: on to the next, or fetch.
     fn filter_reconciled(&mut self, relay: RelayId, id: u64, need: Vec<EventId>, now: Time) {
-        let Some(job) = self.neg_job_mut(relay, id) else {
+        let Some(job) = self.flight_mut(relay).and_then(|f| f.neg_jobs.get_mut(id)) else {
             return;
         };
         let more = job.reconciled(need);
@@ -1043,10 +602,15 @@ impl Engine {
             self.fetch_ahead(relay, id, now);
             return self.after_jobs_ended(now);
         }
-        let Some(job) = self.end_job(relay, id) else {
+        let Some(mut job) = self.end_job(relay, id) else {
             return;
         };
-        self.fetch_needed(relay, job, now);
+        let need = job.take_need();
+        let (work, started, second) = job.into_chain();
+        if second.is_none() {
+            self.relay(relay).mark_uncovered(started);
+        }
+        self.fetch_ids(relay, need, &work, started, true, now);
         self.after_jobs_ended(now);
     }
 
@@ -1058,41 +622,24 @@ impl Engine {
     /// the job's chunks; the job keeps its own.
     fn fetch_ahead(&mut self, relay: RelayId, id: u64, now: Time) {
         let room = self.nip77.room_for_ids();
-        let Some(job) = self.neg_job_mut(relay, id) else {
+        let Some(job) = self.flight_mut(relay).and_then(|f| f.neg_jobs.get_mut(id)) else {
             return;
         };
         let Some(need) = job.take_ahead(room) else {
             return;
         };
-        let (work, started) = (job.work.clone(), job.started);
+        let (work, started) = job.chain();
+        let work = work.to_vec();
         self.stats.neg_fetched_ahead += 1;
         self.fetch_ids(relay, need, &work, started, false, now);
         self.recount_ids(relay);
     }
 
-    /// Fetches the missing ids, one `ids` REQ per filter (relays cap the
-    /// results of one REQ, not of one filter). An id already seen was
-    /// passed to the sink, or came from the own relay's live stream, since
-    /// the listing was made (a listing shared between jobs can predate
-    /// both): fetching it again would only bring a duplicate. The REQs wait
-    /// for free subscription slots in the follow-up page queue like any
-    /// historic page: thousands of missing ids after a long downtime must
-    /// not open more REQs than the relay allows, or its refusals fail the
-    /// job. Each REQ carries the job's chunks, and their batches count one
-    /// completion per REQ, so the batches confirm when the last fetch
-    /// reaches EOSE.
-    fn fetch_needed(&mut self, relay: RelayId, mut job: NegJob, now: Time) {
-        if job.second.is_none() {
-            self.relay(relay).mark_uncovered(job.started);
-        }
-        let need = job.take_need();
-        self.fetch_ids(relay, need, &job.work, job.started, true, now);
-    }
-
-    /// Queues `ids` REQs for `need` (less what was seen or refused since)
-    /// as follow-up pages of chunks `work`. Each REQ completes the chunks
-    /// once; `last` when these end the job's own chain, which then counts
-    /// as the first of them (or completes at once if none is needed).
+    /// Fetches the missing ids (`RelayState::fetch_ids`). An id already
+    /// seen was passed to the sink, or came from the own relay's live
+    /// stream, since the listing was made (a listing shared between jobs
+    /// can predate both): fetching it again would only bring a duplicate.
+    /// One the sink refused for good is not fetched either.
     fn fetch_ids(
         &mut self,
         relay: RelayId,
@@ -1108,32 +655,10 @@ impl Engine {
         let before = need.len();
         need.retain(|id| !self.refused.contains(id));
         self.stats.events_refused_skipped += (before - need.len()) as u64;
-        self.stats.neg_ids_fetched += need.len() as u64;
-        info!(
-            "{}: negentropy found {} events missing",
-            self.relay_url(relay),
-            need.len()
-        );
-        let state = &self.relays[relay.index()];
-        let max_ids = IDS_PER_FILTER.min(self.page_limit(relay)).max(1);
-        let groups = fetch_filters(&need, max_ids, state.facts.limits.message_bytes);
-        if groups.is_empty() {
-            if last {
-                for w in work {
-                    self.complete_chunk(relay, w.batch, now);
-                }
-                self.dirty.push(relay);
-            }
-            return;
+        let (state, mut cx) = self.at(relay);
+        if state.fetch_ids(&mut cx, need, work, started, last, now) {
+            self.flush(now);
         }
-        let extra = groups.len() as u32 - u32::from(last);
-        let Some(flight) = self.start_flight(relay) else {
-            return;
-        };
-        let filters = groups.into_iter().map(|g| g.filter);
-        flight.fetch_pages(work, filters, started, extra);
-        self.dirty.push(relay);
-        self.flush(now);
     }
 
     /// Moves a job's chunks to the REQ path, for reason `why`, and lets
@@ -1143,55 +668,13 @@ impl Engine {
         self.after_jobs_ended(now);
     }
 
-    /// Moves a job's chunks to the front of the relay's queue, marked for
-    /// REQ; schedules nothing (the scheduler calls this).
+    /// Ends job `id` and gives its work back (`RelayState::job_ended`);
+    /// schedules nothing (the scheduler calls this).
     fn requeue_job(&mut self, relay: RelayId, id: u64, why: ToReq, now: Time) {
-        let Some(job) = self.end_job(relay, id) else {
-            return;
-        };
-        match why {
-            ToReq::NothingListed => self.stats.neg_skipped += 1,
-            ToReq::Failed => self.stats.neg_fallbacks += 1,
-            ToReq::Unsupported => {
-                self.stats.neg_fallbacks += 1;
-                if self.relays[relay.index()].facts.neg != NegSupport::Supported {
-                    info!("{}: no negentropy; REQ from now on", self.relay_url(relay));
-                    self.relay(relay).facts.neg = NegSupport::Unsupported;
-                }
-            }
-            ToReq::Limit => self.note_refusal(relay),
+        if let Some(job) = self.end_job(relay, id) {
+            let (state, mut cx) = self.at(relay);
+            state.job_ended(&mut cx, job, why, now);
         }
-        if why == ToReq::Limit {
-            return self.wait_for_neg_room(relay, job);
-        }
-        if let Some((sat, scope)) = job.second {
-            // REQ already read what it could of that second: the parts
-            // by kind take over from this job's chain, which ends.
-            self.split_by_kind(relay, sat, scope, &job.work, job.started, now);
-            for w in &job.work {
-                self.complete_chunk(relay, w.batch, now);
-            }
-            self.dirty.push(relay);
-            return;
-        }
-        if let Some(flight) = self.start_flight(relay) {
-            flight.requeue_chunks(job.work, true);
-        }
-        self.dirty.push(relay);
-    }
-
-    /// A job refused for the relay's session limit goes back as it was:
-    /// its chunks to the front of the queue, a saturated second to the
-    /// front of the follow-up pages, both for negentropy again.
-    fn wait_for_neg_room(&mut self, relay: RelayId, job: NegJob) {
-        let Some(flight) = self.start_flight(relay) else {
-            return;
-        };
-        match job.second {
-            Some(second) => flight.requeue_second(second, job.work, job.started),
-            None => flight.requeue_chunks(job.work, false),
-        }
-        self.dirty.push(relay);
     }
 
     /// `relay`'s `dropped` jobs are gone (its connection, or a daily sync,
@@ -1241,28 +724,253 @@ impl Engine {
             .prune(|relay, id| relays.get(relay.index()).is_some_and(|s| s.has_neg_job(id)));
     }
 
-    /// `relay` is read again (`Connection::reads_resumed`).
-    pub(super) fn neg_reads_resumed(&mut self, relay: RelayId, now: Time) {
-        if let Some(conn) = self.conn_mut(relay) {
-            conn.reads_resumed(now);
+    /// No progress on a job within `neg_timeout`
+    /// (`RelayState::neg_timeout`): it goes back to REQ.
+    pub(super) fn on_neg_timeout(&mut self, relay: RelayId, id: u64, now: Time) {
+        let listing_timeout = self.listing_timeout();
+        let (state, mut cx) = self.at(relay);
+        if let Some(why) = state.neg_timeout(&mut cx, id, listing_timeout, now) {
+            self.job_to_req(relay, id, why, now);
+        }
+    }
+}
+
+/// A relay's steps of its NIP-77 jobs: what touches only the relay's facts
+/// and the jobs in its connection's flight, with the messages, timers and
+/// counters handed to the engine through [`Ctx`].
+impl RelayState {
+    /// Job `id` of the connection, if it runs.
+    fn neg_job_mut(&mut self, id: u64) -> Option<&mut NegJob> {
+        self.conn_mut()?.flight_mut()?.neg_jobs.get_mut(id)
+    }
+
+    /// Records job `id` (its room taken) and arms its progress deadline.
+    /// Where its listings stand, if it was recorded (the relay is
+    /// connected).
+    fn insert_job(&mut self, cx: &mut Ctx, id: u64, job: NegJob, now: Time) -> Option<Listings> {
+        let flight = self.conn_mut()?.start_flight();
+        let listings = job.listings_state();
+        flight.neg_jobs.insert(id, job);
+        self.arm(cx, now + cx.config.neg_timeout, ConnTimer::NegTimeout(id));
+        Some(listings)
+    }
+
+    /// Sends `NEG-CLOSE` for every session of the connection's jobs, which
+    /// are about to be dropped on a live connection (a daily sync): a
+    /// relay that counts sessions (strfry) would count them for good, and
+    /// refuse every later one over its limit.
+    pub(super) fn close_all_sessions(&self, cx: &mut Ctx) {
+        for id in self.conn().into_iter().flat_map(|c| c.sessions()) {
+            cx.send(neg_close(id));
         }
     }
 
-    /// No progress on a job within `neg_timeout`: a relay that never
+    /// Sends `NEG-OPEN` for job `id`'s current filter; false when it
+    /// cannot open (its filter does not fit the relay's message size).
+    /// The job keeps its share of the listing until it ends, so jobs of
+    /// other relays asking the same filter meanwhile use it too.
+    fn open_session(&mut self, cx: &mut Ctx, id: u64) -> bool {
+        let limit = self.facts.limits.message_bytes;
+        let Some(job) = self.neg_job_mut(id) else {
+            return true;
+        };
+        match job.open_session(id, limit) {
+            Ok(open) => {
+                cx.stats.neg_sessions += 1;
+                cx.send(open);
+                true
+            }
+            Err(e) => {
+                debug!("{}: {e:?}; REQ", cx.url());
+                false
+            }
+        }
+    }
+
+    /// A `NEG-MSG` or `NEG-ERR` for job `id`'s session at `now`: what
+    /// its step leaves the engine to do, `None` if no session of ours
+    /// takes it. A reconciled filter proves the relay speaks NIP-77; a
+    /// failure is logged, closed, and read for why the job goes to REQ.
+    fn session_step(
+        &mut self,
+        cx: &mut Ctx,
+        id: u64,
+        message: &RelayMessage<'_>,
+        now: Time,
+    ) -> Option<SessionStep> {
+        let (step, answered_before) = self.neg_job_mut(id)?.on_message(message, now)?;
+        if matches!(message, RelayMessage::NegMsg { .. }) {
+            cx.stats.neg_rounds += 1;
+        }
+        Some(match step {
+            Step::Send(text) => SessionStep::Reply(text),
+            Step::Done { need, close } => {
+                cx.send(close);
+                self.facts.neg = NegSupport::Supported;
+                SessionStep::Reconciled(need)
+            }
+            Step::Failed { reason, close } => {
+                if let Some(n) = cx.admit_log(now) {
+                    let (url, text) = (cx.url(), relay_text(&reason));
+                    info!("{url}: negentropy failed: {text}{}", dropped(n));
+                }
+                if let Some(close) = close {
+                    cx.send(close);
+                }
+                SessionStep::ToReq(match failure(&reason, answered_before) {
+                    Failure::Limit => self.session_limit_refusal(cx),
+                    Failure::TooBig | Failure::Job => ToReq::Failed,
+                    Failure::Unsupported => ToReq::Unsupported,
+                })
+            }
+        })
+    }
+
+    /// A NOTICE refusing a negentropy session for the relay's limit
+    /// (strfry: `ERROR: too many concurrent NEG requests`) names none: the
+    /// newest session not answered yet is the refused one. It and why it
+    /// goes to REQ, if there is one.
+    fn session_limit_notice(&mut self, cx: &mut Ctx, text: &str) -> Option<(u64, ToReq)> {
+        let refused = self.conn().and_then(|c| c.unanswered_sessions().max());
+        let text = relay_text(text);
+        info!(
+            "{}: negentropy session refused for its limit: {text}",
+            cx.url()
+        );
+        let why = self.session_limit_refusal(cx);
+        Some((refused?, why))
+    }
+
+    /// A session refused for the relay's limit: the relay refused one
+    /// session more than it allows, so it allows those open besides that
+    /// one, and the job waits for room. If nothing else of ours is open,
+    /// the relay refuses even one (sessions counted that we cannot see):
+    /// waiting would ask again at once, forever, so the job goes to REQ.
+    fn session_limit_refusal(&mut self, cx: &Ctx) -> ToReq {
+        let open = self.conn().map_or(0, |c| c.sessions().count());
+        let limits = &mut self.facts.limits;
+        limits.neg_sessions = open.saturating_sub(1).clamp(1, limits.neg_sessions);
+        let limit = limits.neg_sessions;
+        debug!("{}: negentropy sessions now at most {limit}", cx.url());
+        if open > 1 {
+            ToReq::Limit
+        } else {
+            ToReq::Failed
+        }
+    }
+
+    /// Queues one `ids` REQ per filter of `need` (relays cap the results
+    /// of one REQ, not of one filter) as follow-up pages of chunks `work`.
+    /// The REQs wait for free subscription slots in the follow-up page
+    /// queue like any historic page: thousands of missing ids after a long
+    /// downtime must not open more REQs than the relay allows, or its
+    /// refusals fail the job. Each REQ completes the chunks once, so their
+    /// batches confirm when the last fetch reaches EOSE; `last` when these
+    /// end the job's own chain, which then counts as the first of them
+    /// (or completes at once if none is needed). True when pages were
+    /// queued: the engine flushes.
+    fn fetch_ids(
+        &mut self,
+        cx: &mut Ctx,
+        need: Vec<EventId>,
+        work: &[WorkRef],
+        started: Time,
+        last: bool,
+        now: Time,
+    ) -> bool {
+        cx.stats.neg_ids_fetched += need.len() as u64;
+        info!(
+            "{}: negentropy found {} events missing",
+            cx.url(),
+            need.len()
+        );
+        let max_ids = IDS_PER_FILTER.min(self.page_limit()).max(1);
+        let groups = fetch_filters(&need, max_ids, self.facts.limits.message_bytes);
+        if groups.is_empty() {
+            if last {
+                for w in work {
+                    self.complete_chunk(cx, w.batch, now);
+                }
+                cx.mark_dirty();
+            }
+            return false;
+        }
+        let extra = groups.len() as u32 - u32::from(last);
+        let Some(conn) = self.conn_mut() else {
+            return false;
+        };
+        let filters = groups.into_iter().map(|g| g.filter);
+        conn.start_flight()
+            .fetch_pages(work, filters, started, extra);
+        cx.mark_dirty();
+        true
+    }
+
+    /// Job `job` ended for reason `why`: counted, the relay's NIP-77
+    /// support learnt, and its work given back. A job refused for the
+    /// relay's session limit goes back as it was, for negentropy again:
+    /// its chunks to the front of the queue, a saturated second to the
+    /// front of the follow-up pages. Otherwise its chunks go to REQ; a
+    /// saturated second, which REQ already read what it could of, goes
+    /// to its parts by kind, which take over from the job's chain.
+    fn job_ended(&mut self, cx: &mut Ctx, job: NegJob, why: ToReq, now: Time) {
+        match why {
+            ToReq::NothingListed => cx.stats.neg_skipped += 1,
+            ToReq::Failed => cx.stats.neg_fallbacks += 1,
+            ToReq::Unsupported => {
+                cx.stats.neg_fallbacks += 1;
+                if self.facts.neg != NegSupport::Supported {
+                    info!("{}: no negentropy; REQ from now on", cx.url());
+                    self.facts.neg = NegSupport::Unsupported;
+                }
+            }
+            ToReq::Limit => self.note_refusal(cx),
+        }
+        let (work, started, second) = job.into_chain();
+        match (why, second) {
+            (ToReq::Limit, second) => {
+                let Some(conn) = self.conn_mut() else {
+                    return;
+                };
+                let flight = conn.start_flight();
+                match second {
+                    Some(second) => flight.requeue_second(second, work, started),
+                    None => flight.requeue_chunks(work, false),
+                }
+            }
+            (_, Some((sat, scope))) => {
+                self.split_by_kind(cx, sat, scope, &work, started, now);
+                for w in &work {
+                    self.complete_chunk(cx, w.batch, now);
+                }
+            }
+            (_, None) => {
+                if let Some(conn) = self.conn_mut() {
+                    conn.start_flight().requeue_chunks(work, true);
+                }
+            }
+        }
+        cx.mark_dirty();
+    }
+
+    /// Job `id`'s progress deadline at `now`: re-armed if it progressed
+    /// (`NegJob::due`), else why it goes to REQ. A relay that never
     /// answered `NEG-OPEN` does not speak negentropy; a job that stalled
-    /// later goes back to REQ.
-    pub(super) fn on_neg_timeout(&mut self, relay: RelayId, id: u64, now: Time) {
-        let Some(conn) = self.conn(relay) else {
-            return;
-        };
-        let Some(job) = conn.flight().and_then(|f| f.neg_jobs.get(id)) else {
-            return;
-        };
-        let timeouts = (self.config.neg_timeout, self.listing_timeout());
+    /// later only failed. A session timed out is closed.
+    fn neg_timeout(
+        &mut self,
+        cx: &mut Ctx,
+        id: u64,
+        listing_timeout: std::time::Duration,
+        now: Time,
+    ) -> Option<ToReq> {
+        let conn = self.conn()?;
+        let job = conn.flight()?.neg_jobs.get(id)?;
+        let timeouts = (cx.config.neg_timeout, listing_timeout);
         let (in_session, silent) = match job.due(now, conn.reads_paused(), timeouts) {
             Due::At(at) => {
-                self.arm_conn(at, relay, ConnTimer::NegTimeout(id));
-                return;
+                self.arm(cx, at, ConnTimer::NegTimeout(id));
+                return None;
             }
             Due::Now { in_session, silent } => (in_session, silent),
         };
@@ -1271,18 +979,31 @@ impl Engine {
         } else {
             " waiting for the own relay's listings"
         };
-        info!(
-            "{}: negentropy job {id:x} timed out{waited}",
-            self.relay_url(relay)
-        );
+        info!("{}: negentropy job {id:x} timed out{waited}", cx.url());
         if in_session {
-            self.send_neg_close(relay, id);
+            cx.send(neg_close(id));
         }
-        let why = if silent {
+        Some(if silent {
             ToReq::Unsupported
         } else {
             ToReq::Failed
-        };
-        self.job_to_req(relay, id, why, now);
+        })
     }
+}
+
+/// What a session's step leaves the engine to do
+/// (`RelayState::session_step`).
+enum SessionStep {
+    /// Send this reply, unless the ids in hand went past the bound.
+    Reply(String),
+    /// The filter is reconciled, finding these ids missing.
+    Reconciled(Vec<EventId>),
+    /// The job goes to REQ.
+    ToReq(ToReq),
+}
+
+/// The `NEG-CLOSE` of job `id`'s session.
+fn neg_close(id: u64) -> String {
+    let subscription_id = Cow::Owned(SubscriptionId::new(format!("{id:x}")));
+    ClientMessage::NegClose { subscription_id }.as_json()
 }

@@ -31,15 +31,18 @@ use super::bad_values::BadValues;
 use super::conduct::Conduct;
 use super::connection::Connection;
 use super::coverage::Coverage;
+use super::ctx::Ctx;
 use super::limit_probe::LimitProbe;
 use super::limits::{Limits, PROVISIONAL_LIMIT, StatedLimits};
-use super::nip77::NegSupport;
+use super::neg_job::NegSupport;
 use super::targets::{ItemState, Targets};
+use super::timers::ConnTimer;
 #[cfg(any(test, feature = "testing"))]
 use crate::sans_io::memory::index::Item;
 use crate::sans_io::query::result_cap::ResultCap;
 use crate::sans_io::timing::health::HealthTracker;
 use crate::sans_io::timing::time::Time;
+use crate::sans_io::timing::timer::TimerId;
 use crate::sans_io::wire::relay_info::RelayInfo;
 use std::time::Duration;
 
@@ -217,6 +220,12 @@ impl RelayState {
             Link::Connecting { generation } => Some(*generation),
             Link::Up(c) => Some(c.generation),
         }
+    }
+
+    /// Arms `timer` for the current connection (or connect attempt) at
+    /// `at` (`Ctx::arm_conn`); `None` when there is neither.
+    pub(super) fn arm(&self, cx: &mut Ctx, at: Time, timer: ConnTimer) -> Option<TimerId> {
+        Some(cx.arm_conn(self.generation()?, at, timer))
     }
 
     /// When the next connect attempt is allowed, while down.

@@ -11,6 +11,7 @@
 //! [`Stats`](super::Stats), so the status page and `/metrics` agree.
 
 use super::connection::LiveMode;
+use super::ctx::Ctx;
 use super::relay::{Facts, RelayState, Role};
 use super::targets::ItemState;
 use super::{Engine, ItemCounts, Status};
@@ -155,12 +156,18 @@ impl RelayState {
     /// A batch was confirmed: if none is left and nothing waits to be
     /// asked, its first history is read. The scan of its items runs only
     /// when its last batch ends, and never once it is done.
-    fn note_batch_confirmed(&mut self) {
+    pub(super) fn note_batch_confirmed(&mut self) {
         let pending = self.conn().is_some_and(|c| c.batches() > 0);
         if self.facts.notes.first_history_done || pending {
             return;
         }
         self.facts.notes.first_history_done = nothing_waits(self);
+    }
+
+    /// The relay refused or closed a subscription (`Stats::refusals`).
+    pub(super) fn note_refusal(&mut self, cx: &mut Ctx) {
+        cx.stats.refusals += 1;
+        self.facts.notes.refusals += 1;
     }
 }
 
@@ -208,13 +215,8 @@ impl Engine {
 
     /// `relay` refused or closed a subscription (`Stats::refusals`).
     pub(super) fn note_refusal(&mut self, relay: RelayId) {
-        self.stats.refusals += 1;
-        self.relay(relay).facts.notes.refusals += 1;
-    }
-
-    /// A batch of `relay` was confirmed (`RelayState::note_batch_confirmed`).
-    pub(super) fn note_batch_confirmed(&mut self, relay: RelayId) {
-        self.relay(relay).note_batch_confirmed();
+        let (state, mut cx) = self.at(relay);
+        state.note_refusal(&mut cx);
     }
 }
 

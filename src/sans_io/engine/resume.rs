@@ -32,7 +32,7 @@ use log::info;
 use super::coverage::Coverage;
 use super::limits::Limits;
 use super::limits::StatedLimits;
-use super::nip77::NegSupport;
+use super::neg_job::NegSupport;
 use super::relay::{Facts, RelayState};
 use super::{Action, Engine, Output, Timer};
 use crate::sans_io::identity::relay_url::normalize;

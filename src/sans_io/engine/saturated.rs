@@ -24,8 +24,8 @@ use std::collections::BTreeSet;
 use log::{debug, info, warn};
 use nostr::prelude::{Filter, Kind};
 
-use super::Engine;
-use crate::sans_io::memory::index::RelayId;
+use super::ctx::Ctx;
+use super::relay::RelayState;
 use crate::sans_io::query::subscription::{NextPage, PageFilter, Saturated, Scope, WorkRef};
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
@@ -74,12 +74,17 @@ impl Unsure {
     }
 }
 
-impl Engine {
+/// A relay's steps on its saturated seconds: each part is a follow-up
+/// page of the connection's history in flight. `neg` says whether the
+/// relay may be asked by NIP-77 now (`Engine::negentropy_usable`).
+impl RelayState {
     /// Asks saturated second `sat` again in parts, each a chain of its own
     /// that completes `work` too.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn split_saturated(
         &mut self,
-        relay: RelayId,
+        cx: &mut Ctx,
+        neg: bool,
         sat: Saturated,
         scope: Scope,
         work: &[WorkRef],
@@ -90,16 +95,17 @@ impl Engine {
             // Its count may include events sent for a sibling filter: the
             // second asked on its own tells what the relay returns for it.
             let alone = vec![sat.filter.clone()];
-            return self.ask_parts(relay, &sat, alone, scope, work, started);
+            return self.ask_parts(cx, &sat, alone, scope, work, started);
         }
         if let Some(parts) = value_halves(&sat.filter) {
-            return self.ask_parts(relay, &sat, parts, scope, work, started);
+            return self.ask_parts(cx, &sat, parts, scope, work, started);
         }
         let tagged = !sat.filter.generic_tags.is_empty();
-        if scope != Scope::Own && tagged && self.negentropy_usable(relay) {
-            self.stats.seconds_split += 1;
-            self.add_chains(relay, work, 1);
-            if let Some(flight) = self.start_flight(relay) {
+        if scope != Scope::Own && tagged && neg {
+            cx.stats.seconds_split += 1;
+            if let Some(conn) = self.conn_mut() {
+                let flight = conn.start_flight();
+                flight.add_chains(work, 1);
                 flight.next_pages.push_back(NextPage {
                     filters: Vec::new(),
                     scope,
@@ -111,7 +117,7 @@ impl Engine {
             }
             return;
         }
-        self.split_by_kind(relay, sat, scope, work, started, now);
+        self.split_by_kind(cx, sat, scope, work, started, now);
     }
 
     /// The last resort for saturated second `sat` (one value, and NIP-77
@@ -119,7 +125,7 @@ impl Engine {
     /// it showed one kind only, unreachable.
     pub(super) fn split_by_kind(
         &mut self,
-        relay: RelayId,
+        cx: &mut Ctx,
         sat: Saturated,
         scope: Scope,
         work: &[WorkRef],
@@ -140,25 +146,25 @@ impl Engine {
                 .collect();
             // Kinds the cut page did not show are not asked: a filter
             // cannot say "every other kind". What they hold stays unknown.
-            self.stats.seconds_unverified += 1;
-            if let Some(n) = self.log_budget.admit(relay.index(), now) {
+            cx.stats.seconds_unverified += 1;
+            if let Some(n) = cx.admit_log(now) {
                 info!(
                     "{}: second {} split by the {} kinds it showed; events of other kinds there are unverified (no NIP-77){}",
-                    self.relay_url(relay),
+                    cx.url(),
                     sat.filter.until.map_or(0, |t| t.as_secs()),
                     sat.kinds.len(),
                     dropped(n)
                 );
             }
-            return self.ask_parts(relay, &sat, parts, scope, work, started);
+            return self.ask_parts(cx, &sat, parts, scope, work, started);
         }
-        self.unreachable_second(relay, &sat, now);
+        self.unreachable_second(cx, &sat, now);
     }
 
     /// Seconds that may be saturated if the relay caps as low as their
     /// count: kept until the connection shows which.
-    pub(super) fn note_unsure(&mut self, relay: RelayId, unsure: Vec<Saturated>, scope: Scope) {
-        let Some(conn) = self.conn_mut(relay) else {
+    pub(super) fn note_unsure(&mut self, cx: &Ctx, unsure: Vec<Saturated>, scope: Scope) {
+        let Some(conn) = self.conn_mut() else {
             return;
         };
         conn.unsure
@@ -166,7 +172,7 @@ impl Engine {
         let over = conn.unsure.len().saturating_sub(MAX_UNSURE);
         if over > 0 {
             conn.unsure.drain(..over);
-            debug!("{}: {over} unsure seconds dropped", self.relay_url(relay));
+            debug!("{}: {over} unsure seconds dropped", cx.url());
         }
     }
 
@@ -182,10 +188,9 @@ impl Engine {
     /// its newest shows no cut below it), if it is at least
     /// [`SMALLEST_CAP_GUESS`]: a relay whose largest page is smaller has
     /// too few events to be capping them.
-    pub(super) fn recheck_unsure(&mut self, relay: RelayId, now: Time) {
-        let state = self.relay(relay);
-        let cap = state.facts.result_cap;
-        let Some(conn) = state.conn_mut() else {
+    pub(super) fn recheck_unsure(&mut self, cx: &mut Ctx, neg: bool, now: Time) {
+        let cap = self.facts.result_cap;
+        let Some(conn) = self.conn_mut() else {
             return;
         };
         if conn.unsure.is_empty() {
@@ -206,60 +211,45 @@ impl Engine {
         for unsure in saturated {
             let Some((sat, scope)) = unsure.into_saturated() else {
                 // Our own JSON of a filter the relay was asked with.
-                warn!(
-                    "{}: an unsure second's filter did not parse",
-                    self.relay_url(relay)
-                );
-                self.stats.seconds_unverified += 1;
+                warn!("{}: an unsure second's filter did not parse", cx.url());
+                cx.stats.seconds_unverified += 1;
                 continue;
             };
-            self.split_saturated(relay, sat, scope, &[], now, now);
+            self.split_saturated(cx, neg, sat, scope, &[], now, now);
         }
     }
 
     /// One chain per part of a saturated second.
     fn ask_parts(
         &mut self,
-        relay: RelayId,
+        cx: &mut Ctx,
         sat: &Saturated,
         parts: Vec<Filter>,
         scope: Scope,
         work: &[WorkRef],
         started: Time,
     ) {
-        self.stats.seconds_split += 1;
+        cx.stats.seconds_split += 1;
         debug!(
             "{}: {} events in one second fill its cap; asking it in {} parts",
-            self.relay_url(relay),
+            cx.url(),
             sat.count,
             parts.len()
         );
-        self.add_chains(relay, work, parts.len() as u32);
-        for filter in parts {
-            if let Some(flight) = self.start_flight(relay) {
-                flight.next_pages.push_back(NextPage {
-                    filters: vec![PageFilter::first(filter)],
-                    scope,
-                    work: work.to_vec(),
-                    page: 1,
-                    started,
-                    reconcile: None,
-                });
-            }
-        }
-    }
-
-    /// `n` more chains complete each chunk of `work`: its batch waits for
-    /// them all.
-    pub(super) fn add_chains(&mut self, relay: RelayId, work: &[WorkRef], n: u32) {
-        let Some(flight) = self.flight_mut(relay) else {
+        let Some(conn) = self.conn_mut() else {
             return;
         };
-        let batches = &mut flight.batches;
-        for w in work {
-            if let Some(b) = batches.get_mut(&w.batch) {
-                b.chunks_left += n;
-            }
+        let flight = conn.start_flight();
+        flight.add_chains(work, parts.len() as u32);
+        for filter in parts {
+            flight.next_pages.push_back(NextPage {
+                filters: vec![PageFilter::first(filter)],
+                scope,
+                work: work.to_vec(),
+                page: 1,
+                started,
+                reconcile: None,
+            });
         }
     }
 
@@ -268,26 +258,19 @@ impl Engine {
     /// filled), events are surely left there; otherwise the relay may
     /// simply hold no more (its cap is unknown on this connection), which
     /// is said apart so that an alert on the first means a loss.
-    pub(super) fn unreachable_second(&mut self, relay: RelayId, sat: &Saturated, now: Time) {
-        let state = &self.relays[relay.index()];
-        let cut = sat.count >= state.facts.limits.page_limit
-            || state
-                .facts
-                .result_cap
-                .proven()
-                .is_some_and(|c| sat.count >= c);
+    pub(super) fn unreachable_second(&mut self, cx: &mut Ctx, sat: &Saturated, now: Time) {
+        let facts = &self.facts;
+        let cut = sat.count >= facts.limits.page_limit
+            || facts.result_cap.proven().is_some_and(|c| sat.count >= c);
         if cut {
-            self.stats.seconds_unreachable += 1;
+            cx.stats.seconds_unreachable += 1;
         } else {
-            self.stats.seconds_unverified += 1;
+            cx.stats.seconds_unverified += 1;
         }
-        let Some(n) = self.log_budget.admit(relay.index(), now) else {
+        let Some(n) = cx.admit_log(now) else {
             return;
         };
-        let (url, second) = (
-            self.relay_url(relay),
-            sat.filter.until.map_or(0, |t| t.as_secs()),
-        );
+        let (url, second) = (cx.url(), sat.filter.until.map_or(0, |t| t.as_secs()));
         let filter = sat.filter.as_json();
         let (count, filter) = (sat.count, relay_text(&filter));
         if cut {

@@ -24,53 +24,66 @@
 
 use log::info;
 
+use super::ctx::Ctx;
+use super::relay::RelayState;
 use super::{ConnTimer, Engine};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
 
 impl Engine {
-    /// Makes every silent subscription of `relay` opened before `before`
-    /// (all: `u64::MAX`) a suspect, to be asked again if it stays silent
-    /// past the grace ([`Self::on_unanswered`]). Ids grow with every REQ
+    /// Subscription `id` reached its EOSE: the silent ones sent before it
+    /// are suspects (`RelayState::suspect_silent`). Not on the own relay:
+    /// its one subscription is re-opened by its own path, not by giving
+    /// its work back.
+    pub(super) fn suspect_skipped(&mut self, relay: RelayId, id: u64, now: Time) {
+        if relay != self.own {
+            let (state, mut cx) = self.at(relay);
+            state.suspect_silent(&mut cx, id, now);
+        }
+    }
+
+    /// A suspect's grace ended (`RelayState::unanswered`).
+    pub(super) fn on_unanswered(&mut self, relay: RelayId, id: u64, now: Time) {
+        let (state, mut cx) = self.at(relay);
+        state.unanswered(&mut cx, id, now);
+    }
+}
+
+/// A relay's silent subscriptions: suspected, and asked again.
+impl RelayState {
+    /// Makes every silent subscription opened before `before` (all:
+    /// `u64::MAX`) a suspect, to be asked again if it stays silent past
+    /// the grace (`RelayState::unanswered`). Ids grow with every REQ
     /// sent, so a smaller id was sent earlier.
-    pub(super) fn suspect_silent(&mut self, relay: RelayId, before: u64, now: Time) {
-        let Some(conn) = self.conn_mut(relay) else {
+    pub(super) fn suspect_silent(&mut self, cx: &mut Ctx, before: u64, now: Time) {
+        let Some(conn) = self.conn_mut() else {
             return;
         };
         let (grace, newly) = conn.suspect_silent(before);
         for id in newly {
-            self.arm_conn(now + grace, relay, ConnTimer::Unanswered(id));
-        }
-    }
-
-    /// Subscription `id` reached its EOSE: the silent ones sent before it
-    /// are suspects. Not on the own relay: its one subscription is
-    /// re-opened by its own path, not by giving its work back.
-    pub(super) fn suspect_skipped(&mut self, relay: RelayId, id: u64, now: Time) {
-        if relay != self.own {
-            self.suspect_silent(relay, id, now);
+            self.arm(cx, now + grace, ConnTimer::Unanswered(id));
         }
     }
 
     /// A suspect heard nothing in its grace: its REQ was refused or
     /// dropped. Its work goes back to be asked again; the limit is not
     /// lowered (a refusal's NOTICE already lowered it).
-    pub(super) fn on_unanswered(&mut self, relay: RelayId, id: u64, now: Time) {
-        let sub = self.conn(relay).and_then(|c| c.subs.get(id));
-        if sub.is_none_or(|s| s.heard) {
+    fn unanswered(&mut self, cx: &mut Ctx, id: u64, now: Time) {
+        let Some(conn) = self.conn_mut() else {
+            return;
+        };
+        if conn.subs.get(id).is_none_or(|s| s.heard) {
             return;
         }
         info!(
             "{}: subscription {id:x} unanswered while later ones were answered or refused; asking again",
-            self.relay_url(relay)
+            cx.url()
         );
-        if let Some(conn) = self.conn_mut(relay) {
-            conn.silence.count(now);
-        }
-        self.stats.unanswered += 1;
-        if let Some(sub) = self.close_subscription(relay, id) {
-            self.give_back(relay, &sub, now);
-            self.dirty.push(relay);
+        conn.silence.count(now);
+        cx.stats.unanswered += 1;
+        if let Some(sub) = self.close_subscription(cx, id) {
+            self.give_back(cx, &sub, now);
+            cx.mark_dirty();
         }
     }
 }
