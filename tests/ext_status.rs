@@ -35,9 +35,14 @@ fn text(bytes: &[u8]) -> String {
 fn status_prints_the_running_engines_relays_problems_first() {
     let own = TestRelay::start(RelayOptions::default()).unwrap();
     let a = TestRelay::start(RelayOptions::default()).unwrap();
+    // A relay that closes every connection unanswered. Its listener stays
+    // bound for the whole test: a port given back was taken by a server
+    // of the other test in this binary, and the "dead" relay answered.
     let dead = {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("ws://127.0.0.1:{}", l.local_addr().unwrap().port())
+        let url = format!("ws://127.0.0.1:{}", l.local_addr().unwrap().port());
+        std::thread::spawn(move || l.incoming().for_each(drop));
+        url
     };
     let owner = keys(1);
     own.publish(announcement(
