@@ -93,7 +93,9 @@ struct Repo {
     relays_changed: Option<Time>,
     /// A newer announcement whose relay change waits for the change
     /// interval to pass (see [`IndexLimits::relay_change_interval`]).
-    held: Option<Held>,
+    /// Boxed: rare (a change within the interval), and inline it made
+    /// every repo of the table 56 bytes larger.
+    held: Option<Box<Held>>,
     /// The pubkey (hex) whose share pays for the repo: the first to name
     /// it, until its owner announces it. `None` for the owner (the
     /// coordinate's pubkey), as with every announced repo: no copy of a
@@ -521,7 +523,7 @@ impl RepoIndex {
                     self.holds.push((repo, due));
                 }
                 let new = relays.clone();
-                let old = entry.held.replace(Held { stamp, relays });
+                let old = entry.held.replace(Box::new(Held { stamp, relays }));
                 self.reference(repo, &new, true);
                 if let Some(old) = old {
                     self.reference(repo, &old.relays, false);
@@ -941,6 +943,14 @@ mod tests {
         assert_eq!(q_share, Some(&(0, 1)), "q pays for its root only");
         let (key, _) = index.repo_ids.get_key_value(&*entry.coord).unwrap();
         assert!(Arc::ptr_eq(key, &entry.coord));
+    }
+
+    /// The repo table holds an entry per repo ever known: what is rare
+    /// (a held relay change) or a copy (the identifier, the owner's key)
+    /// stays out of it.
+    #[test]
+    fn a_repo_entry_stays_small() {
+        assert!(size_of::<Repo>() <= 160, "{}", size_of::<Repo>());
     }
 
     /// A key's junk roots filled its repo share; once it deletes them, the
