@@ -17,7 +17,7 @@ use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::info_fetch;
 use crate::shell::connect_error::ConnectError;
 use crate::shell::dns::{Pending, Resolved};
-use crate::shell::slots::{Conn, SlotKind};
+use crate::shell::slots::{Conn, Resolving, SlotKind};
 use crate::shell::ws::{HttpGet, TlsTarget, WsConnection};
 use crate::shell::{Shell, ShellTimer};
 
@@ -55,15 +55,15 @@ impl Shell {
         };
         let conn = match ip_literal(&host) {
             Some(ip) => self.connect_ip(url, transport, ip, port, tls, trusted)?,
-            None => Conn::Resolving {
+            None => Conn::Resolving(Box::new(Resolving {
                 url: url.to_owned(),
                 port,
                 tls,
                 trusted,
                 lookup: Pending::none(),
-            },
+            })),
         };
-        let resolving = matches!(conn, Conn::Resolving { .. });
+        let resolving = matches!(conn, Conn::Resolving(_));
         let token = self.slots.insert(kind(conn), self.poll.registry())?;
         if resolving {
             match self.resolver.resolve(token.0 as u64, &host, port) {
@@ -119,10 +119,10 @@ impl Shell {
     /// Keeps `pending` in the slot it resolves for, so dropping the slot
     /// (deadline, disconnect, shutdown) cancels a lookup still queued.
     fn hold_lookup(&mut self, token: Token, pending: Pending) {
-        if let Some(Conn::Resolving { lookup, .. }) =
+        if let Some(Conn::Resolving(resolving)) =
             self.slots.get_mut(token).and_then(|s| s.kind.conn_mut())
         {
-            *lookup = pending;
+            resolving.lookup = pending;
         }
     }
 
@@ -138,25 +138,12 @@ impl Shell {
         let Some(conn) = slot.kind.conn_mut() else {
             return;
         };
-        let Conn::Resolving {
-            url,
-            port,
-            tls,
-            trusted,
-            ..
-        } = std::mem::replace(
-            conn,
-            Conn::Resolving {
-                url: String::new(),
-                port: 0,
-                tls: None,
-                trusted: false,
-                lookup: Pending::none(),
-            },
-        )
-        else {
+        let Conn::Resolving(resolving) = conn else {
             return;
         };
+        let url = std::mem::take(&mut resolving.url);
+        let (port, tls, trusted) = (resolving.port, resolving.tls.take(), resolving.trusted);
+        resolving.lookup = Pending::none();
         let addrs = match resolved.result {
             Ok(a) if !a.is_empty() => a,
             Ok(_) | Err(_) => {

@@ -982,7 +982,7 @@ impl Shell {
             }
             match self
                 .slots
-                .insert(SlotKind::Metrics(conn), self.poll.registry())
+                .insert(SlotKind::Metrics(Box::new(conn)), self.poll.registry())
             {
                 Ok(token) => {
                     self.metrics_conns.push_back(token);

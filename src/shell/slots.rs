@@ -32,24 +32,31 @@ const GENERATION_MASK: u32 = 0x7fff_ffff;
 
 /// A connection's transport: waiting for DNS, a websocket in progress, or
 /// a NIP-11 fetch in progress.
+///
+/// Every variant is boxed: the slot table holds an entry per relay for the
+/// process's life, and sized by the lookup's fields (alive only while a
+/// name resolves) every entry was 128 bytes instead of 56.
 pub(super) enum Conn {
-    Resolving {
-        url: String,
-        port: u16,
-        tls: Option<TlsTarget>,
-        trusted: bool,
-        /// The queued lookup; dropping the slot cancels it.
-        lookup: Pending,
-    },
+    Resolving(Box<Resolving>),
     Ws(Box<WsConnection>),
     Http(Box<HttpGet>),
+}
+
+/// A connection waiting for its host name to resolve.
+pub(super) struct Resolving {
+    pub(super) url: String,
+    pub(super) port: u16,
+    pub(super) tls: Option<TlsTarget>,
+    pub(super) trusted: bool,
+    /// The queued lookup; dropping the slot cancels it.
+    pub(super) lookup: Pending,
 }
 
 impl Conn {
     /// The socket to register with the poll; none while resolving.
     pub(super) fn socket(&mut self) -> Option<&mut TcpStream> {
         match self {
-            Conn::Resolving { .. } => None,
+            Conn::Resolving(_) => None,
             Conn::Ws(ws) => ws.socket(),
             Conn::Http(get) => get.socket(),
         }
@@ -80,7 +87,9 @@ pub(super) enum SlotKind {
         conn: Conn,
         answer: InfoFor,
     },
-    Metrics(MetricsConn),
+    /// Boxed for the same reason as [`Conn`]'s variants: metrics
+    /// connections are few.
+    Metrics(Box<MetricsConn>),
 }
 
 /// Who asked for a NIP-11 document.
@@ -235,14 +244,25 @@ mod tests {
         SlotKind::Info {
             answer: InfoFor::Engine,
             relay: RelayId(relay),
-            conn: Conn::Resolving {
+            conn: Conn::Resolving(Box::new(Resolving {
                 url: format!("ws://relay{relay}.example"),
                 port: 80,
                 tls: None,
                 trusted: false,
                 lookup: Pending::none(),
-            },
+            })),
         }
+    }
+
+    /// The slot table keeps an entry per relay for the process's life:
+    /// what only a connection on its way needs stays out of it (boxed).
+    #[test]
+    fn a_slot_stays_small() {
+        assert!(
+            std::mem::size_of::<Slot>() <= 56,
+            "{}",
+            std::mem::size_of::<Slot>()
+        );
     }
 
     fn relay_of(slot: Option<&mut Slot>) -> Option<RelayId> {

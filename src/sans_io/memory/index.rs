@@ -12,6 +12,7 @@
 //! may name, per owner and in all, in `relay_lists`.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use log::{debug, info, warn};
@@ -79,8 +80,10 @@ pub struct TargetChange {
 
 #[derive(Debug)]
 struct Repo {
-    coord: String,
-    identifier: String,
+    /// `30617:<pubkey>:<d>`, shared with the map from coordinates to ids:
+    /// one allocation per repo, not two (at thousands of repos each copy
+    /// cost ~100 bytes). The `d` identifier is its third part.
+    coord: Arc<str>,
     /// `created_at` and id of the announcement in force; `None` while only
     /// roots have named the repo.
     announced: Option<(Timestamp, EventId)>,
@@ -90,15 +93,26 @@ struct Repo {
     relays_changed: Option<Time>,
     /// A newer announcement whose relay change waits for the change
     /// interval to pass (see [`IndexLimits::relay_change_interval`]).
-    held: Option<Held>,
+    /// Boxed: rare (a change within the interval), and inline it made
+    /// every repo of the table 56 bytes larger.
+    held: Option<Box<Held>>,
     /// The pubkey (hex) whose share pays for the repo: the first to name
-    /// it, until its owner announces it.
-    charged: String,
+    /// it, until its owner announces it. `None` for the owner (the
+    /// coordinate's pubkey), as with every announced repo: no copy of a
+    /// key the coordinate holds already.
+    charged: Option<Box<str>>,
     /// True once the repo was some relay's target: see [`Root::targeted`].
     targeted: bool,
 }
 
 impl Repo {
+    /// The pubkey (hex) whose share pays for the repo.
+    fn charged(&self) -> &str {
+        self.charged
+            .as_deref()
+            .unwrap_or_else(|| owner_of(&self.coord))
+    }
+
     /// The newest announcement seen: the one held back, else the one in force.
     fn latest(&self) -> Option<(Timestamp, EventId)> {
         self.held.as_ref().map(|h| h.stamp).or(self.announced)
@@ -193,16 +207,17 @@ const PRIVATE_LOGGED_MAX: usize = 1024;
 pub struct RepoIndex {
     service: Service,
     limits: IndexLimits,
-    repo_ids: HashMap<String, RepoId>,
+    repo_ids: HashMap<Arc<str>, RepoId>,
     repos: Vec<Repo>,
     root_ids: HashMap<EventId, RootId>,
     roots: Vec<Root>,
-    relay_ids: HashMap<String, RelayId>,
+    /// Ids by normalized URL; each key is shared with `relay_urls`.
+    relay_ids: HashMap<Arc<str>, RelayId>,
     /// Private relay URLs already logged at info (see
     /// `relay_lists::refuse_private`), at most [`PRIVATE_LOGGED_MAX`].
     private_logged: HashSet<String>,
     /// Normalized URLs by id; empty for a released id.
-    relay_urls: Vec<String>,
+    relay_urls: Vec<Arc<str>>,
     /// Per relay id: announcement relay lists (in force or held) naming it.
     relay_refs: Vec<u32>,
     /// Per relay id: interned by the engine itself (own relay, bootstrap),
@@ -329,19 +344,20 @@ impl RepoIndex {
         if let Some(&id) = self.relay_ids.get(url) {
             return id;
         }
+        let url: Arc<str> = Arc::from(url);
         let id = match self.free_relays.pop() {
             Some(id) => {
-                self.relay_urls[id.index()] = url.to_owned();
+                self.relay_urls[id.index()] = Arc::clone(&url);
                 id
             }
             None => {
-                self.relay_urls.push(url.to_owned());
+                self.relay_urls.push(Arc::clone(&url));
                 self.relay_refs.push(0);
                 self.relay_pinned.push(false);
                 RelayId(self.relay_urls.len() as u32 - 1)
             }
         };
-        self.relay_ids.insert(url.to_owned(), id);
+        self.relay_ids.insert(url, id);
         id
     }
 
@@ -432,7 +448,7 @@ impl RepoIndex {
 
     /// The `d` identifier of a repo.
     pub fn repo_identifier(&self, repo: RepoId) -> &str {
-        &self.repos[repo.0 as usize].identifier
+        identifier_in(&self.repos[repo.0 as usize].coord)
     }
 
     /// The relays a repo's announcement in force lists.
@@ -476,7 +492,7 @@ impl RepoIndex {
         };
         let coord = format!("{KIND_ANNOUNCEMENT}:{}:{identifier}", event.pubkey);
         let owner = event.pubkey.to_hex();
-        let Some(repo) = self.intern_repo(&coord, identifier, &owner) else {
+        let Some(repo) = self.intern_repo(&coord, &owner) else {
             return;
         };
         self.charge_owner(repo, &owner);
@@ -507,7 +523,7 @@ impl RepoIndex {
                     self.holds.push((repo, due));
                 }
                 let new = relays.clone();
-                let old = entry.held.replace(Held { stamp, relays });
+                let old = entry.held.replace(Box::new(Held { stamp, relays }));
                 self.reference(repo, &new, true);
                 if let Some(old) = old {
                     self.reference(repo, &old.relays, false);
@@ -595,8 +611,7 @@ impl RepoIndex {
                 );
                 break;
             }
-            let identifier = coord.splitn(3, ':').nth(2).unwrap_or_default().to_owned();
-            let Some(repo) = self.intern_repo(coord, identifier, &author) else {
+            let Some(repo) = self.intern_repo(coord, &author) else {
                 continue;
             };
             if self.roots[root.0 as usize].repos.contains(&repo) {
@@ -619,22 +634,23 @@ impl RepoIndex {
     /// The id of a repo, interning it on behalf of `by` (the announcing or
     /// root-authoring pubkey) unless `by`'s share or the global cap is used
     /// up.
-    fn intern_repo(&mut self, coord: &str, identifier: String, by: &str) -> Option<RepoId> {
+    fn intern_repo(&mut self, coord: &str, by: &str) -> Option<RepoId> {
         if let Some(&id) = self.repo_ids.get(coord) {
             return Some(id);
         }
         if !self.take_share(by, true) {
             return None;
         }
+        let coord: Arc<str> = Arc::from(coord);
+        let charged = (by != owner_of(&coord)).then(|| Box::from(by));
         let entry = Repo {
-            coord: coord.to_owned(),
-            identifier,
+            coord: Arc::clone(&coord),
             announced: None,
             relays: Vec::new(),
             roots: Vec::new(),
             relays_changed: None,
             held: None,
-            charged: by.to_owned(),
+            charged,
             targeted: false,
         };
         let id = match self.free_repos.pop() {
@@ -647,7 +663,7 @@ impl RepoIndex {
                 RepoId(self.repos.len() as u32 - 1)
             }
         };
-        self.repo_ids.insert(coord.to_owned(), id);
+        self.repo_ids.insert(coord, id);
         Some(id)
     }
 
@@ -728,15 +744,16 @@ impl RepoIndex {
     /// key that named it is freed only of junk, and deleting those roots
     /// leaves the announced repo alone.
     fn charge_owner(&mut self, repo: RepoId, owner: &str) {
-        let charged = &self.repos[repo.0 as usize].charged;
-        if charged == owner {
+        if self.repos[repo.0 as usize].charged() == owner {
             return;
         }
         let taken = self.pubkey_items.get(owner).map_or(0, |s| s.0);
         if taken >= self.limits.max_repos_per_pubkey {
             return;
         }
-        let old = std::mem::replace(&mut self.repos[repo.0 as usize].charged, owner.to_owned());
+        let entry = &mut self.repos[repo.0 as usize];
+        let old = entry.charged().to_owned();
+        entry.charged = (owner != owner_of(&entry.coord)).then(|| Box::from(owner));
         self.count_share(&old, true, false);
         self.count_share(owner, true, true);
     }
@@ -755,6 +772,12 @@ impl RepoIndex {
 /// The pubkey (hex) of repo ref `30617:<pubkey>:<d>`.
 fn owner_of(coord: &str) -> &str {
     coord.split(':').nth(1).unwrap_or_default()
+}
+
+/// The `d` identifier of repo ref `30617:<pubkey>:<d>` (which may hold
+/// colons itself).
+fn identifier_in(coord: &str) -> &str {
+    coord.splitn(3, ':').nth(2).unwrap_or_default()
 }
 
 /// True when both lists hold the same relays, in any order.
@@ -892,6 +915,42 @@ mod tests {
         let mut changes = Vec::new();
         index.apply(event, T0, &mut changes);
         changes
+    }
+
+    /// A repo keeps one copy of its coordinate, shared with the map of
+    /// ids (its identifier is a part of it, colons and all), and no copy
+    /// of its owner's key: a repo another key named is charged to that
+    /// key until its owner announces it.
+    #[test]
+    fn a_repo_keeps_its_coordinate_once() {
+        let mut index = index();
+        let (p, q) = (Keys::generate(), Keys::generate());
+        apply(&mut index, &root(&q, &[coord(&p, "a:b")], 10));
+        let repo = index.repo_id(&coord(&p, "a:b")).unwrap();
+        assert_eq!(index.repo_identifier(repo), "a:b");
+        assert_eq!(
+            index.repos[repo.0 as usize].charged(),
+            q.public_key().to_hex()
+        );
+        apply(&mut index, &announcement(&p, "a:b", 11));
+        let entry = &index.repos[repo.0 as usize];
+        assert!(
+            entry.charged.is_none(),
+            "the owner's key is the coordinate's"
+        );
+        assert_eq!(entry.charged(), p.public_key().to_hex());
+        let q_share = index.pubkey_items.get(&q.public_key().to_hex());
+        assert_eq!(q_share, Some(&(0, 1)), "q pays for its root only");
+        let (key, _) = index.repo_ids.get_key_value(&*entry.coord).unwrap();
+        assert!(Arc::ptr_eq(key, &entry.coord));
+    }
+
+    /// The repo table holds an entry per repo ever known: what is rare
+    /// (a held relay change) or a copy (the identifier, the owner's key)
+    /// stays out of it.
+    #[test]
+    fn a_repo_entry_stays_small() {
+        assert!(size_of::<Repo>() <= 160, "{}", size_of::<Repo>());
     }
 
     /// A key's junk roots filled its repo share; once it deletes them, the

@@ -56,9 +56,17 @@ pub(crate) struct SavedHealth {
     pub rate_limited_until: Option<Time>,
 }
 
-/// Failure history of one relay.
+/// Failure history of one relay: nothing held for one with none, as
+/// nearly every connected relay is. The relay table holds a tracker per
+/// relay for the process's life, and an inline history made every entry
+/// 32 bytes larger.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct HealthTracker {
+pub(crate) struct HealthTracker(Option<Box<Streak>>);
+
+/// A relay's failures, refusals and cooldown; never [`CLEAN`] inside a
+/// [`HealthTracker`] (that is no box).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Streak {
     failures: u32,
     failing_since: Option<Time>,
     rate_limited_until: Option<Time>,
@@ -69,19 +77,53 @@ pub(crate) struct HealthTracker {
     refusals: u32,
 }
 
+/// No failure, refusal or cooldown.
+const CLEAN: Streak = Streak {
+    failures: 0,
+    failing_since: None,
+    rate_limited_until: None,
+    refusals: 0,
+};
+
 impl HealthTracker {
+    /// A tracker holding `streak`: nothing if it is clean.
+    fn holding(streak: Streak) -> Self {
+        HealthTracker((streak != CLEAN).then(|| Box::new(streak)))
+    }
+
+    /// The history, clean if there is none.
+    fn streak(&self) -> &Streak {
+        self.0.as_deref().unwrap_or(&CLEAN)
+    }
+
+    /// Changes the history by `change`, and lets it go once clean.
+    fn change<R>(&mut self, change: impl FnOnce(&mut Streak) -> R) -> R {
+        let streak = self.0.get_or_insert_default();
+        let out = change(streak);
+        if **streak == CLEAN {
+            self.0 = None;
+        }
+        out
+    }
+
     /// The relay served us: forget past failures (a refusal streak ends
     /// only when refused work gets through, see `record_progress`).
     pub(crate) fn record_success(&mut self) {
-        *self = HealthTracker {
-            refusals: self.refusals,
-            ..HealthTracker::default()
-        };
+        if self.0.is_some() {
+            self.change(|s| {
+                *s = Streak {
+                    refusals: s.refusals,
+                    ..Streak::default()
+                }
+            });
+        }
     }
 
     /// Historic work was served to the end: refusals are over.
     pub(crate) fn record_progress(&mut self) {
-        self.refusals = 0;
+        if self.0.is_some() {
+            self.change(|s| s.refusals = 0);
+        }
     }
 
     /// The relay refused historic work at `now`; returns when to try it
@@ -93,8 +135,11 @@ impl HealthTracker {
         penalty: u32,
         rng: &mut impl Rng,
     ) -> Time {
-        self.refusals = self.refusals.saturating_add(1);
-        now + backoff(self.refusals, penalty, policy, rng)
+        let refusals = self.change(|s| {
+            s.refusals = s.refusals.saturating_add(1);
+            s.refusals
+        });
+        now + backoff(refusals, penalty, policy, rng)
     }
 
     /// The relay failed at `now`; returns when to try it again. `penalty`
@@ -108,7 +153,7 @@ impl HealthTracker {
         rng: &mut impl Rng,
     ) -> Time {
         self.count_failure(now, policy)
-            .unwrap_or_else(|| now + backoff(self.failures, penalty, policy, rng))
+            .unwrap_or_else(|| now + backoff(self.failures(), penalty, policy, rng))
     }
 
     /// As [`HealthTracker::record_failure`] without penalty or jitter, for
@@ -117,31 +162,34 @@ impl HealthTracker {
     /// schedule stays exact.
     pub(crate) fn record_failure_exact(&mut self, now: Time, policy: &BackoffPolicy) -> Time {
         self.count_failure(now, policy)
-            .unwrap_or_else(|| now + exact_backoff(self.failures, 0, policy))
+            .unwrap_or_else(|| now + exact_backoff(self.failures(), 0, policy))
     }
 
     /// Counts a failure at `now`; the retry time if that makes the relay
     /// dead (failing for `dead_after`), else `None` for a backoff.
     fn count_failure(&mut self, now: Time, policy: &BackoffPolicy) -> Option<Time> {
-        self.failures = self.failures.saturating_add(1);
-        let since = *self.failing_since.get_or_insert(now);
-        (now.since(since) >= policy.dead_after).then(|| now + policy.dead_retry)
+        self.change(|s| {
+            s.failures = s.failures.saturating_add(1);
+            let since = *s.failing_since.get_or_insert(now);
+            (now.since(since) >= policy.dead_after).then(|| now + policy.dead_retry)
+        })
     }
 
     /// The relay said `rate-limited:` at `now`; returns when to try again.
     pub(crate) fn record_rate_limit(&mut self, now: Time, policy: &BackoffPolicy) -> Time {
         let until = now + policy.rate_limit_cooldown;
-        self.rate_limited_until = Some(until);
+        self.change(|s| s.rate_limited_until = Some(until));
         until
     }
 
     /// The history worth keeping across a restart.
     pub(crate) fn saved(&self) -> SavedHealth {
+        let s = self.streak();
         SavedHealth {
-            failures: self.failures,
-            refusals: self.refusals,
-            failing_since: self.failing_since,
-            rate_limited_until: self.rate_limited_until,
+            failures: s.failures,
+            refusals: s.refusals,
+            failing_since: s.failing_since,
+            rate_limited_until: s.rate_limited_until,
         }
     }
 
@@ -150,7 +198,7 @@ impl HealthTracker {
     /// its ceiling anyway), a failure streak cannot start in the future,
     /// and no cooldown lasts longer than the policy's.
     pub(crate) fn restored(saved: SavedHealth, now: Time, policy: &BackoffPolicy) -> Self {
-        HealthTracker {
+        HealthTracker::holding(Streak {
             failures: saved.failures.min(MAX_SAVED_COUNT),
             refusals: saved.refusals.min(MAX_SAVED_COUNT),
             failing_since: saved
@@ -161,24 +209,25 @@ impl HealthTracker {
                 .rate_limited_until
                 .map(|t| t.min(now + policy.rate_limit_cooldown))
                 .filter(|&t| t > now),
-        }
+        })
     }
 
     /// Consecutive failures since the last success.
     pub(crate) fn failures(&self) -> u32 {
-        self.failures
+        self.streak().failures
     }
 
     /// Health at `now`.
     pub(crate) fn health(&self, now: Time, policy: &BackoffPolicy) -> Health {
-        if self.rate_limited_until.is_some_and(|until| now < until) {
+        let s = self.streak();
+        if s.rate_limited_until.is_some_and(|until| now < until) {
             Health::RateLimited
-        } else if self
+        } else if s
             .failing_since
-            .is_some_and(|s| now.since(s) >= policy.dead_after)
+            .is_some_and(|since| now.since(since) >= policy.dead_after)
         {
             Health::Dead
-        } else if self.failures > 0 || self.refusals > 0 {
+        } else if s.failures > 0 || s.refusals > 0 {
             Health::Degraded
         } else {
             Health::Healthy
@@ -216,6 +265,24 @@ mod tests {
             dead_retry: Duration::from_secs(24 * 3600),
             rate_limit_cooldown: Duration::from_secs(65),
         }
+    }
+
+    /// A relay with no failure holds no history: the relay table keeps a
+    /// tracker per relay, and nearly all of them are clean.
+    #[test]
+    fn a_clean_tracker_holds_nothing() {
+        assert_eq!(std::mem::size_of::<HealthTracker>(), 8);
+        let (p, t0) = (policy(), Time::from_secs(1_000));
+        let mut h = HealthTracker::default();
+        h.record_rate_limit(t0, &p);
+        assert!(h.0.is_some());
+        h.record_success();
+        assert!(h.0.is_none(), "a success forgets it");
+        h.record_refusal(t0, &p, 0, &mut SmallRng::seed_from_u64(1));
+        h.record_success();
+        assert!(h.0.is_some(), "a success does not end a refusal streak");
+        h.record_progress();
+        assert!(h.0.is_none(), "a streak ended leaves nothing");
     }
 
     #[test]

@@ -98,7 +98,9 @@ impl RepoIndex {
         if entry.announced.is_some() || entry.held.is_some() || !entry.roots.is_empty() {
             return;
         }
-        let charged = std::mem::take(&mut entry.charged);
+        let charged = entry.charged().to_owned();
+        // Released: no key pays for it any more (an empty key, as before).
+        entry.charged = Some(Box::default());
         let targeted = entry.targeted;
         self.repo_ids.remove(&entry.coord);
         self.count_share(&charged, true, false);

@@ -61,7 +61,7 @@ impl RepoIndex {
             if self.service.names(&url) {
                 continue;
             }
-            let known = self.relay_ids.get(&url).copied();
+            let known = self.relay_ids.get(url.as_str()).copied();
             if known.is_some_and(|id| relays.contains(&id)) {
                 continue;
             }
