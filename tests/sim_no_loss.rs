@@ -925,6 +925,29 @@ fn windows_packed_in_one_req_lose_nothing_on_a_relay_capping_per_req() {
     sim.check();
 }
 
+/// nostr-relay as it is: one SQL query per REQ under one `LIMIT` (100),
+/// and `until` exclusive (`created_at < until`; NIP-01 includes it). The
+/// windows a cut page is split into met at `until = lo - 1` of one and
+/// `since = lo` of the next, so on this relay no window asked the second
+/// below each boundary: `ext_caps`' 250 replies a second apart lost one
+/// now and then under load. Windows now overlap by one second.
+#[test]
+fn windows_lose_no_second_on_a_relay_whose_until_is_exclusive() {
+    for (n, step) in [(250, 1), (2_000, 1), (2_000, 13)] {
+        let (mut sim, history) = capped_per_req((0, T0, 1), (n, T0 - 100_000, step));
+        sim.relay(A).until_exclusive = true;
+        sim.advance(Duration::from_secs(600));
+        let reqs = sim.reqs(A).len();
+        assert_eq!(
+            sim.missing(&history).len(),
+            0,
+            "{n} replies {step} s apart, {reqs} REQs"
+        );
+        assert!(reqs > 3, "the history was paged: {reqs} REQs");
+        sim.check();
+    }
+}
+
 /// A repo whose issue is on the own relay and on `A`, which caps each REQ
 /// at 100 (all filters together, newest first) and states no NIP-11; `A`
 /// also holds quotes and replies of the issue, each `(count, first

@@ -418,7 +418,7 @@ fn own_relay(out: &mut String, engine: &Engine, sink: &SinkView) {
         gauge_labeled(
             out,
             "grasp_sync_own_relay_connected",
-            "1 while each link to the own relay is open: write (synced events go out) and read (the self-subscription that sees new repos and roots, and the listings).",
+            "1 while each link to the own relay is open: write (synced events go out, and the negentropy listings of what the own relay holds) and read (the self-subscription that sees new repos and roots).",
             "link",
             &[("write", u64::from(open)), ("read", u64::from(read))],
         );

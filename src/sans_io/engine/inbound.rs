@@ -642,13 +642,21 @@ impl RelayState {
     /// REQs help a relay the path makes slow, and only queue on one that
     /// answers one message at a time), and not while the relay's queue of
     /// pages is long (a relay answering every window with a full page
-    /// cannot make the queue grow past it).
+    /// cannot make the queue grow past it). And only once a follow-up page
+    /// on this connection showed the relay's `until` takes in its own
+    /// second (`ResultCap::until_inclusive`): windows meet at a second
+    /// boundary, and on nostr-relay, whose `until` excludes it, each
+    /// boundary second was asked by no window (a chain's first split waits
+    /// one page for it).
     fn may_split(&self, work: &[WorkRef], answered_in: Duration) -> bool {
         let queued = self
             .conn()
             .and_then(|c| c.flight())
             .map_or(0, |f| f.next_pages.len());
-        !work.is_empty() && answered_in <= SPLIT_WITHIN && queued < MAX_QUEUED_PAGES
+        !work.is_empty()
+            && answered_in <= SPLIT_WITHIN
+            && queued < MAX_QUEUED_PAGES
+            && self.facts.result_cap.until_inclusive()
     }
 
     /// `windows` packed into REQs within the relay's limits on filters and

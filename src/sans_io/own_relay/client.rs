@@ -40,9 +40,9 @@ use crate::sans_io::wire::relay_text::{LogBudget, dropped, relay_text};
 /// start once a connection opens. The own relay is never given up on (it
 /// is where every synced event goes, and where new repos and roots are
 /// seen), so nothing here ever counts as dead. Both links keep it: this
-/// write link, and the engine's read link (the self-subscription and the
-/// listings), which had the remote relays' backoff and came back up to an
-/// hour after the relay did.
+/// write link (synced events and the listings), and the engine's read
+/// link (the self-subscription), which had the remote relays' backoff and
+/// came back up to an hour after the relay did.
 pub(crate) const RECONNECT: BackoffPolicy = BackoffPolicy {
     base: Duration::from_millis(500),
     max: Duration::from_secs(30),

@@ -39,6 +39,22 @@ pub(crate) struct Hint {
     pub floor: usize,
 }
 
+/// Whether a relay's `until` takes in its own second. NIP-01 says it does;
+/// nostr-relay's SQL (`created_at < until`) does not. Paging asks again
+/// the second a page ended on, so a page after the first shows which.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum UntilBound {
+    /// No follow-up page has shown it yet.
+    #[default]
+    Unknown,
+    /// A follow-up page brought events of its `until` second again.
+    Inclusive,
+    /// A follow-up page reached below its `until` second without any of
+    /// it: windows meeting at a second boundary would skip one second
+    /// each (`subscription::windows`).
+    Exclusive,
+}
+
 /// What the engine knows of one relay's per-filter result cap.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct ResultCap {
@@ -51,6 +67,8 @@ pub(crate) struct ResultCap {
     /// The most events one REQ returned on this connection, all its
     /// filters together.
     req_floor: usize,
+    /// What this connection's pages showed of `until`.
+    until: UntilBound,
 }
 
 impl ResultCap {
@@ -114,6 +132,27 @@ impl ResultCap {
         self.proven = None;
         self.floor = 0;
         self.req_floor = 0;
+        self.until = UntilBound::Unknown;
+    }
+
+    /// A follow-up page asked again the second its filter's last page
+    /// ended on: `again` when it brought events of that second, `below`
+    /// when it reached older ones. Showing none of the second while going
+    /// below it is final for the connection; nothing proves it wrong.
+    pub(crate) fn learn_until(&mut self, again: bool, below: bool) {
+        self.until = match (self.until, again, below) {
+            (UntilBound::Exclusive, _, _) => UntilBound::Exclusive,
+            (_, false, true) => UntilBound::Exclusive,
+            (_, true, _) => UntilBound::Inclusive,
+            (until, false, false) => until,
+        };
+    }
+
+    /// True once this connection showed the relay's `until` takes in its
+    /// own second: only then may a range be split into windows that meet
+    /// at a second boundary.
+    pub(crate) fn until_inclusive(&self) -> bool {
+        self.until == UntilBound::Inclusive
     }
 
     /// The best knowledge to carry to a later process: this connection's
@@ -170,6 +209,24 @@ impl ResultCap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_follow_up_page_shows_whether_until_takes_in_its_second() {
+        let mut cap = ResultCap::default();
+        assert!(!cap.until_inclusive(), "unknown until a follow-up shows it");
+        cap.learn_until(false, false);
+        assert!(!cap.until_inclusive(), "an empty follow-up shows nothing");
+        cap.learn_until(true, true);
+        assert!(cap.until_inclusive());
+        cap.renew();
+        assert!(!cap.until_inclusive(), "each connection shows it again");
+        cap.learn_until(false, true);
+        cap.learn_until(true, true);
+        assert!(
+            !cap.until_inclusive(),
+            "a follow-up that went below its second without it is final"
+        );
+    }
 
     #[test]
     fn unknown_cap_checks_pages_at_or_above_the_floor() {

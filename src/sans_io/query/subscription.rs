@@ -72,6 +72,8 @@ struct PageStats {
     prev_reach: Option<Timestamp>,
     /// Kinds of the events at the oldest second of `all`.
     kinds: Vec<u16>,
+    /// An event of the filter's `until` second came (`ResultCap::learn_until`).
+    at_until: bool,
 }
 
 impl PageStats {
@@ -268,7 +270,9 @@ impl Subscription {
         self.total += 1;
         let alone = matched.len() == 1;
         for &i in matched {
+            let at_until = self.filters[i].until == Some(created_at);
             let s = &mut self.stats[i];
+            s.at_until |= at_until;
             if s.all.oldest.is_none_or(|o| created_at < o) {
                 s.kinds.clear();
             }
@@ -318,10 +322,14 @@ impl Subscription {
     /// time, back to 1970). The chain ends.
     pub(crate) fn next_page(&self, limit: usize, cap: &mut ResultCap) -> PageEnd {
         let mut end = PageEnd::default();
-        for s in &self.stats {
+        for (f, s) in self.filters.iter().zip(&self.stats) {
             let older = matches!((s.all.oldest, s.prev_reach), (Some(o), Some(p)) if o < p);
             if older && s.prev_short {
                 cap.learn_cut(s.prev);
+            }
+            // A follow-up asks again the second its last page ended on.
+            if let Some(until) = f.until.filter(|&u| s.prev_oldest == Some(u)) {
+                cap.learn_until(s.at_until, s.all.oldest.is_some_and(|o| o < until));
             }
         }
         // More than asked: by one filter's own events, or by the REQ as a

@@ -116,6 +116,9 @@ pub struct FakeRelay {
     /// query on a worker thread, so an answer can come after the replies
     /// to later messages.
     pub query_delay: Duration,
+    /// A stored query's `until` excludes its own second, as nostr-relay's
+    /// SQL (`created_at < until`) does; NIP-01 includes it.
+    pub until_exclusive: bool,
     /// Answers held back by [`query_delay`](Self::query_delay), for the
     /// [`Sim`](super::Sim) to send when due.
     query_answers: Vec<String>,
@@ -193,6 +196,7 @@ impl FakeRelay {
             reply_delay: Duration::ZERO,
             per_message: Duration::ZERO,
             query_delay: Duration::ZERO,
+            until_exclusive: false,
             query_answers: Vec::new(),
             peak_subs: 0,
             largest_req: 0,
@@ -508,10 +512,12 @@ impl FakeRelay {
         let mut seen = HashSet::new();
         let mut all = Vec::new();
         for f in filters {
+            let below =
+                |e: &Event| !self.until_exclusive || f.until.is_none_or(|u| e.created_at < u);
             let mut hits: Vec<&Event> = self
                 .events
                 .iter()
-                .filter(|e| f.match_event(e, MatchEventOptions::new()))
+                .filter(|e| f.match_event(e, MatchEventOptions::new()) && below(e))
                 .collect();
             hits.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
             let limit = f.limit.unwrap_or(usize::MAX).min(self.filter_cap);
