@@ -1009,11 +1009,12 @@ impl Engine {
 
     /// A timer of the relay's current connection (or connect attempt).
     fn on_conn_timer(&mut self, relay: RelayId, timer: ConnTimer, now: Time) {
+        let (state, mut cx) = self.at(relay);
         match timer {
+            ConnTimer::EoseTimeout(sub) => state.eose_timeout(&mut cx, sub, now),
+            ConnTimer::Unanswered(sub) => state.unanswered(&mut cx, sub, now),
             ConnTimer::ConnectTimeout => self.on_connect_timeout(relay, now),
             ConnTimer::Consolidate => self.consolidate(relay, now),
-            ConnTimer::EoseTimeout(sub) => self.on_eose_timeout(relay, sub, now),
-            ConnTimer::Unanswered(sub) => self.on_unanswered(relay, sub, now),
             ConnTimer::Resume => self.on_resume(relay, now),
             ConnTimer::Watch => self.on_watch(relay, now),
             ConnTimer::NegTimeout(id) => self.on_neg_timeout(relay, id, now),

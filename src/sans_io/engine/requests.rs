@@ -11,7 +11,7 @@
 //! deadline through [`Ctx`]. The engine's part is the order: pages, then
 //! negentropy or REQ for each packed chunk, then the live set.
 
-use log::{debug, info};
+use log::debug;
 use nostr::prelude::Timestamp;
 
 use super::built_chunk::BuiltChunk;
@@ -24,7 +24,6 @@ use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::query::filters::{
     Encoded, chunk_filters_encoded, close_message, req_message_encoded, self_filter,
 };
-use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::query::subscription::{NextPage, Purpose, Scope, Subscription, WorkRef};
 use crate::sans_io::timing::time::Time;
 
@@ -86,12 +85,6 @@ impl Engine {
         }
     }
 
-    /// Sends CLOSE for a subscription and forgets it.
-    pub(super) fn close_subscription(&mut self, relay: RelayId, id: u64) -> Option<Subscription> {
-        let (state, mut cx) = self.at(relay);
-        state.close_subscription(&mut cx, id)
-    }
-
     /// The own relay's self-subscription.
     pub(super) fn subscribe_self(&mut self, since: Option<Timestamp>, now: Time) {
         self.self_since = since;
@@ -116,21 +109,6 @@ impl Engine {
         let (state, mut cx) = self.at(relay);
         if state.consolidate(&mut cx, now) {
             self.schedule(relay, now);
-        }
-    }
-
-    /// A page never reached EOSE in time: treat it as refused.
-    pub(super) fn on_eose_timeout(&mut self, relay: RelayId, id: u64, now: Time) {
-        let sub = self.conn(relay).and_then(|c| c.subs.get(id));
-        if sub.is_none_or(|s| s.eose) {
-            return;
-        }
-        info!(
-            "{}: subscription {id:x} got no EOSE in time",
-            self.relay_url(relay)
-        );
-        if let Some(sub) = self.close_subscription(relay, id) {
-            self.refused(relay, sub, Refusal::Error, now);
         }
     }
 

@@ -41,12 +41,6 @@ impl Engine {
             state.suspect_silent(&mut cx, id, now);
         }
     }
-
-    /// A suspect's grace ended (`RelayState::unanswered`).
-    pub(super) fn on_unanswered(&mut self, relay: RelayId, id: u64, now: Time) {
-        let (state, mut cx) = self.at(relay);
-        state.unanswered(&mut cx, id, now);
-    }
 }
 
 /// A relay's silent subscriptions: suspected, and asked again.
@@ -68,7 +62,7 @@ impl RelayState {
     /// A suspect heard nothing in its grace: its REQ was refused or
     /// dropped. Its work goes back to be asked again; the limit is not
     /// lowered (a refusal's NOTICE already lowered it).
-    fn unanswered(&mut self, cx: &mut Ctx, id: u64, now: Time) {
+    pub(super) fn unanswered(&mut self, cx: &mut Ctx, id: u64, now: Time) {
         let Some(conn) = self.conn_mut() else {
             return;
         };
