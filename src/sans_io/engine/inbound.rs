@@ -137,21 +137,12 @@ impl Engine {
             self.stats.events_received += 1;
             self.note_event(relay, now);
         }
-        let conn = self.conn_mut(relay);
-        let Some(s) = sub.and_then(|id| conn?.subs.get_mut(id)) else {
+        let state = &mut self.relays[relay.index()];
+        let Some((scope, matched)) = state.answered(&self.index, sub, &event) else {
             self.stats.events_unwanted += 1;
             return;
         };
-        s.heard = true;
-        let matched: Vec<usize> = s.matching(&event).collect();
-        if !s.eose {
-            s.count_stored(event.id, event.created_at, event.kind.as_u16(), &matched);
-        }
-        let scope = s.scope;
-        let compacted_match = scope == Scope::Targets
-            && (event.kind.as_u16() == KIND_ANNOUNCEMENT
-                || self.relays[relay.index()].tags_target(&self.index, &event));
-        if matched.is_empty() && !compacted_match {
+        if !matched {
             self.stats.events_unwanted += 1;
             debug!(
                 "{}: event {} outside its filter",
@@ -203,7 +194,10 @@ impl Engine {
         self.seen.insert(event.id);
         self.stats.events_ingested += 1;
         self.note_ingested(relay);
-        self.charge_fresh_item(now, relay, &event);
+        let (state, cx) = self.at(relay);
+        if !state.fresh_item(&cx, now, &event) {
+            self.offended(now, relay, Offence::ItemFlood);
+        }
         // Announcements and roots reach the index only once the own relay
         // accepted them (its `OK`, the self-subscription, or the embedding
         // relay's feed), so the index never holds what the own relay refused.
@@ -212,26 +206,6 @@ impl Engine {
             event: Box::new(event),
             received: now,
         });
-    }
-
-    /// A new root or announcement (never seen before) counts against the
-    /// delivering relay's budget of new index items: see
-    /// `Config::max_new_items_per_relay_minute` and
-    /// [`FRESH_WINDOW`](super::conduct::FRESH_WINDOW).
-    /// The event goes on to the sink either way.
-    fn charge_fresh_item(&mut self, now: Time, relay: RelayId, event: &Event) {
-        let kind = event.kind.as_u16();
-        if kind != KIND_ANNOUNCEMENT && !ROOT_KINDS.contains(&kind) {
-            return;
-        }
-        let budget = self.config.max_new_items_per_relay_minute;
-        if !self.relays[relay.index()]
-            .facts
-            .conduct
-            .fresh_item(now, budget)
-        {
-            self.offended(now, relay, Offence::ItemFlood);
-        }
     }
 
     /// An event of the self-subscription: announcements and roots feed the index.
@@ -356,6 +330,43 @@ impl Engine {
 /// A relay's steps on what it answered: a page's end, a refusal (CLOSED,
 /// a NOTICE, no EOSE in time) and what it teaches.
 impl RelayState {
+    /// Subscription `sub` of the relay (if it is one) heard `event`: its
+    /// scope, and whether the event is one it asked for: matching one of
+    /// its filters, or, for a compacted live set, a repo announcement or
+    /// an event tagging what the relay targets. Stored events are counted
+    /// for the subscription's paging.
+    fn answered(
+        &mut self,
+        index: &RepoIndex,
+        sub: Option<u64>,
+        event: &Event,
+    ) -> Option<(Scope, bool)> {
+        let s = self.conn_mut()?.subs.get_mut(sub?)?;
+        s.heard = true;
+        let matched: Vec<usize> = s.matching(event).collect();
+        if !s.eose {
+            s.count_stored(event.id, event.created_at, event.kind.as_u16(), &matched);
+        }
+        let scope = s.scope;
+        let compacted_match = scope == Scope::Targets
+            && (event.kind.as_u16() == KIND_ANNOUNCEMENT || self.tags_target(index, event));
+        Some((scope, !matched.is_empty() || compacted_match))
+    }
+
+    /// A new root or announcement (never seen before) counts against the
+    /// relay's budget of new index items: see
+    /// `Config::max_new_items_per_relay_minute` and
+    /// [`FRESH_WINDOW`](super::conduct::FRESH_WINDOW). False when it is
+    /// past it (an offence); the event goes on to the sink either way.
+    fn fresh_item(&mut self, cx: &Ctx, now: Time, event: &Event) -> bool {
+        let kind = event.kind.as_u16();
+        if kind != KIND_ANNOUNCEMENT && !ROOT_KINDS.contains(&kind) {
+            return true;
+        }
+        let budget = cx.config.max_new_items_per_relay_minute;
+        self.facts.conduct.fresh_item(now, budget)
+    }
+
     /// The relay closed subscription `sub` (CLOSED): it ended unfinished.
     fn closed(&mut self, cx: &mut Ctx, sub: Option<u64>, reason: &str, now: Time) {
         let Some(id) = sub else { return };
