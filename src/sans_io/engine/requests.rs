@@ -65,23 +65,7 @@ impl Engine {
                 self.start_second_job(relay, sat, next.scope, next.work, next.started, now);
                 continue;
             }
-            let (state, mut cx) = self.at(relay);
-            let encoded = next.filters.iter().map(|p| Encoded::new(p.filter.clone()));
-            let (scope, page, started) = (next.scope, next.page, next.started);
-            let filters = encoded.collect();
-            let id = state.open_subscription(
-                &mut cx,
-                filters,
-                Purpose::Page,
-                scope,
-                next.work,
-                page,
-                started,
-                now,
-            );
-            if let Some(s) = state.conn_mut().and_then(|c| c.subs.get_mut(id)) {
-                s.set_previous(&next.filters);
-            }
+            state.open_page(&mut cx, next, now);
         }
     }
 
@@ -249,6 +233,19 @@ impl RelayState {
         }
         flight.work.drain(..chunks.len());
         (chunks, filters)
+    }
+
+    /// Opens follow-up page `next` of a chain, which keeps what the
+    /// page before it returned (`Subscription::set_previous`).
+    fn open_page(&mut self, cx: &mut Ctx, next: NextPage, now: Time) {
+        let encoded = next.filters.iter().map(|p| Encoded::new(p.filter.clone()));
+        let (scope, page, started) = (next.scope, next.page, next.started);
+        let filters = encoded.collect();
+        let (purpose, work) = (Purpose::Page, next.work);
+        let id = self.open_subscription(cx, filters, purpose, scope, work, page, started, now);
+        if let Some(s) = self.conn_mut().and_then(|c| c.subs.get_mut(id)) {
+            s.set_previous(&next.filters);
+        }
     }
 
     /// Opens one REQ of packed history: kept open as a live subscription
