@@ -590,16 +590,11 @@ impl Engine {
     /// (`None`: none could be had). Its limits only ever lower ours; they
     /// apply to the next REQs.
     pub fn handle_relay_info(&mut self, now: Time, relay: RelayId, info: Option<RelayInfo>) {
-        let Some(state) = self.relays.get_mut(relay.index()) else {
+        if relay.index() >= self.relays.len() {
             return;
-        };
-        if state.facts.info_answered(info) {
-            let url = self.index.relay_url(relay);
-            log::info!("{url}: NIP-11 limits {:?}", state.facts.limits);
         }
-        // The provisional limit is lifted: more may start now.
-        if state.status() == Status::Connected {
-            self.dirty.push(relay);
+        let (state, mut cx) = self.at(relay);
+        if state.relay_info(&mut cx, info) {
             self.flush(now);
         }
     }
