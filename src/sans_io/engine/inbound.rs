@@ -273,18 +273,24 @@ impl Engine {
     /// showed of the relay's cap settles its unsure seconds.
     fn on_eose(&mut self, relay: RelayId, sub: Option<u64>, now: Time) {
         let Some(id) = sub else { return };
+        let own = relay == self.own;
         let (state, mut cx) = self.at(relay);
         let Some(scope) = state.eose(&mut cx, id) else {
             return;
         };
+        state.climb_limit(&cx, now);
+        // The silent subscriptions sent before it are suspects. Not on the
+        // own relay: its one subscription is re-opened by its own path,
+        // not by giving its work back.
+        if !own {
+            state.suspect_silent(&mut cx, id, now);
+        }
         if scope == Scope::Own {
             // Everything before now is read: a re-subscription after a
             // refusal need only reach back over the quick window.
             let back = now.saturating_sub(self.config.quick_reconnect);
             self.self_since = Some(Timestamp::from_secs(back.as_secs()));
         }
-        self.climb_limit(relay, now);
-        self.suspect_skipped(relay, id, now);
         let neg = self.negentropy_usable(relay);
         let (state, mut cx) = self.at(relay);
         let Some(PageEnd { done, unsure }) = state.end_page(&mut cx, id, neg, now) else {

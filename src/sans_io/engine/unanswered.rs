@@ -24,24 +24,10 @@
 
 use log::info;
 
+use super::ConnTimer;
 use super::ctx::Ctx;
 use super::relay::RelayState;
-use super::{ConnTimer, Engine};
-use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
-
-impl Engine {
-    /// Subscription `id` reached its EOSE: the silent ones sent before it
-    /// are suspects (`RelayState::suspect_silent`). Not on the own relay:
-    /// its one subscription is re-opened by its own path, not by giving
-    /// its work back.
-    pub(super) fn suspect_skipped(&mut self, relay: RelayId, id: u64, now: Time) {
-        if relay != self.own {
-            let (state, mut cx) = self.at(relay);
-            state.suspect_silent(&mut cx, id, now);
-        }
-    }
-}
 
 /// A relay's silent subscriptions: suspected, and asked again.
 impl RelayState {
