@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use log::warn;
 
+use super::ctx::Ctx;
 use super::{Action, Engine, Status};
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
@@ -116,7 +117,7 @@ pub(super) struct Conduct {
 impl Conduct {
     /// Records `offence`; true when it earns a penalty (the caller cuts the
     /// relay). Strikes start again from zero after a penalty.
-    pub(super) fn offend(&mut self, offence: Offence) -> bool {
+    fn offend(&mut self, offence: Offence) -> bool {
         self.strikes = self.strikes.saturating_add(offence.weight());
         if self.strikes < STRIKES_PER_PENALTY {
             return false;
@@ -124,6 +125,36 @@ impl Conduct {
         self.strikes = 0;
         self.penalties = self.penalties.saturating_add(1);
         true
+    }
+
+    /// Counts `offence` against the relay of `cx` (`Stats::offences`);
+    /// true when it earns a penalty (`Stats::penalties`, logged), which
+    /// the engine turns into a cut (`Engine::offended`).
+    pub(super) fn charge(&mut self, cx: &mut Ctx, offence: Offence) -> bool {
+        cx.stats.offences[offence as usize] += 1;
+        if !self.offend(offence) {
+            return false;
+        }
+        cx.stats.penalties += 1;
+        warn!(
+            "{}: penalised for misbehaving ({}; {} penalties)",
+            cx.url(),
+            offence.label(),
+            self.penalties
+        );
+        true
+    }
+
+    /// A message of `bytes` over the size cap was skipped: counted every
+    /// time, logged once (why it is no offence: `Engine::oversized`).
+    pub(super) fn oversized(&mut self, cx: &mut Ctx, bytes: u64) {
+        cx.stats.messages_oversized += 1;
+        if self.first_oversized() {
+            warn!(
+                "{}: skipped a message of {bytes} bytes, over the size cap (logged once)",
+                cx.url()
+            );
+        }
     }
 
     /// Counts one new root or announcement delivered at `now`; false when
@@ -172,17 +203,10 @@ impl Engine {
     /// penalising it would cut the relay on every daily sync. It is counted
     /// every time and logged once per relay.
     pub(super) fn oversized(&mut self, relay: RelayId, bytes: u64) {
-        let Some(state) = self.relays.get_mut(relay.index()) else {
-            return;
-        };
-        self.stats.messages_oversized += 1;
-        if !state.facts.conduct.first_oversized() {
-            return;
+        if relay.index() < self.relays.len() {
+            let (state, mut cx) = self.at(relay);
+            state.facts.conduct.oversized(&mut cx, bytes);
         }
-        warn!(
-            "{}: skipped a message of {bytes} bytes, over the size cap (logged once)",
-            self.relay_url(relay)
-        );
     }
 
     /// Counts `offence` against `relay`; enough of them in one connection
@@ -191,18 +215,8 @@ impl Engine {
         if relay == self.own || relay.index() >= self.relays.len() {
             return;
         }
-        self.stats.offences[offence as usize] += 1;
-        if !self.relays[relay.index()].facts.conduct.offend(offence) {
-            return;
-        }
-        self.stats.penalties += 1;
-        warn!(
-            "{}: penalised for misbehaving ({}; {} penalties)",
-            self.relay_url(relay),
-            offence.label(),
-            self.relays[relay.index()].facts.conduct.penalties()
-        );
-        if self.relays[relay.index()].status() != Status::Disconnected {
+        let (state, mut cx) = self.at(relay);
+        if state.facts.conduct.charge(&mut cx, offence) && state.status() != Status::Disconnected {
             self.actions.push_back(Action::Disconnect { relay });
             self.fail_connection(relay, now, "cut for misbehaving");
         }

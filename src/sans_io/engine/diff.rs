@@ -14,7 +14,7 @@ use nostr::prelude::Event;
 use super::connection::Batch;
 use super::ctx::Ctx;
 use super::relay::{Link, RelayState};
-use super::targets::{ItemState, Slot};
+use super::targets::ItemState;
 use super::{Engine, Status, Timer};
 use crate::sans_io::memory::index::{Item, RelayId, RepoId, TargetChange};
 use crate::sans_io::query::subscription::WorkRef;
@@ -181,21 +181,10 @@ impl Engine {
             }
             let restored = change.added && self.restored_confirmed(change.relay, change.item);
             let state = &mut self.relays[change.relay.index()];
-            if change.added {
-                let slot = state
-                    .targets
-                    .items
-                    .entry(change.item)
-                    .or_insert(Slot::new(restored));
-                slot.refs += 1;
-                if slot.refs == 1 && state.status() == Status::Connected {
-                    state.targets.queued.push(change.item);
-                }
-            } else if let Some(slot) = state.targets.items.get_mut(&change.item) {
-                slot.refs -= 1;
-                if slot.refs == 0 {
-                    state.targets.items.remove(&change.item);
-                }
+            let connected = state.status() == Status::Connected;
+            match change.added {
+                true => state.targets.add(change.item, restored, connected),
+                false => state.targets.remove(change.item),
             }
             if touched.last() != Some(&change.relay) {
                 touched.push(change.relay);

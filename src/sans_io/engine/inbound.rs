@@ -74,7 +74,10 @@ impl Engine {
             RelayMessage::Closed {
                 subscription_id,
                 message,
-            } => self.on_closed(relay, sub_key(subscription_id.as_str()), &message, now),
+            } => {
+                let (state, mut cx) = self.at(relay);
+                state.closed(&mut cx, sub_key(subscription_id.as_str()), &message, now)
+            }
             RelayMessage::Notice(text) => self.on_notice(relay, &text, now),
             RelayMessage::Auth { challenge } => self.on_auth_challenge(relay, &challenge, now),
             ref m @ (RelayMessage::NegMsg {
@@ -134,21 +137,12 @@ impl Engine {
             self.stats.events_received += 1;
             self.note_event(relay, now);
         }
-        let conn = self.conn_mut(relay);
-        let Some(s) = sub.and_then(|id| conn?.subs.get_mut(id)) else {
+        let state = &mut self.relays[relay.index()];
+        let Some((scope, matched)) = state.answered(&self.index, sub, &event) else {
             self.stats.events_unwanted += 1;
             return;
         };
-        s.heard = true;
-        let matched: Vec<usize> = s.matching(&event).collect();
-        if !s.eose {
-            s.count_stored(event.id, event.created_at, event.kind.as_u16(), &matched);
-        }
-        let scope = s.scope;
-        let compacted_match = scope == Scope::Targets
-            && (event.kind.as_u16() == KIND_ANNOUNCEMENT
-                || self.relays[relay.index()].tags_target(&self.index, &event));
-        if matched.is_empty() && !compacted_match {
+        if !matched {
             self.stats.events_unwanted += 1;
             debug!(
                 "{}: event {} outside its filter",
@@ -200,7 +194,10 @@ impl Engine {
         self.seen.insert(event.id);
         self.stats.events_ingested += 1;
         self.note_ingested(relay);
-        self.charge_fresh_item(now, relay, &event);
+        let (state, cx) = self.at(relay);
+        if !state.fresh_item(&cx, now, &event) {
+            self.offended(now, relay, Offence::ItemFlood);
+        }
         // Announcements and roots reach the index only once the own relay
         // accepted them (its `OK`, the self-subscription, or the embedding
         // relay's feed), so the index never holds what the own relay refused.
@@ -209,26 +206,6 @@ impl Engine {
             event: Box::new(event),
             received: now,
         });
-    }
-
-    /// A new root or announcement (never seen before) counts against the
-    /// delivering relay's budget of new index items: see
-    /// `Config::max_new_items_per_relay_minute` and
-    /// [`FRESH_WINDOW`](super::conduct::FRESH_WINDOW).
-    /// The event goes on to the sink either way.
-    fn charge_fresh_item(&mut self, now: Time, relay: RelayId, event: &Event) {
-        let kind = event.kind.as_u16();
-        if kind != KIND_ANNOUNCEMENT && !ROOT_KINDS.contains(&kind) {
-            return;
-        }
-        let budget = self.config.max_new_items_per_relay_minute;
-        if !self.relays[relay.index()]
-            .facts
-            .conduct
-            .fresh_item(now, budget)
-        {
-            self.offended(now, relay, Offence::ItemFlood);
-        }
     }
 
     /// An event of the self-subscription: announcements and roots feed the index.
@@ -296,18 +273,24 @@ impl Engine {
     /// showed of the relay's cap settles its unsure seconds.
     fn on_eose(&mut self, relay: RelayId, sub: Option<u64>, now: Time) {
         let Some(id) = sub else { return };
+        let own = relay == self.own;
         let (state, mut cx) = self.at(relay);
         let Some(scope) = state.eose(&mut cx, id) else {
             return;
         };
+        state.climb_limit(&cx, now);
+        // The silent subscriptions sent before it are suspects. Not on the
+        // own relay: its one subscription is re-opened by its own path,
+        // not by giving its work back.
+        if !own {
+            state.suspect_silent(&mut cx, id, now);
+        }
         if scope == Scope::Own {
             // Everything before now is read: a re-subscription after a
             // refusal need only reach back over the quick window.
             let back = now.saturating_sub(self.config.quick_reconnect);
             self.self_since = Some(Timestamp::from_secs(back.as_secs()));
         }
-        self.climb_limit(relay, now);
-        self.suspect_skipped(relay, id, now);
         let neg = self.negentropy_usable(relay);
         let (state, mut cx) = self.at(relay);
         let Some(PageEnd { done, unsure }) = state.end_page(&mut cx, id, neg, now) else {
@@ -330,21 +313,82 @@ impl Engine {
         self.maybe_consolidate(relay, now);
     }
 
-    fn on_closed(&mut self, relay: RelayId, sub: Option<u64>, reason: &str, now: Time) {
+    /// A NOTICE: a NIP-77 job's (`nip77`), or one that may refuse a REQ
+    /// (`RelayState::notice`).
+    fn on_notice(&mut self, relay: RelayId, text: &str, now: Time) {
+        if self.neg_limit_notice(relay, text, now) || self.neg_notice(relay, text, now) {
+            return;
+        }
+        let (state, mut cx) = self.at(relay);
+        state.notice(&mut cx, text, now);
+    }
+
+    /// After a value or kind NOTICE, the first EVENT or EOSE of a
+    /// subscription not heard from yet names the REQ it refused
+    /// (`RelayState::blame_value_notice`); true when its message is
+    /// dropped.
+    fn blame_value_notice(&mut self, relay: RelayId, sub: Option<u64>, now: Time) -> bool {
+        let (state, mut cx) = self.at(relay);
+        state.blame_value_notice(&mut cx, sub, now)
+    }
+}
+
+/// A relay's steps on what it answered: a page's end, a refusal (CLOSED,
+/// a NOTICE, no EOSE in time) and what it teaches.
+impl RelayState {
+    /// Subscription `sub` of the relay (if it is one) heard `event`: its
+    /// scope, and whether the event is one it asked for: matching one of
+    /// its filters, or, for a compacted live set, a repo announcement or
+    /// an event tagging what the relay targets. Stored events are counted
+    /// for the subscription's paging.
+    fn answered(
+        &mut self,
+        index: &RepoIndex,
+        sub: Option<u64>,
+        event: &Event,
+    ) -> Option<(Scope, bool)> {
+        let s = self.conn_mut()?.subs.get_mut(sub?)?;
+        s.heard = true;
+        let matched: Vec<usize> = s.matching(event).collect();
+        if !s.eose {
+            s.count_stored(event.id, event.created_at, event.kind.as_u16(), &matched);
+        }
+        let scope = s.scope;
+        let compacted_match = scope == Scope::Targets
+            && (event.kind.as_u16() == KIND_ANNOUNCEMENT || self.tags_target(index, event));
+        Some((scope, !matched.is_empty() || compacted_match))
+    }
+
+    /// A new root or announcement (never seen before) counts against the
+    /// relay's budget of new index items: see
+    /// `Config::max_new_items_per_relay_minute` and
+    /// [`FRESH_WINDOW`](super::conduct::FRESH_WINDOW). False when it is
+    /// past it (an offence); the event goes on to the sink either way.
+    fn fresh_item(&mut self, cx: &Ctx, now: Time, event: &Event) -> bool {
+        let kind = event.kind.as_u16();
+        if kind != KIND_ANNOUNCEMENT && !ROOT_KINDS.contains(&kind) {
+            return true;
+        }
+        let budget = cx.config.max_new_items_per_relay_minute;
+        self.facts.conduct.fresh_item(now, budget)
+    }
+
+    /// The relay closed subscription `sub` (CLOSED): it ended unfinished.
+    fn closed(&mut self, cx: &mut Ctx, sub: Option<u64>, reason: &str, now: Time) {
         let Some(id) = sub else { return };
-        let Some(s) = self.conn_mut(relay).and_then(|c| c.subs.remove(id)) else {
+        let Some(s) = self.conn_mut().and_then(|c| c.subs.remove(id)) else {
             return;
         };
         let refusal = Refusal::of_closed(reason);
-        if let Some(n) = self.log_budget.admit(relay.index(), now) {
+        if let Some(n) = cx.admit_log(now) {
             info!(
                 "{}: subscription {id:x} closed: {}{}",
-                self.relay_url(relay),
+                cx.url(),
                 relay_text(reason),
                 dropped(n)
             );
         }
-        self.refused(relay, s, refusal, now);
+        self.refused(cx, s, refusal, now);
     }
 
     /// A NOTICE that refuses something names no subscription: the refused
@@ -360,109 +404,48 @@ impl Engine {
     /// NOTICE blamed on one within the cap, which halved the cap to 1. So
     /// the NOTICE is held until the relay answers a REQ not heard from
     /// yet: that one is the refused one ([`Self::blame_value_notice`]).
-    fn on_notice(&mut self, relay: RelayId, text: &str, now: Time) {
-        if self.neg_limit_notice(relay, text, now) || self.neg_notice(relay, text, now) {
-            return;
-        }
+    fn notice(&mut self, cx: &mut Ctx, text: &str, now: Time) {
         let Some(refusal) = Refusal::of_notice(text) else {
-            debug!("{}: notice: {}", self.relay_url(relay), relay_text(text));
+            debug!("{}: notice: {}", cx.url(), relay_text(text));
             return;
         };
-        if let Some(n) = self.log_budget.admit(relay.index(), now) {
-            let url = self.relay_url(relay);
+        if let Some(n) = cx.admit_log(now) {
+            let url = cx.url();
             info!("{url}: refusing notice: {}{}", relay_text(text), dropped(n));
         }
-        let (state, mut cx) = self.at(relay);
         if matches!(
             refusal,
             Refusal::TooManyValues | Refusal::TooManyKinds | Refusal::BadValue { .. }
         ) {
-            if let Some(conn) = state.conn_mut() {
+            if let Some(conn) = self.conn_mut() {
                 let flight = conn.start_flight();
                 flight.value_notice = flight.value_notice.or(Some(refusal));
             }
             return;
         }
-        if let Some(s) = state.close_newest_silent(&mut cx, refusal, now) {
-            self.refused(relay, s, refusal, now);
+        if let Some(s) = self.close_newest_silent(cx, refusal, now) {
+            self.refused(cx, s, refusal, now);
         }
-        let (state, mut cx) = self.at(relay);
-        state.suspect_silent(&mut cx, u64::MAX, now);
+        self.suspect_silent(cx, u64::MAX, now);
     }
 
-    /// After a value or kind NOTICE, the first EVENT or EOSE of a
-    /// subscription not heard from yet names the REQ it refused: that one
-    /// is refused (`RelayState::blame_value_notice`), and its message
-    /// dropped (true).
-    fn blame_value_notice(&mut self, relay: RelayId, sub: Option<u64>, now: Time) -> bool {
-        let (state, mut cx) = self.at(relay);
-        let blamed = sub.and_then(|sub| state.blame_value_notice(&mut cx, sub));
-        let Some((s, refusal)) = blamed else {
+    /// Subscription `sub` answers first after a value or kind NOTICE
+    /// (`Flight::value_notice`): unless it was heard from before, it is
+    /// the REQ the NOTICE refused, closed and refused (true: its message
+    /// is dropped). A subscription the engine closed before the relay
+    /// answered it takes the NOTICE too; its work was queued again when
+    /// it was closed.
+    fn blame_value_notice(&mut self, cx: &mut Ctx, sub: Option<u64>, now: Time) -> bool {
+        let Some((s, refusal)) = sub.and_then(|sub| self.value_notice_blames(cx, sub)) else {
             return false;
         };
-        self.refused(relay, s, refusal, now);
+        self.refused(cx, s, refusal, now);
         true
     }
 
-    /// A subscription ended without finishing: fail its batches, learn from
-    /// the reason, and retry later (never drop the work).
-    pub(super) fn refused(
-        &mut self,
-        relay: RelayId,
-        sub: Subscription,
-        refusal: Refusal,
-        now: Time,
-    ) {
-        self.note_refusal(relay);
-        let (state, mut cx) = self.at(relay);
-        state.give_back(&mut cx, &sub, now);
-        if sub.scope == Scope::Own {
-            let (state, mut cx) = self.at(relay);
-            state.pause(&mut cx, refusal, now);
-            return;
-        }
-        if refusal == Refusal::AuthRequired {
-            let (state, mut cx) = self.at(relay);
-            state.auth_required(&mut cx, now);
-        }
-        if let Refusal::BadValue { too_long } = refusal {
-            // Asked again at once, split: each round halves the suspects'
-            // chunks, so the offending item stands alone in a few rounds.
-            let (state, mut cx) = self.at(relay);
-            let (facts, targets) = (&mut state.facts, &mut state.targets);
-            let bad = &mut facts.bad_values;
-            return bad.refused(&mut cx, (&mut facts.limits, targets), &sub, too_long);
-        }
-        if refusal.is_limit() && !self.relays[relay.index()].facts.limits.at_floor(refusal) {
-            let hint = match refusal {
-                Refusal::TooManyValues | Refusal::TooManyKinds => {
-                    counted(refusal, &sub).max().unwrap_or(0)
-                }
-                // A subscription refusal steps one (`limit_probe`); the
-                // others learn from what the refused REQ carried.
-                _ => sub.filter_count,
-            };
-            let (state, mut cx) = self.at(relay);
-            state.lower_limits(&mut cx, refusal, hint, now);
-        } else {
-            // A limit already as low as it goes is not a limit: retrying at
-            // once would loop, so it backs off like any refusal.
-            let (state, mut cx) = self.at(relay);
-            state.pause(&mut cx, refusal, now);
-        }
-    }
-}
-
-/// A relay's steps on what it answered: a page's end, and what a refusal
-/// teaches.
-impl RelayState {
-    /// Subscription `sub` answers first after a value or kind NOTICE
-    /// (`Flight::value_notice`): unless it was heard from before, it is
-    /// the REQ the NOTICE refused, closed and handed back with the
-    /// refusal. A subscription the engine closed before the relay
-    /// answered it takes the NOTICE too; its work was queued again when
-    /// it was closed.
-    fn blame_value_notice(&mut self, cx: &mut Ctx, sub: u64) -> Option<(Subscription, Refusal)> {
+    /// The subscription a held value or kind NOTICE refused, if `sub` is
+    /// it ([`Self::blame_value_notice`]), closed, with the refusal.
+    fn value_notice_blames(&mut self, cx: &mut Ctx, sub: u64) -> Option<(Subscription, Refusal)> {
         let conn = self.conn_mut()?;
         let refusal = conn.flight().and_then(|f| f.value_notice)?;
         if conn.subs.get(sub).is_some_and(|s| s.heard) {
@@ -472,6 +455,54 @@ impl RelayState {
             flight.value_notice = None;
         }
         Some((self.close_subscription(cx, sub)?, refusal))
+    }
+
+    /// A page got no EOSE in time (`ConnTimer::EoseTimeout`): it is
+    /// treated as refused.
+    pub(super) fn eose_timeout(&mut self, cx: &mut Ctx, id: u64, now: Time) {
+        let sub = self.conn().and_then(|c| c.subs.get(id));
+        if sub.is_none_or(|s| s.eose) {
+            return;
+        }
+        info!("{}: subscription {id:x} got no EOSE in time", cx.url());
+        if let Some(sub) = self.close_subscription(cx, id) {
+            self.refused(cx, sub, Refusal::Error, now);
+        }
+    }
+
+    /// A subscription ended without finishing: fail its batches, learn from
+    /// the reason, and retry later (never drop the work).
+    fn refused(&mut self, cx: &mut Ctx, sub: Subscription, refusal: Refusal, now: Time) {
+        self.note_refusal(cx);
+        self.give_back(cx, &sub, now);
+        if sub.scope == Scope::Own {
+            return self.pause(cx, refusal, now);
+        }
+        if refusal == Refusal::AuthRequired {
+            self.auth_required(cx, now);
+        }
+        if let Refusal::BadValue { too_long } = refusal {
+            // Asked again at once, split: each round halves the suspects'
+            // chunks, so the offending item stands alone in a few rounds.
+            let (facts, targets) = (&mut self.facts, &mut self.targets);
+            let bad = &mut facts.bad_values;
+            return bad.refused(cx, (&mut facts.limits, targets), &sub, too_long);
+        }
+        if refusal.is_limit() && !self.facts.limits.at_floor(refusal) {
+            let hint = match refusal {
+                Refusal::TooManyValues | Refusal::TooManyKinds => {
+                    counted(refusal, &sub).max().unwrap_or(0)
+                }
+                // A subscription refusal steps one (`limit_probe`); the
+                // others learn from what the refused REQ carried.
+                _ => sub.filter_count,
+            };
+            self.lower_limits(cx, refusal, hint, now);
+        } else {
+            // A limit already as low as it goes is not a limit: retrying at
+            // once would loop, so it backs off like any refusal.
+            self.pause(cx, refusal, now);
+        }
     }
 
     /// True if `event` tags a repo or root the relay targets.

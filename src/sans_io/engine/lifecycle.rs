@@ -12,15 +12,18 @@ use crate::sans_io::own_relay::client::RECONNECT as OWN_RECONNECT;
 use log::{debug, info, warn};
 use nostr::prelude::Timestamp;
 use rand::rngs::SmallRng;
+use std::time::Duration;
 
 use super::connection::Keepalive;
 use super::ctx::Ctx;
 use super::failure_log::Loudness;
 use super::relay::{Link, RelayState, Role};
 use super::{Action, ConnTimer, Engine, Status, Timer, whole_second};
+use crate::sans_io::config::Config;
 use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::health::{BackoffPolicy, HealthTracker};
 use crate::sans_io::timing::time::Time;
+use crate::sans_io::wire::relay_info::RelayInfo;
 
 impl Engine {
     /// One entry point for every successful connect: fresh or quick
@@ -66,29 +69,11 @@ impl Engine {
         if state.facts.daily_sync_due(now) {
             self.daily_sync(relay, now);
         }
-        if let Some(next) = self.keepalive(relay, now) {
-            let (state, mut cx) = self.at(relay);
-            state.arm_watch(&mut cx, next);
-        }
-    }
-
-    /// The keepalive check (`Connection::keepalive`): a dead relay is
-    /// dropped (a half-open TCP connection would otherwise look connected
-    /// forever), a silent one pinged. Returns when to check again, unless
-    /// the relay was dropped.
-    fn keepalive(&mut self, relay: RelayId, now: Time) -> Option<Time> {
-        let (keepalive, pong) = (self.config.keepalive, self.config.pong_timeout);
-        match self.conn_mut(relay)?.keepalive(now, keepalive, pong) {
-            Keepalive::Dead { silent } => {
-                self.actions.push_back(Action::Disconnect { relay });
-                self.fail_connection(relay, now, &format!("silent for {silent:?}"));
-                None
-            }
-            Keepalive::Ping { next } => {
-                self.actions.push_back(Action::Ping { relay });
-                Some(next)
-            }
-            Keepalive::Heard { next } => Some(next),
+        let (state, mut cx) = self.at(relay);
+        if let Some(silent) = state.keepalive(&mut cx, now) {
+            // A half-open TCP connection would look connected forever.
+            self.actions.push_back(Action::Disconnect { relay });
+            self.fail_connection(relay, now, &format!("silent for {silent:?}"));
         }
     }
 
@@ -233,17 +218,9 @@ impl Engine {
         }
     }
 
-    /// True when `relay` should be connected: own (self-subscribing), or
-    /// a bootstrap or targeted relay of this engine's shard.
+    /// True when `relay` should be connected (`RelayState::wanted`).
     pub(super) fn wants_connection(&self, relay: RelayId) -> bool {
-        let state = &self.relays[relay.index()];
-        match state.facts.role {
-            Role::Own => self.config.self_subscribe,
-            Role::Remote { bootstrap } => {
-                (bootstrap || !state.targets.items.is_empty())
-                    && self.config.shard.owns(self.relay_url(relay))
-            }
-        }
+        self.relays[relay.index()].wanted(&self.config, self.relay_url(relay))
     }
 
     /// Daily fresh sync: close everything, forget pending and confirmed,
@@ -310,6 +287,50 @@ impl Engine {
 
 /// A relay's link steps that reach the engine's config and outputs.
 impl RelayState {
+    /// True when the relay should be connected (`url`: its normalized
+    /// URL): the own relay if it is read (self-subscribing), a remote one
+    /// if it is a bootstrap or targeted relay of this engine's shard.
+    fn wanted(&self, config: &Config, url: &str) -> bool {
+        match self.facts.role {
+            Role::Own => config.self_subscribe,
+            Role::Remote { bootstrap } => {
+                (bootstrap || !self.targets.items.is_empty()) && config.shard.owns(url)
+            }
+        }
+    }
+
+    /// The relay's NIP-11 document came (`Facts::info_answered`; its
+    /// limits logged if it had one). True when the relay is connected:
+    /// its queued work is diffed again, as the provisional limit is
+    /// lifted and more may start now.
+    pub(super) fn relay_info(&mut self, cx: &mut Ctx, info: Option<RelayInfo>) -> bool {
+        if self.facts.info_answered(info) {
+            info!("{}: NIP-11 limits {:?}", cx.url(), self.facts.limits);
+        }
+        let connected = self.status() == Status::Connected;
+        if connected {
+            cx.mark_dirty();
+        }
+        connected
+    }
+
+    /// The keepalive check (`Connection::keepalive`): a silent connection
+    /// is pinged, and the watch armed again; a dead one is left to the
+    /// engine to drop, with how long it was silent.
+    fn keepalive(&mut self, cx: &mut Ctx, now: Time) -> Option<Duration> {
+        let (keepalive, pong) = (cx.config.keepalive, cx.config.pong_timeout);
+        let next = match self.conn_mut()?.keepalive(now, keepalive, pong) {
+            Keepalive::Dead { silent } => return Some(silent),
+            Keepalive::Ping { next } => {
+                cx.act(Action::Ping { relay: cx.relay });
+                next
+            }
+            Keepalive::Heard { next } => next,
+        };
+        self.arm_watch(cx, next);
+        None
+    }
+
     /// Asks the shell to connect, as attempt `generation`, and to fetch
     /// the relay's NIP-11 document with it if due
     /// (`RelayState::start_connecting`); the attempt has its deadline.

@@ -14,10 +14,6 @@
 
 use std::time::Duration;
 
-use log::info;
-
-use super::Engine;
-use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
 
 /// How long a lowered limit holds, with no refusal, before it climbs one.
@@ -86,20 +82,6 @@ impl LimitProbe {
         self.quiet_since = Some(now);
         self.climbed = true;
         limit + 1
-    }
-}
-
-impl Engine {
-    /// An EOSE on `relay`, its page still open: its subscription limit
-    /// may climb (`RelayState::climb_limit`); the next schedule uses it.
-    pub(super) fn climb_limit(&mut self, relay: RelayId, now: Time) {
-        if let Some(before) = self.relay(relay).climb_limit(now) {
-            info!(
-                "{}: subscription limit {before} held; trying {}",
-                self.relay_url(relay),
-                before + 1
-            );
-        }
     }
 }
 

@@ -590,16 +590,11 @@ impl Engine {
     /// (`None`: none could be had). Its limits only ever lower ours; they
     /// apply to the next REQs.
     pub fn handle_relay_info(&mut self, now: Time, relay: RelayId, info: Option<RelayInfo>) {
-        let Some(state) = self.relays.get_mut(relay.index()) else {
+        if relay.index() >= self.relays.len() {
             return;
-        };
-        if state.facts.info_answered(info) {
-            let url = self.index.relay_url(relay);
-            log::info!("{url}: NIP-11 limits {:?}", state.facts.limits);
         }
-        // The provisional limit is lifted: more may start now.
-        if state.status() == Status::Connected {
-            self.dirty.push(relay);
+        let (state, mut cx) = self.at(relay);
+        if state.relay_info(&mut cx, info) {
             self.flush(now);
         }
     }
@@ -1009,11 +1004,12 @@ impl Engine {
 
     /// A timer of the relay's current connection (or connect attempt).
     fn on_conn_timer(&mut self, relay: RelayId, timer: ConnTimer, now: Time) {
+        let (state, mut cx) = self.at(relay);
         match timer {
+            ConnTimer::EoseTimeout(sub) => state.eose_timeout(&mut cx, sub, now),
+            ConnTimer::Unanswered(sub) => state.unanswered(&mut cx, sub, now),
             ConnTimer::ConnectTimeout => self.on_connect_timeout(relay, now),
             ConnTimer::Consolidate => self.consolidate(relay, now),
-            ConnTimer::EoseTimeout(sub) => self.on_eose_timeout(relay, sub, now),
-            ConnTimer::Unanswered(sub) => self.on_unanswered(relay, sub, now),
             ConnTimer::Resume => self.on_resume(relay, now),
             ConnTimer::Watch => self.on_watch(relay, now),
             ConnTimer::NegTimeout(id) => self.on_neg_timeout(relay, id, now),

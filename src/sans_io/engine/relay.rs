@@ -366,13 +366,19 @@ impl RelayState {
     /// An EOSE, its page still open: a subscription limit a refusal
     /// lowered climbs one if every slot is in use and it held quietly
     /// long enough (`limit_probe`). Returns the limit it climbed from, if
-    /// it did.
-    pub(super) fn climb_limit(&mut self, now: Time) -> Option<usize> {
+    /// it did. The next schedule uses it.
+    pub(super) fn climb_limit(&mut self, cx: &Ctx, now: Time) {
         let in_use = self.conn().map_or(0, |c| c.subs.len() + c.neg_jobs());
         let facts = &mut self.facts;
         let before = facts.limits.subscriptions;
         facts.limits.subscriptions = facts.limit_probe.climb(before, in_use, now);
-        (facts.limits.subscriptions > before).then_some(before)
+        if facts.limits.subscriptions > before {
+            let url = cx.url();
+            log::info!(
+                "{url}: subscription limit {before} held; trying {}",
+                before + 1
+            );
+        }
     }
 
     /// Items synced without a live subscription of their own (negentropy

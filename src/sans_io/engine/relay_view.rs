@@ -212,12 +212,6 @@ impl Engine {
     pub(super) fn note_ingested(&mut self, relay: RelayId) {
         self.relay(relay).facts.notes.events_ingested += 1;
     }
-
-    /// `relay` refused or closed a subscription (`Stats::refusals`).
-    pub(super) fn note_refusal(&mut self, relay: RelayId) {
-        let (state, mut cx) = self.at(relay);
-        state.note_refusal(&mut cx);
-    }
 }
 
 /// Every targeted item of `state` is confirmed or cannot be asked.

@@ -11,7 +11,7 @@
 //! deadline through [`Ctx`]. The engine's part is the order: pages, then
 //! negentropy or REQ for each packed chunk, then the live set.
 
-use log::{debug, info};
+use log::debug;
 use nostr::prelude::Timestamp;
 
 use super::built_chunk::BuiltChunk;
@@ -24,7 +24,6 @@ use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::query::filters::{
     Encoded, chunk_filters_encoded, close_message, req_message_encoded, self_filter,
 };
-use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::query::subscription::{NextPage, Purpose, Scope, Subscription, WorkRef};
 use crate::sans_io::timing::time::Time;
 
@@ -66,30 +65,8 @@ impl Engine {
                 self.start_second_job(relay, sat, next.scope, next.work, next.started, now);
                 continue;
             }
-            let (state, mut cx) = self.at(relay);
-            let encoded = next.filters.iter().map(|p| Encoded::new(p.filter.clone()));
-            let (scope, page, started) = (next.scope, next.page, next.started);
-            let filters = encoded.collect();
-            let id = state.open_subscription(
-                &mut cx,
-                filters,
-                Purpose::Page,
-                scope,
-                next.work,
-                page,
-                started,
-                now,
-            );
-            if let Some(s) = state.conn_mut().and_then(|c| c.subs.get_mut(id)) {
-                s.set_previous(&next.filters);
-            }
+            state.open_page(&mut cx, next, now);
         }
-    }
-
-    /// Sends CLOSE for a subscription and forgets it.
-    pub(super) fn close_subscription(&mut self, relay: RelayId, id: u64) -> Option<Subscription> {
-        let (state, mut cx) = self.at(relay);
-        state.close_subscription(&mut cx, id)
     }
 
     /// The own relay's self-subscription.
@@ -116,21 +93,6 @@ impl Engine {
         let (state, mut cx) = self.at(relay);
         if state.consolidate(&mut cx, now) {
             self.schedule(relay, now);
-        }
-    }
-
-    /// A page never reached EOSE in time: treat it as refused.
-    pub(super) fn on_eose_timeout(&mut self, relay: RelayId, id: u64, now: Time) {
-        let sub = self.conn(relay).and_then(|c| c.subs.get(id));
-        if sub.is_none_or(|s| s.eose) {
-            return;
-        }
-        info!(
-            "{}: subscription {id:x} got no EOSE in time",
-            self.relay_url(relay)
-        );
-        if let Some(sub) = self.close_subscription(relay, id) {
-            self.refused(relay, sub, Refusal::Error, now);
         }
     }
 
@@ -271,6 +233,19 @@ impl RelayState {
         }
         flight.work.drain(..chunks.len());
         (chunks, filters)
+    }
+
+    /// Opens follow-up page `next` of a chain, which keeps what the
+    /// page before it returned (`Subscription::set_previous`).
+    fn open_page(&mut self, cx: &mut Ctx, next: NextPage, now: Time) {
+        let encoded = next.filters.iter().map(|p| Encoded::new(p.filter.clone()));
+        let (scope, page, started) = (next.scope, next.page, next.started);
+        let filters = encoded.collect();
+        let (purpose, work) = (Purpose::Page, next.work);
+        let id = self.open_subscription(cx, filters, purpose, scope, work, page, started, now);
+        if let Some(s) = self.conn_mut().and_then(|c| c.subs.get_mut(id)) {
+            s.set_previous(&next.filters);
+        }
     }
 
     /// Opens one REQ of packed history: kept open as a live subscription

@@ -36,7 +36,7 @@ use super::neg_job::NegSupport;
 use super::relay::{Facts, RelayState};
 use super::{Action, Engine, Output, Timer};
 use crate::sans_io::identity::relay_url::normalize;
-use crate::sans_io::memory::index::{Item, RelayId};
+use crate::sans_io::memory::index::{Item, RelayId, RepoIndex};
 use crate::sans_io::memory::saved_state::{
     MAX_CONFIRMED, MAX_RELAYS, SavedLimits, SavedRelay, SavedState, item_hash,
 };
@@ -144,7 +144,7 @@ impl Engine {
         for (_, id, mut relay) in known {
             let targets = &self.relays[id.index()].targets;
             let settled = targets.settled(unsettled).take(budget);
-            relay.confirmed = settled.map(|item| self.item_hash(item)).collect();
+            relay.confirmed = settled.map(|item| hash_of(&self.index, item)).collect();
             relay.confirmed.sort_unstable();
             budget -= relay.confirmed.len();
             relays.push(relay);
@@ -163,13 +163,6 @@ impl Engine {
             relays,
             refused: self.refused.iter().copied().collect(),
             outbox: Vec::new(),
-        }
-    }
-
-    fn item_hash(&self, item: Item) -> u64 {
-        match item {
-            Item::Repo(repo) => item_hash(self.index.repo_coord(repo)),
-            Item::Root(root) => item_hash(&self.index.root_event(root).to_hex()),
         }
     }
 
@@ -246,7 +239,16 @@ impl Engine {
         self.resume
             .confirmed
             .get(&relay)
-            .is_some_and(|set| set.contains(&self.item_hash(item)))
+            .is_some_and(|set| set.contains(&hash_of(&self.index, item)))
+    }
+}
+
+/// The hash `item` is saved as: of its repo's coordinate, or of its
+/// root's event id.
+fn hash_of(index: &RepoIndex, item: Item) -> u64 {
+    match item {
+        Item::Repo(repo) => item_hash(index.repo_coord(repo)),
+        Item::Root(root) => item_hash(&index.root_event(root).to_hex()),
     }
 }
 

@@ -77,6 +77,28 @@ pub(super) struct Targets {
 }
 
 impl Targets {
+    /// The index made `item` a target once more (for one more repo): a
+    /// new one starts confirmed if `restored` (`Slot::new`), and goes up
+    /// for the next diff if the relay is `connected`.
+    pub(super) fn add(&mut self, item: Item, restored: bool, connected: bool) {
+        let slot = self.items.entry(item).or_insert(Slot::new(restored));
+        slot.refs += 1;
+        if slot.refs == 1 && connected {
+            self.queued.push(item);
+        }
+    }
+
+    /// The index made `item` a target once less: gone with its last
+    /// reference, whatever its state.
+    pub(super) fn remove(&mut self, item: Item) {
+        if let Some(slot) = self.items.get_mut(&item) {
+            slot.refs -= 1;
+            if slot.refs == 0 {
+                self.items.remove(&item);
+            }
+        }
+    }
+
     /// Counts items per state: (queued, pending, confirmed).
     pub(super) fn counts(&self) -> (usize, usize, usize) {
         self.items

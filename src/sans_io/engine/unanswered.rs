@@ -24,30 +24,10 @@
 
 use log::info;
 
+use super::ConnTimer;
 use super::ctx::Ctx;
 use super::relay::RelayState;
-use super::{ConnTimer, Engine};
-use crate::sans_io::memory::index::RelayId;
 use crate::sans_io::timing::time::Time;
-
-impl Engine {
-    /// Subscription `id` reached its EOSE: the silent ones sent before it
-    /// are suspects (`RelayState::suspect_silent`). Not on the own relay:
-    /// its one subscription is re-opened by its own path, not by giving
-    /// its work back.
-    pub(super) fn suspect_skipped(&mut self, relay: RelayId, id: u64, now: Time) {
-        if relay != self.own {
-            let (state, mut cx) = self.at(relay);
-            state.suspect_silent(&mut cx, id, now);
-        }
-    }
-
-    /// A suspect's grace ended (`RelayState::unanswered`).
-    pub(super) fn on_unanswered(&mut self, relay: RelayId, id: u64, now: Time) {
-        let (state, mut cx) = self.at(relay);
-        state.unanswered(&mut cx, id, now);
-    }
-}
 
 /// A relay's silent subscriptions: suspected, and asked again.
 impl RelayState {
@@ -68,7 +48,7 @@ impl RelayState {
     /// A suspect heard nothing in its grace: its REQ was refused or
     /// dropped. Its work goes back to be asked again; the limit is not
     /// lowered (a refusal's NOTICE already lowered it).
-    fn unanswered(&mut self, cx: &mut Ctx, id: u64, now: Time) {
+    pub(super) fn unanswered(&mut self, cx: &mut Ctx, id: u64, now: Time) {
         let Some(conn) = self.conn_mut() else {
             return;
         };
