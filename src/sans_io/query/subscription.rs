@@ -61,6 +61,8 @@ struct PageStats {
     /// and, with the page's share of the rest, teach the relay's cap
     /// ([`PageStats::cap_bound`]); all of them count toward "maybe cut".
     own: Edge,
+    /// Those it and its twin (`Subscription::twins`) alone match.
+    pair: Edge,
     /// The cap the previous page of this filter showed the relay to have
     /// at least ([`PageStats::cap_bound`]).
     prev: usize,
@@ -84,8 +86,26 @@ impl PageStats {
     /// `#E` filter of one root match the same replies, so neither has
     /// events of its own: on own events alone, every page of such a pair
     /// was probed, and the cap it showed was never learnt.
-    fn cap_bound(&self, filters: usize) -> usize {
-        self.own.count.max(self.all.count.div_ceil(filters.max(1)))
+    ///
+    /// A filter and its twin (`twin`) that matched the very same events of
+    /// the page, and no other filter any of them, show more: a relay
+    /// returns each filter's newest matches, and two filters that agree on
+    /// every event it sent return the same ones, so one filter's query
+    /// brought them all. Only the order within the oldest second is the
+    /// relay's own (its tie-break may differ between two indexes), so
+    /// those events are left out of the proof. Without this, a pair's
+    /// bound was a twentieth of its page in a REQ of twenty filters, and a
+    /// relay capping at 100 was "proven" to cap at 5: every page of 5 or
+    /// more then asked a next page (issue 46: a 1-event page beside every
+    /// window at a cap of 100).
+    fn cap_bound(&self, filters: usize, twin: Option<&PageStats>) -> usize {
+        let shared = self.all.count.div_ceil(filters.max(1));
+        let pair = |s: &PageStats| s.all.count > 0 && s.pair.count == s.all.count;
+        let twins = match twin {
+            Some(t) if pair(self) && pair(t) => self.pair.count - self.pair.at_oldest,
+            _ => 0,
+        };
+        self.own.count.max(shared).max(twins)
     }
 }
 
@@ -155,6 +175,10 @@ pub(crate) struct Subscription {
     /// the deadline's two minutes after the page ended.
     pub eose_timer: Option<TimerId>,
     stats: Vec<PageStats>,
+    /// Each page filter's twin in the REQ, if it has one: the same filter
+    /// but for the case of its one tag letter (`#e` and `#E` of a root,
+    /// `#a` and `#A` of a repo). Empty past [`MAX_TWINNED`] filters.
+    twins: Vec<Option<u16>>,
     total: usize,
     /// Ids counted in this page: a relay repeating one event (thousands of
     /// copies) must not make a page look full. Emptied at EOSE.
@@ -181,7 +205,9 @@ impl Subscription {
         started: Time,
     ) -> Self {
         let stats = vec![PageStats::default(); filters.len()];
+        let twins = twins(&filters);
         Subscription {
+            twins,
             filter_count: filters.len(),
             covers: None,
             layer1: false,
@@ -269,6 +295,10 @@ impl Subscription {
         }
         self.total += 1;
         let alone = matched.len() == 1;
+        let pair = match matched {
+            &[a, b] => self.twins.get(a).copied().flatten() == Some(b as u16),
+            _ => false,
+        };
         for &i in matched {
             let at_until = self.filters[i].until == Some(created_at);
             let s = &mut self.stats[i];
@@ -285,6 +315,9 @@ impl Subscription {
             }
             if alone {
                 s.own.add(created_at);
+            }
+            if pair {
+                s.pair.add(created_at);
             }
         }
     }
@@ -347,7 +380,7 @@ impl Subscription {
         let req_cut = cap.may_cut_req(self.total) && self.filters.len() > 1 && !capped;
         let req_oldest = self.stats.iter().filter_map(|s| s.all.oldest).min();
         let mut next = Vec::new();
-        for (f, s) in self.filters.iter().zip(&self.stats) {
+        for (i, (f, s)) in self.filters.iter().zip(&self.stats).enumerate() {
             let asked = asked_of(f);
             let count = s.all.count;
             let cut = cap.may_be_cut(count, asked);
@@ -358,7 +391,9 @@ impl Subscription {
             // full page at once: the probe would only prove it.
             let probe =
                 count < asked && cap.proven().is_none_or(|c| count < c) && !cap.hinted_cut(count);
-            let bound = s.cap_bound(self.filters.len());
+            let twin = self.twins.get(i).copied().flatten();
+            let twin = twin.and_then(|t| self.stats.get(usize::from(t)));
+            let bound = s.cap_bound(self.filters.len(), twin);
             cap.observe(bound);
             // An `ids` filter knows what it lacks: the ids that did not
             // come, asked again until a page brings none of them (the
@@ -463,6 +498,51 @@ impl Subscription {
         end.next = (!next.is_empty()).then_some(next);
         end
     }
+}
+
+/// Most filters of a REQ whose twins are looked for: pages have a few
+/// dozen; a consolidated live set may have hundreds, and pairing them
+/// costs a comparison per pair while only sharpening a proof that holds
+/// without it.
+const MAX_TWINNED: usize = 64;
+
+/// Each filter's twin among `filters` ([`Subscription::twins`]): pairs
+/// of filters equal but for the case of their one tag letter.
+fn twins(filters: &[Filter]) -> Vec<Option<u16>> {
+    if filters.len() > MAX_TWINNED {
+        return Vec::new();
+    }
+    let swapped = |f: &Filter| -> Option<Filter> {
+        let mut tags = f.generic_tags.iter();
+        let (letter, values) = tags.next()?;
+        if tags.next().is_some() {
+            return None;
+        }
+        let mut twin = f.clone();
+        twin.generic_tags.clear();
+        let other = match letter.is_uppercase() {
+            true => letter.to_lowercase(),
+            false => letter.to_uppercase(),
+        };
+        twin.generic_tags.insert(other, values.clone());
+        Some(twin)
+    };
+    let mut twins = vec![None; filters.len()];
+    for (i, f) in filters.iter().enumerate() {
+        if twins[i].is_some() {
+            continue;
+        }
+        let Some(twin) = swapped(f) else {
+            continue;
+        };
+        let found = (i + 1..filters.len()).find(|&j| twins[j].is_none() && filters[j] == twin);
+        if let Some(j) = found {
+            // Both below MAX_TWINNED, which fits u16.
+            twins[i] = u16::try_from(j).ok();
+            twins[j] = u16::try_from(i).ok();
+        }
+    }
+    twins
 }
 
 /// Filter `f` again after a REQ that may have been cut as a whole
@@ -823,10 +903,11 @@ mod tests {
         sub
     }
 
-    #[test]
-    fn filters_that_share_their_events_still_learn_the_cap() {
+    /// A first page of `filters` sharing 100 events a second apart, then
+    /// its probe, which finds older events: the cap learnt.
+    fn cap_learnt_by_shared_pages(filters: Vec<Filter>) -> ResultCap {
         let mut cap = ResultCap::default();
-        let next = shared_page(twins(), &hundred(1_000))
+        let next = shared_page(filters, &hundred(1_000))
             .next_page(500, &mut cap)
             .next
             .expect("100 of 500 each may be a cap of 100");
@@ -834,15 +915,63 @@ mod tests {
         let mut probe = shared_page(next.iter().map(|p| p.filter.clone()).collect(), &[901, 900]);
         probe.set_previous(&next);
         probe.next_page(500, &mut cap).next.expect("older events");
-        // Each filter got at most the cap, and together they brought 100:
-        // the cap is at least 50. Without own events nothing was learnt,
-        // and every page of such a pair was probed.
-        assert_eq!(cap.proven(), Some(50));
+        cap
+    }
+
+    #[test]
+    fn filters_that_share_their_events_still_learn_the_cap() {
+        // Each of three filters got at most the cap, and together they
+        // brought 100: the cap is at least 34. Without own events nothing
+        // was learnt, and every page of such filters was probed.
+        let mut three = twins();
+        let quote = SingleLetterTag::LOWERCASE_Q;
+        three.push(Filter::new().custom_tag(quote, "ab".repeat(32)).limit(500));
+        let mut cap = cap_learnt_by_shared_pages(three);
+        assert_eq!(cap.proven(), Some(34));
         let again = shared_page(twins(), &hundred(5_000))
             .next_page(500, &mut cap)
             .next
             .expect("a page at the cap goes on");
         assert_eq!(again[0].filter.limit, Some(500), "no probe");
+    }
+
+    #[test]
+    fn twins_that_agree_on_every_event_prove_the_cap_one_query_showed() {
+        // `#e` and `#E` of one root matched the same 100 events and no
+        // other filter did: the relay returns each filter's newest
+        // matches, so one query brought all 100. The order inside the
+        // oldest second is the relay's, so its one event is left out.
+        let cap = cap_learnt_by_shared_pages(twins());
+        assert_eq!(cap.proven(), Some(99));
+        // A page of a REQ of twenty such filters no longer proves a cap
+        // of a twentieth of it.
+        let mut cap = ResultCap::default();
+        cap.learn_cut(99);
+        // A REQ this large came before: this one was not cut as a whole.
+        cap.may_cut_req(200);
+        let window = twins()
+            .into_iter()
+            .map(|f| f.until(Timestamp::from_secs(1_000)))
+            .collect();
+        let end = shared_page(window, &hundred(1_000)[..75]).next_page(500, &mut cap);
+        assert!(end.next.is_none(), "75 of a cap of 99: all there is");
+    }
+
+    #[test]
+    fn twins_that_disagree_on_an_event_learn_only_a_share() {
+        let mut sub = page(twins(), &[]);
+        for (i, t) in hundred(1_000).into_iter().enumerate() {
+            sub.count_stored(id(i), Timestamp::from_secs(t), 1111, &[0, 1]);
+        }
+        // One event only `#e` matched: the two queries may have brought
+        // different events, each at most the cap.
+        sub.count_stored(id(500), Timestamp::from_secs(950), 1, &[0]);
+        let mut cap = ResultCap::default();
+        let next = sub.next_page(500, &mut cap).next.expect("may be cut");
+        let mut probe = shared_page(next.iter().map(|p| p.filter.clone()).collect(), &[899, 898]);
+        probe.set_previous(&next);
+        probe.next_page(500, &mut cap);
+        assert!(cap.proven().is_some_and(|c| c <= 51), "{cap:?}");
     }
 
     /// The span of a full page of 100 events a second apart below `top`,
