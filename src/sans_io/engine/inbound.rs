@@ -620,13 +620,25 @@ impl RelayState {
         match next {
             Some(mut filters) if page < max_pages => {
                 debug!("{}: page {page} of {id:x} full; asking the next", cx.url());
-                let windows = match self.may_split(&work, answered_in) {
-                    true => self.pack_windows(windows(&mut filters, &end.spans, WINDOWS)),
-                    false => Vec::new(),
+                // The continuation and the windows share REQs: a REQ is
+                // a subscription slot for a round trip whatever its filter
+                // count, and a continuation on its own was a slot for the
+                // few filters a page left cut (at a cap of 100, REQs of
+                // 2 to 6 filters beside the windows' 20).
+                let reqs = match self.may_split(&work, answered_in) {
+                    true => {
+                        let rest = windows(&mut filters, &end.spans, WINDOWS);
+                        filters.extend(rest);
+                        self.pack_windows(filters)
+                    }
+                    false => vec![filters],
                 };
-                let chains = windows.len() as u32;
-                let pages = std::iter::once((filters, page + 1))
-                    .chain(windows.into_iter().map(|w| (w, 1)))
+                // The first REQ goes on the chain; the others are new ones.
+                let chains = reqs.len().saturating_sub(1) as u32;
+                let pages = reqs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, filters)| (filters, if i == 0 { page + 1 } else { 1 }))
                     .map(|(filters, page)| NextPage {
                         filters,
                         scope,
