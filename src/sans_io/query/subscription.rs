@@ -329,8 +329,11 @@ impl Subscription {
     ///
     /// A filter continues when the relay may have cut its page: it reached
     /// its `limit`, or the relay's proven or possible cap (see
-    /// [`ResultCap::may_be_cut`]), or the whole REQ reached `limit` (a
-    /// relay capping per REQ may have cut every filter). A REQ of several
+    /// [`ResultCap::may_be_cut`]), or the whole REQ brought exactly
+    /// `limit` (a relay capping per REQ at the `limit` asked may have cut
+    /// every filter; one that brought more does not cap there, and every
+    /// short window of a REQ of twenty went on to a page of its oldest
+    /// event). A REQ of several
     /// filters that returned as many events as any REQ did on this
     /// connection may have been cut as a whole too
     /// ([`ResultCap::may_cut_req`]): its other filters go on below its
@@ -373,7 +376,7 @@ impl Subscription {
         if self.total > asked_all || self.filters.iter().zip(&self.stats).any(over) {
             return end;
         }
-        let capped = self.total >= limit;
+        let capped = self.total == limit;
         // A REQ of several filters a relay capping per REQ may have cut:
         // every filter it returned nothing or little for is asked again
         // below the REQ's oldest second (`below_req_cut`).
@@ -608,6 +611,17 @@ pub(crate) struct Span {
     full: usize,
 }
 
+/// Events a window is sized to hold: nine tenths of a full page
+/// (`full`). A window sized to a whole page came back as full as the
+/// relay's cap, which may be a cut, so each cost another page asking its
+/// oldest second again: at a cap of 100, seven round trips of such
+/// one-event pages in a first sync of 100,000 replies. The tenth left is
+/// room for a density that varies; a window denser than that splits
+/// again. (Three quarters cost more round trips than it saved.)
+fn fill(full: usize) -> u64 {
+    (full as u64 * 9 / 10).max(1)
+}
+
 /// Most windows one full page's rest is split into. Packed into REQs of
 /// many filters (`pack`), they cost a few REQs, not one each.
 pub(crate) const WINDOWS: usize = 16;
@@ -616,10 +630,10 @@ pub(crate) const WINDOWS: usize = 16;
 /// cut page (`spans`) into time windows, each read by a chain of its
 /// own, so a long history is read several pages per round trip instead
 /// of one. The page showed the density: `count` events in `top - oldest`
-/// seconds, so a full page's worth spans that times `full / count` (a
+/// seconds, so a window's [`fill`] spans that times `fill / count` (a
 /// probe's two events give a narrow first guess; the windows' own first
-/// pages split again with better ones). The first window, as wide as
-/// one full page, stays in `next` (it
+/// pages split again with better ones). The first window, that wide,
+/// stays in `next` (it
 /// continues the page, so what the page showed of the relay's cap still
 /// counts). Where the filter has no `since`, the next ones double in
 /// width, so a history much longer than the page is split again by their
@@ -639,8 +653,7 @@ pub(crate) fn windows(next: &mut [PageFilter], spans: &[Span], most: usize) -> V
         };
         let floor = pf.filter.since.map_or(0, |t| t.as_secs());
         let covered = span.top.as_secs().saturating_sub(until).max(1);
-        let scale = (span.full / span.count.max(1)).max(1) as u64;
-        let page = covered.saturating_mul(scale);
+        let page = (covered.saturating_mul(fill(span.full)) / span.count.max(1) as u64).max(1);
         // A range with a known floor (a window split off before) is split
         // evenly: its first page showed the density, so each window holds
         // about a page and few split again. A range reaching back to the
@@ -958,6 +971,38 @@ mod tests {
     }
 
     #[test]
+    fn short_windows_of_a_req_that_brought_more_than_its_limit_end() {
+        // Two windows of 300 events each, under a proven cap of 400, in a
+        // REQ that brought 600: a relay capping per REQ at the 500 asked
+        // would have sent 500, so neither window was cut. Each went on to
+        // a page of its oldest event when a REQ reaching `limit` counted
+        // as capped.
+        let mut cap = ResultCap::default();
+        cap.learn_cut(400);
+        cap.may_cut_req(1_000);
+        let mut sub = page(vec![filter(), other_root()], &[]);
+        for i in 0..600 {
+            let at = Timestamp::from_secs(10_000 - i as u64);
+            sub.count_stored(id(i), at, 1111, &[i % 2]);
+        }
+        assert!(sub.next_page(500, &mut cap).next.is_none());
+        // Exactly 500 may be such a cut: both go on.
+        let mut sub = page(vec![filter(), other_root()], &[]);
+        for i in 0..500 {
+            let at = Timestamp::from_secs(10_000 - i as u64);
+            sub.count_stored(id(i), at, 1111, &[i % 2]);
+        }
+        let next = sub.next_page(500, &mut cap).next.expect("may be cut");
+        assert_eq!(next.len(), 2);
+    }
+
+    fn other_root() -> Filter {
+        Filter::new()
+            .custom_tag(SingleLetterTag::LOWERCASE_E, "cd".repeat(32))
+            .limit(500)
+    }
+
+    #[test]
     fn twins_that_disagree_on_an_event_learn_only_a_share() {
         let mut sub = page(twins(), &[]);
         for (i, t) in hundred(1_000).into_iter().enumerate() {
@@ -999,13 +1044,15 @@ mod tests {
         let f = filter().until(Timestamp::from_secs(100_000));
         let mut next = vec![PageFilter::first(f)];
         let rest = windows(&mut next, &[span(0, 100_100)], 4);
-        assert_eq!(next[0].filter.since, Some(Timestamp::from_secs(99_901)));
+        // A page of 100 in 100 seconds: a window of 90 seconds holds nine
+        // tenths of a page.
+        assert_eq!(next[0].filter.since, Some(Timestamp::from_secs(99_911)));
         assert_eq!(
             ranges(&rest),
             vec![
-                (Some(99_701), Some(99_900)),
-                (Some(99_301), Some(99_700)),
-                (None, Some(99_300)),
+                (Some(99_731), Some(99_910)),
+                (Some(99_371), Some(99_730)),
+                (None, Some(99_370)),
             ]
         );
     }
