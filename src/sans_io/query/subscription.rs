@@ -7,9 +7,9 @@
 //! a relay with a 500-event cap silently loses everything older.
 
 use crate::sans_io::timing::timer::TimerId;
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
-use nostr::prelude::{Event, EventId, Filter, MatchEventOptions, Timestamp};
+use nostr::prelude::{Event, EventId, Filter, MatchEventOptions, SingleLetterTag, Timestamp};
 
 use crate::sans_io::memory::index::Item;
 use crate::sans_io::query::result_cap::ResultCap;
@@ -515,30 +515,13 @@ fn twins(filters: &[Filter]) -> Vec<Option<u16>> {
     if filters.len() > MAX_TWINNED {
         return Vec::new();
     }
-    let swapped = |f: &Filter| -> Option<Filter> {
-        let mut tags = f.generic_tags.iter();
-        let (letter, values) = tags.next()?;
-        if tags.next().is_some() {
-            return None;
-        }
-        let mut twin = f.clone();
-        twin.generic_tags.clear();
-        let other = match letter.is_uppercase() {
-            true => letter.to_lowercase(),
-            false => letter.to_uppercase(),
-        };
-        twin.generic_tags.insert(other, values.clone());
-        Some(twin)
-    };
     let mut twins = vec![None; filters.len()];
     for (i, f) in filters.iter().enumerate() {
-        if twins[i].is_some() {
+        if twins[i].is_some() || one_tag(f).is_none() {
             continue;
         }
-        let Some(twin) = swapped(f) else {
-            continue;
-        };
-        let found = (i + 1..filters.len()).find(|&j| twins[j].is_none() && filters[j] == twin);
+        let found =
+            (i + 1..filters.len()).find(|&j| twins[j].is_none() && are_twins(f, &filters[j]));
         if let Some(j) = found {
             // Both below MAX_TWINNED, which fits u16.
             twins[i] = u16::try_from(j).ok();
@@ -546,6 +529,30 @@ fn twins(filters: &[Filter]) -> Vec<Option<u16>> {
         }
     }
     twins
+}
+
+/// The filter's one tag condition, if it has exactly one.
+fn one_tag(f: &Filter) -> Option<(&SingleLetterTag, &BTreeSet<String>)> {
+    let mut tags = f.generic_tags.iter();
+    let tag = tags.next()?;
+    tags.next().is_none().then_some(tag)
+}
+
+/// `f` and `g` ask the same but for the case of their one tag letter.
+/// Compared field by field, cheapest first: a REQ is paired on every
+/// page, and its filters carry up to hundreds of tag values.
+fn are_twins(f: &Filter, g: &Filter) -> bool {
+    let (Some((a, va)), Some((b, vb))) = (one_tag(f), one_tag(g)) else {
+        return false;
+    };
+    a != b
+        && a.eq_ignore_case(*b)
+        && (f.since, f.until, f.limit) == (g.since, g.until, g.limit)
+        && f.kinds == g.kinds
+        && f.ids == g.ids
+        && f.authors == g.authors
+        && f.search == g.search
+        && va == vb
 }
 
 /// Filter `f` again after a REQ that may have been cut as a whole
