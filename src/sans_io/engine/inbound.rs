@@ -635,18 +635,14 @@ impl RelayState {
                 };
                 // The first REQ goes on the chain; the others are new ones.
                 let chains = reqs.len().saturating_sub(1) as u32;
-                let pages = reqs
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, filters)| (filters, if i == 0 { page + 1 } else { 1 }))
-                    .map(|(filters, page)| NextPage {
-                        filters,
-                        scope,
-                        work: work.clone(),
-                        page,
-                        started,
-                        reconcile: None,
-                    });
+                let pages = reqs.into_iter().enumerate().map(|(i, filters)| NextPage {
+                    filters,
+                    scope,
+                    work: work.clone(),
+                    page: if i == 0 { page + 1 } else { 1 },
+                    started,
+                    reconcile: None,
+                });
                 if let Some(conn) = self.conn_mut() {
                     let flight = conn.start_flight();
                     flight.add_chains(&work, chains);

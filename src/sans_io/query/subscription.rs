@@ -61,8 +61,12 @@ struct PageStats {
     /// and, with the page's share of the rest, teach the relay's cap
     /// ([`PageStats::cap_bound`]); all of them count toward "maybe cut".
     own: Edge,
-    /// Those it and its twin (`Subscription::twins`) alone match.
+    /// Those it and its twin alone match.
     pair: Edge,
+    /// Its twin in the REQ, if it has one: the same filter but for the
+    /// case of its one tag letter (`#e` and `#E` of a root, `#a` and `#A`
+    /// of a repo). None past [`MAX_TWINNED`] filters.
+    twin: Option<u16>,
     /// The cap the previous page of this filter showed the relay to have
     /// at least ([`PageStats::cap_bound`]).
     prev: usize,
@@ -175,10 +179,6 @@ pub(crate) struct Subscription {
     /// the deadline's two minutes after the page ended.
     pub eose_timer: Option<TimerId>,
     stats: Vec<PageStats>,
-    /// Each page filter's twin in the REQ, if it has one: the same filter
-    /// but for the case of its one tag letter (`#e` and `#E` of a root,
-    /// `#a` and `#A` of a repo). Empty past [`MAX_TWINNED`] filters.
-    twins: Vec<Option<u16>>,
     total: usize,
     /// Ids counted in this page: a relay repeating one event (thousands of
     /// copies) must not make a page look full. Emptied at EOSE.
@@ -204,10 +204,14 @@ impl Subscription {
         page: u32,
         started: Time,
     ) -> Self {
-        let stats = vec![PageStats::default(); filters.len()];
-        let twins = twins(&filters);
+        let stats = twins(&filters)
+            .into_iter()
+            .map(|twin| PageStats {
+                twin,
+                ..PageStats::default()
+            })
+            .collect();
         Subscription {
-            twins,
             filter_count: filters.len(),
             covers: None,
             layer1: false,
@@ -296,7 +300,7 @@ impl Subscription {
         self.total += 1;
         let alone = matched.len() == 1;
         let pair = match matched {
-            &[a, b] => self.twins.get(a).copied().flatten() == Some(b as u16),
+            &[a, b] => self.stats[a].twin.is_some_and(|t| usize::from(t) == b),
             _ => false,
         };
         for &i in matched {
@@ -383,7 +387,7 @@ impl Subscription {
         let req_cut = cap.may_cut_req(self.total) && self.filters.len() > 1 && !capped;
         let req_oldest = self.stats.iter().filter_map(|s| s.all.oldest).min();
         let mut next = Vec::new();
-        for (i, (f, s)) in self.filters.iter().zip(&self.stats).enumerate() {
+        for (f, s) in self.filters.iter().zip(&self.stats) {
             let asked = asked_of(f);
             let count = s.all.count;
             let cut = cap.may_be_cut(count, asked);
@@ -394,8 +398,7 @@ impl Subscription {
             // full page at once: the probe would only prove it.
             let probe =
                 count < asked && cap.proven().is_none_or(|c| count < c) && !cap.hinted_cut(count);
-            let twin = self.twins.get(i).copied().flatten();
-            let twin = twin.and_then(|t| self.stats.get(usize::from(t)));
+            let twin = s.twin.and_then(|t| self.stats.get(usize::from(t)));
             let bound = s.cap_bound(self.filters.len(), twin);
             cap.observe(bound);
             // An `ids` filter knows what it lacks: the ids that did not
@@ -509,13 +512,13 @@ impl Subscription {
 /// without it.
 const MAX_TWINNED: usize = 64;
 
-/// Each filter's twin among `filters` ([`Subscription::twins`]): pairs
-/// of filters equal but for the case of their one tag letter.
+/// Each filter's twin among `filters` (`PageStats::twin`): pairs of
+/// filters equal but for the case of their one tag letter.
 fn twins(filters: &[Filter]) -> Vec<Option<u16>> {
-    if filters.len() > MAX_TWINNED {
-        return Vec::new();
-    }
     let mut twins = vec![None; filters.len()];
+    if filters.len() > MAX_TWINNED {
+        return twins;
+    }
     for (i, f) in filters.iter().enumerate() {
         if twins[i].is_some() || one_tag(f).is_none() {
             continue;
