@@ -109,9 +109,16 @@ pub fn engine_run(own: &Own, n: usize, ids: &[EventId], limit: Duration) -> Engi
         }
         if trace && traced.elapsed() >= Duration::from_secs(1) {
             traced = Instant::now();
+            // Where the time goes: the outbox full means the own relay
+            // is the bottleneck; CPU of each process says who takes it.
             eprintln!(
-                "  {:6.1} s: {done} of {n} stored",
-                started.elapsed().as_secs_f64()
+                "  {:6.1} s: {done} of {n} stored, outbox {}, CPU s: engine {:.2} own {:.2} \
+                 this process (farm) {:.2}",
+                started.elapsed().as_secs_f64(),
+                metric(port, "grasp_sync_outbox_depth", "").unwrap_or(0),
+                cpu_seconds(engine.id()),
+                own.cpu(),
+                cpu_seconds(std::process::id()),
             );
         }
         if Instant::now() > deadline {
