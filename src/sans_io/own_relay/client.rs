@@ -394,11 +394,12 @@ impl OwnRelayClient {
                         .map(|(request, listed)| ClientOutput::Listed { request, listed }),
                 );
             }
-            ListStep::Refused(requests) => {
+            ListStep::Refused { requests, reason } => {
                 if let Some(n) = self.listing_log.admit(0, now) {
                     info!(
-                        "own relay refused listing {}; its negentropy jobs use REQ{}",
+                        "own relay refused listing {} ({}); its negentropy jobs use REQ{}",
                         requests_text(&requests),
+                        relay_text(&reason),
                         dropped(n)
                     );
                 }
@@ -413,10 +414,29 @@ impl OwnRelayClient {
                     requests_text(&requests)
                 );
             }
-            ListStep::Lowered { open, limit } => {
+            ListStep::Narrowed {
+                values,
+                reason,
+                texts,
+            } => {
                 info!(
-                    "own relay refused a listing with {open} of ours open (its subscription \
-                     limit); at most {limit} at once on this connection"
+                    "own relay refused a listing for its values ({}); at most {values} values a \
+                     listing from now on",
+                    relay_text(&reason)
+                );
+                self.control.extend(texts);
+                let next = self.listings.start_waiting();
+                self.control.extend(next);
+            }
+            ListStep::Lowered {
+                open,
+                limit,
+                reason,
+            } => {
+                info!(
+                    "own relay refused a listing with {open} of ours open ({}: its \
+                     subscription limit); at most {limit} at once on this connection",
+                    relay_text(&reason)
                 );
             }
         }

@@ -12,8 +12,8 @@
 //! lists goes to the parts whose value it carries under that letter
 //! ([`Batch::route`]: a lookup per tag of the event, not a match of the
 //! event against every part). Only parts already waiting are batched, so
-//! a lone part is asked at once as before, and a burst costs a tenth of
-//! the queries. The merge stays here, on the link that sees the events:
+//! a lone part is asked at once as before, and a burst costs a hundredth
+//! of the queries. The merge stays here, on the link that sees the events:
 //! the sink's answer to the engine is ids and timestamps only (the public
 //! `Sink::list`), which could not be routed to parts.
 
@@ -21,29 +21,39 @@ use std::collections::{HashMap, VecDeque};
 
 use nostr::prelude::{Event, Filter, MatchEventOptions, SingleLetterTag};
 
-/// Values one batched filter carries at most: eventstore's SQL backends
-/// (khatru relays) refuse a tag with more than ten.
-const MAX_VALUES: usize = 10;
+/// Values one batched filter carries at most, until the own relay refuses
+/// as many (`ListQueries` learns its count): eventstore's SQL backends
+/// (khatru relays) take 100 tag values a filter, as the engine's REQs to
+/// other relays assume (`Limits::tag_values`). Every query is a scan on
+/// some own relays (LocalRelay's memory store reads every event for a tag
+/// filter): at ten values, the listings of a GRASP-shaped first sync cost
+/// the own relay 10 CPU seconds more than storing its 50,000 events, and
+/// the sync twice its time (issue 46).
+pub(crate) const MAX_VALUES: usize = 100;
 
-/// Waiting listings looked through for ones to batch with the first. A
-/// burst queues each relay's parts one after the other (seven letters and
-/// kinds), so ten of a kind lie within the first hundred; the bound keeps
-/// a queue of tens of thousands from being scanned for every REQ.
-const SCAN: usize = 128;
+/// Waiting listings looked through for ones to batch with the first, per
+/// value a batch may carry. A burst queues each relay's parts one after
+/// the other (seven letters and kinds), so a batch's values of a kind lie
+/// within ten times their count; the bound keeps a queue of tens of
+/// thousands from being scanned for every REQ.
+const SCAN_PER_VALUE: usize = 10;
 
 /// A waiting listing: the engine's request and the filter it lists.
 pub(crate) type Part = (u64, Filter);
 
-/// Takes the first waiting listing and those within [`SCAN`] that can be
-/// asked with it in one filter, in queue order; `None` when none waits.
-pub(crate) fn take_batch(waiting: &mut VecDeque<Part>) -> Option<Vec<Part>> {
+/// Takes the first waiting listing and those that can be asked with it in
+/// one filter of at most `values` values (looking through
+/// [`SCAN_PER_VALUE`] times that many), in queue order; `None` when none
+/// waits.
+pub(crate) fn take_batch(waiting: &mut VecDeque<Part>, values: usize) -> Option<Vec<Part>> {
     let first = waiting.pop_front()?;
     let Some(letter) = single_value_tag(&first.1) else {
         return Some(vec![first]);
     };
     let mut picked = Vec::new();
-    for (i, (_, filter)) in waiting.iter().enumerate().take(SCAN) {
-        if picked.len() + 1 == MAX_VALUES {
+    let scan = values.saturating_mul(SCAN_PER_VALUE);
+    for (i, (_, filter)) in waiting.iter().enumerate().take(scan) {
+        if picked.len() + 1 >= values {
             break;
         }
         if same_but_value(&first.1, filter, letter) {
@@ -188,23 +198,26 @@ mod tests {
             (4, since),
             e_part(5, "a2"),
         ]);
-        let batch = take_batch(&mut waiting).unwrap();
+        let batch = take_batch(&mut waiting, MAX_VALUES).unwrap();
         let requests: Vec<u64> = batch.iter().map(|(r, _)| *r).collect();
         assert_eq!(requests, [1, 3, 5]);
         let json = batch_filter(&batch).as_json();
         assert_eq!(json, r##"{"#e":["a","a2","b"]}"##);
         let rest: Vec<u64> = waiting.iter().map(|(r, _)| *r).collect();
         assert_eq!(rest, [2, 4], "another kind or `since` waits its own turn");
-        assert_eq!(take_batch(&mut waiting).unwrap().len(), 1);
+        assert_eq!(take_batch(&mut waiting, MAX_VALUES).unwrap().len(), 1);
     }
 
     #[test]
-    fn a_batch_carries_ten_values_at_most() {
+    fn a_batch_carries_the_values_asked_at_most() {
         let mut waiting: VecDeque<Part> = (0..25).map(|i| e_part(i, &format!("v{i}"))).collect();
-        assert_eq!(take_batch(&mut waiting).unwrap().len(), MAX_VALUES);
-        assert_eq!(take_batch(&mut waiting).unwrap().len(), MAX_VALUES);
-        assert_eq!(take_batch(&mut waiting).unwrap().len(), 5);
-        assert_eq!(take_batch(&mut waiting), None);
+        assert_eq!(take_batch(&mut waiting, 10).unwrap().len(), 10);
+        assert_eq!(take_batch(&mut waiting, 10).unwrap().len(), 10);
+        assert_eq!(take_batch(&mut waiting, 10).unwrap().len(), 5);
+        assert_eq!(take_batch(&mut waiting, 10), None);
+        let mut waiting: VecDeque<Part> = (0..250).map(|i| e_part(i, &format!("v{i}"))).collect();
+        assert_eq!(take_batch(&mut waiting, MAX_VALUES).unwrap().len(), 100);
+        assert_eq!(take_batch(&mut waiting, 1).unwrap().len(), 1);
     }
 
     #[test]
@@ -213,8 +226,8 @@ mod tests {
             .1
             .custom_tag(SingleLetterTag::LOWERCASE_E, "b");
         let mut waiting = VecDeque::from([(1, two), e_part(2, "c"), e_part(3, "d")]);
-        assert_eq!(take_batch(&mut waiting).unwrap().len(), 1);
-        assert_eq!(take_batch(&mut waiting).unwrap().len(), 2);
+        assert_eq!(take_batch(&mut waiting, MAX_VALUES).unwrap().len(), 1);
+        assert_eq!(take_batch(&mut waiting, MAX_VALUES).unwrap().len(), 2);
     }
 
     /// The answer goes to parts by the value the event carries, each part

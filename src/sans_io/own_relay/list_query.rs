@@ -29,7 +29,7 @@ use nostr::prelude::{
     ClientMessage, Event, EventId, Filter, RelayMessage, SubscriptionId, Timestamp,
 };
 
-use super::list_batch::{Batch, Part, batch_filter, take_batch};
+use super::list_batch::{Batch, MAX_VALUES, Part, batch_filter, take_batch};
 use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::timing::silence::SilenceGrace;
 use crate::sans_io::timing::time::Time;
@@ -53,7 +53,12 @@ pub(crate) enum ListStep {
     /// The own relay refused the listing for good (or with nothing else
     /// of ours open, so no lower count would help): the engine's jobs
     /// waiting for these requests go to REQ now.
-    Refused(Vec<u64>),
+    Refused {
+        /// The engine requests the listing carried.
+        requests: Vec<u64>,
+        /// The relay's `CLOSED` text.
+        reason: String,
+    },
     /// The own relay wants NIP-42 first: these requests are asked again
     /// once our AUTH is accepted (`ListQueries::retry_refused`).
     NeedsAuth(Vec<u64>),
@@ -65,6 +70,21 @@ pub(crate) enum ListStep {
         open: usize,
         /// Queries let run at once from now on.
         limit: usize,
+        /// The relay's `CLOSED` text.
+        reason: String,
+    },
+    /// The own relay refused a batch for its values (a `CLOSED`, or a
+    /// `NOTICE` before an empty answer, as khatru sends eventstore's "too
+    /// many tag values"): its parts wait their turn again, and batches
+    /// carry at most `values` values from now on. Send `texts` (the
+    /// CLOSEs of batches asked again).
+    Narrowed {
+        /// Values a batch carries at most from now on.
+        values: usize,
+        /// The relay's words.
+        reason: String,
+        /// CLOSEs of the batches asked again.
+        texts: Vec<String>,
     },
 }
 
@@ -133,6 +153,10 @@ pub(crate) struct ListQueries {
     /// [`MAX_IN_FLIGHT`], or less where the own relay's NIP-11 states a
     /// lower `max_subscriptions`.
     stated: usize,
+    /// Values a batched filter carries at most: [`MAX_VALUES`], lowered
+    /// for good when the own relay refuses as many (its store's limit
+    /// does not change with a new connection).
+    values: usize,
     /// Parts waiting for a free slot, oldest first.
     waiting: VecDeque<Part>,
     /// Parts the own relay refused (typically `auth-required:`), to ask
@@ -154,6 +178,7 @@ impl Default for ListQueries {
             pending: HashMap::new(),
             max_in_flight: MAX_IN_FLIGHT,
             stated: MAX_IN_FLIGHT,
+            values: MAX_VALUES,
             waiting: VecDeque::new(),
             refused: Vec::new(),
             next: 0,
@@ -201,7 +226,7 @@ impl ListQueries {
     pub(crate) fn start_waiting(&mut self) -> Vec<String> {
         let mut reqs = Vec::new();
         while self.pending.len() < self.max_in_flight {
-            let Some(batch) = take_batch(&mut self.waiting) else {
+            let Some(batch) = take_batch(&mut self.waiting, self.values) else {
                 break;
             };
             reqs.push(self.open(batch));
@@ -334,6 +359,7 @@ impl ListQueries {
                 subscription_id,
                 message,
             } => self.on_closed(subscription_id.as_str(), message),
+            RelayMessage::Notice(text) => self.on_notice(text),
             _ => None,
         }
     }
@@ -345,12 +371,26 @@ impl ListQueries {
     /// any other refusal but AUTH's, the engine learns at once that this
     /// listing will not come, instead of waiting out its timeout (issue
     /// 23's finding 4: a LocalRelay own relay at its `max_reqs` refused
-    /// every listing past its count, and each job waited a minute).
+    /// every listing past its count, and each job waited a minute). Both
+    /// steps carry the relay's words: its reason is what tells an operator
+    /// which of its limits we met.
     fn on_closed(&mut self, sub: &str, reason: &str) -> Option<ListStep> {
         let open = self.pending.len();
         let l = self.pending.remove(sub)?;
+        let width = l.members.len();
         let parts = l.members.into_iter().map(|m| (m.request, m.filter));
         match Refusal::of_closed(reason) {
+            Refusal::TooManyValues if width > 1 => {
+                self.values = self.values.min(width / 2);
+                for part in parts.rev() {
+                    self.waiting.push_front(part);
+                }
+                Some(ListStep::Narrowed {
+                    values: self.values,
+                    reason: reason.to_owned(),
+                    texts: Vec::new(),
+                })
+            }
             Refusal::AuthRequired => {
                 let start = self.refused.len();
                 self.refused.extend(parts);
@@ -365,10 +405,53 @@ impl ListQueries {
                 Some(ListStep::Lowered {
                     open,
                     limit: self.max_in_flight,
+                    reason: reason.to_owned(),
                 })
             }
-            _ => Some(ListStep::Refused(parts.map(|(r, _)| r).collect())),
+            _ => Some(ListStep::Refused {
+                requests: parts.map(|(r, _)| r).collect(),
+                reason: reason.to_owned(),
+            }),
         }
+    }
+
+    /// A `NOTICE` on the sink link. One refusing a filter's values names
+    /// no listing, and khatru answers the refused filter with an empty
+    /// page after it, which would read as "the sink holds nothing": so
+    /// every batch in flight with more than half the largest one's values
+    /// is asked again (narrower, in its turn), whatever it listed so far.
+    /// `None` for any other notice, and when no batch can be narrower.
+    fn on_notice(&mut self, text: &str) -> Option<ListStep> {
+        if Refusal::of_notice(text) != Some(Refusal::TooManyValues) {
+            return None;
+        }
+        let widest = self.pending.values().map(|l| l.members.len()).max()?;
+        if widest < 2 {
+            return None;
+        }
+        self.values = self.values.min(widest / 2);
+        let values = self.values;
+        let wide: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, l)| l.members.len() > values)
+            .map(|(sub, _)| sub.clone())
+            .collect();
+        let mut texts = Vec::with_capacity(wide.len());
+        for sub in wide {
+            let Some(l) = self.pending.remove(&sub) else {
+                continue;
+            };
+            texts.push(ClientMessage::close(SubscriptionId::new(&sub)).as_json());
+            for m in l.members.into_iter().rev() {
+                self.waiting.push_front((m.request, m.filter));
+            }
+        }
+        Some(ListStep::Narrowed {
+            values,
+            reason: text.to_owned(),
+            texts,
+        })
     }
 
     /// Asks again for every listing the own relay refused (in turn, behind
@@ -758,6 +841,93 @@ mod tests {
         assert_eq!(l.max_in_flight, MAX_IN_FLIGHT, "nor past our own bound");
     }
 
+    /// Fills every slot with a listing of its own, queues `parts` listings
+    /// of one `#e` shape behind them and frees one slot: returns the REQ
+    /// of the batch that takes it (on `list10`, the seventeenth listing).
+    fn one_wide_batch(l: &mut ListQueries, parts: u64) -> String {
+        for r in 0..MAX_IN_FLIGHT as u64 {
+            let alone = Filter::new().kind(Kind::from_u16(30617 + r as u16));
+            assert!(l.start(r, alone).is_some());
+        }
+        for r in 0..parts {
+            let e = Filter::new().custom_tag(SingleLetterTag::LOWERCASE_E, format!("{r:064x}"));
+            assert!(l.start(100 + r, e).is_none(), "the slots are taken");
+        }
+        assert!(matches!(page(l, "list0", &[]), ListStep::Done { .. }));
+        let mut reqs = l.start_waiting();
+        assert_eq!(reqs.len(), 1, "one slot was freed");
+        reqs.remove(0)
+    }
+
+    /// The values of the one tag of the one filter of `req`.
+    fn values_of(req: &str) -> usize {
+        let Ok(ClientMessage::Req { filters, .. }) = ClientMessage::from_json(req) else {
+            panic!("a REQ: {req}");
+        };
+        filters[0].generic_tags.values().map(|v| v.len()).sum()
+    }
+
+    /// khatru on eventstore's SQL stores answers a filter of more tag
+    /// values than the store takes with a `NOTICE` and an empty page.
+    /// Taken as listed, the sink would seem to hold nothing for a
+    /// hundred parts, so their jobs would fetch everything again.
+    #[test]
+    fn a_values_notice_asks_the_wide_batches_again_narrower() {
+        let mut l = ListQueries::default();
+        let wide = one_wide_batch(&mut l, 100);
+        assert_eq!(values_of(&wide), MAX_VALUES);
+        let notice = RelayMessage::notice("too many tag values");
+        let Some(ListStep::Narrowed { values, texts, .. }) = l.on_message(T, &notice) else {
+            panic!("narrowed");
+        };
+        assert_eq!(values, MAX_VALUES / 2);
+        assert_eq!(
+            texts,
+            [ClientMessage::close(SubscriptionId::new("list10")).as_json()]
+        );
+        let empty = RelayMessage::eose(SubscriptionId::new("list10"));
+        assert_eq!(
+            l.on_message(T, &empty),
+            None,
+            "the wide batch is no listing now"
+        );
+        let again = l.start_waiting();
+        assert_eq!(again.len(), 1);
+        assert_eq!(values_of(&again[0]), 50);
+        let other = RelayMessage::notice("slow down");
+        assert_eq!(
+            l.on_message(T, &other),
+            None,
+            "other notices are the client's"
+        );
+    }
+
+    #[test]
+    fn a_values_refusal_halves_the_batches_down_to_one_part() {
+        let mut l = ListQueries::default();
+        let wide = one_wide_batch(&mut l, 100);
+        assert_eq!(values_of(&wide), 100);
+        let mut widths = Vec::new();
+        let mut sub = 0x10;
+        loop {
+            let refusal = closed(&format!("list{sub:x}"), "error: too many tag values");
+            match l.on_message(T, &refusal) {
+                Some(ListStep::Narrowed { values, .. }) => widths.push(values),
+                Some(ListStep::Refused { requests, .. }) => {
+                    assert_eq!(requests.len(), 1, "a part alone is refused for good");
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+            let next = l.start_waiting();
+            assert_eq!(values_of(&next[0]), *widths.last().unwrap());
+            sub += 1;
+        }
+        assert_eq!(widths, [50, 25, 12, 6, 3, 1]);
+        l.clear();
+        assert_eq!(l.values, 1, "a store's limit outlives the link");
+    }
+
     #[test]
     fn a_refusal_no_lower_count_helps_is_final() {
         let mut l = ListQueries::default();
@@ -765,7 +935,10 @@ mod tests {
         let alone = closed("list0", "rate-limited: too many REQs");
         assert_eq!(
             l.on_message(T, &alone),
-            Some(ListStep::Refused(vec![3])),
+            Some(ListStep::Refused {
+                requests: vec![3],
+                reason: "rate-limited: too many REQs".into()
+            }),
             "nothing else was open"
         );
         l.start(4, Filter::new());
@@ -773,7 +946,10 @@ mod tests {
         let restricted = closed("list1", "restricted: members only");
         assert_eq!(
             l.on_message(T, &restricted),
-            Some(ListStep::Refused(vec![4]))
+            Some(ListStep::Refused {
+                requests: vec![4],
+                reason: "restricted: members only".into()
+            })
         );
         assert!(
             l.retry_refused().is_empty(),
