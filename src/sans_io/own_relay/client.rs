@@ -434,8 +434,8 @@ impl OwnRelayClient {
                 reason,
             } => {
                 info!(
-                    "own relay refused a listing with {open} of ours open ({}: its \
-                     subscription limit); at most {limit} at once on this connection",
+                    "own relay refused a listing with {open} of ours open ({}); at most \
+                     {limit} at once on this connection",
                     relay_text(&reason)
                 );
             }
