@@ -207,6 +207,72 @@ fn khatru_like_test_relay_capped_at_100_as_remote_with_250_replies_all_arrive() 
     remote_capped_all_replies_arrive(&remote, 250);
 }
 
+/// The own relay limited like khatru over eventstore's old SQL defaults
+/// (ten tag values; a wider filter is answered by a `NOTICE` and an empty
+/// page), and a remote that speaks NIP-77 (LocalRelay): before a job
+/// reconciles, the engine lists what the own relay holds in batches of up
+/// to 100 values. The `NOTICE` must teach it ten, and the empty page must
+/// not read as "holds nothing": then every job would fetch again what
+/// only that listing held (here status events, which tag the issue with
+/// `e` alone) and send the own relay what it holds.
+#[test]
+fn khatru_like_own_relay_teaches_the_listings_its_ten_tag_values() {
+    let own = TestRelay::start(khatru_like(ValueCaps::eventstore())).unwrap();
+    let remote = PyRelay::start();
+    let owner = keys(1);
+    let (mut on_own, mut issues, mut held, mut fresh) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..200u64 {
+        let d = format!("repo-{i}");
+        on_own.push(announcement(&owner, &d, &[&remote.url], T0 + i));
+        let repo = coord(&owner, &d);
+        let issue = root(&keys(2), 1621, &[&repo], T0 + 1_000 + i, &format!("{i}"));
+        // Status events tag the issue with `e` only: no other part lists them.
+        for kind in [1630, 1631, 1632] {
+            held.push(status(&keys(3), &issue, kind, T0 + 2_000 + i));
+        }
+        fresh.push(reply(
+            &keys(4),
+            &issue,
+            T0 + 3_000 + i,
+            &format!("fresh {i}"),
+        ));
+        issues.push(issue);
+    }
+    Capped::publish(&own, &on_own);
+    Capped::publish(&own, &issues);
+    Capped::publish(&own, &held);
+    let everything: Vec<Event> = [issues, held.clone(), fresh.clone()].concat();
+    remote.publish(&everything);
+    let engine = GraspSync::start_logged(&own.url(), &[], &[("RUST_LOG", "info")]);
+    let done = wait_for(DEADLINE_SECS, || Capped::missing(&own, &ids(&fresh)) == 0);
+    let log = engine.log();
+    assert!(
+        done,
+        "{} of {} new replies missing\n{log}",
+        Capped::missing(&own, &ids(&fresh)),
+        fresh.len()
+    );
+    assert!(
+        own.value_refusals() > 0,
+        "the own relay refused wide listings"
+    );
+    // The new replies, and a twentieth of what it held at most: with the
+    // empty pages read as listed, four runs sent 58 to 248 of the 600
+    // status events it held again.
+    let sent = own.event_attempts();
+    assert!(
+        sent < fresh.len() + held.len() / 20,
+        "the own relay was sent {sent} events for {} new ones\n{log}",
+        fresh.len()
+    );
+    assert!(
+        log.contains("at most 10 values a listing") && !log.contains("at most 5 values"),
+        "the listings learned ten, and only ten\n{log}"
+    );
+    assert_eq!(engine.stop(), Some(0));
+}
+
 /// 150 repos with 2 issues each on the own relay, all on one remote relay
 /// that caps results at 100 per filter and refuses filters with more than
 /// 10 tag values or kinds: the engine's usual chunks (up to 100 repos or

@@ -157,6 +157,9 @@ pub(crate) struct ListQueries {
     /// for good when the own relay refuses as many (its store's limit
     /// does not change with a new connection).
     values: usize,
+    /// Values refusals still to come for batches closed when the first
+    /// of their burst narrowed the width ([`ListQueries::on_notice`]).
+    owed_notices: usize,
     /// Parts waiting for a free slot, oldest first.
     waiting: VecDeque<Part>,
     /// Parts the own relay refused (typically `auth-required:`), to ask
@@ -179,6 +182,7 @@ impl Default for ListQueries {
             max_in_flight: MAX_IN_FLIGHT,
             stated: MAX_IN_FLIGHT,
             values: MAX_VALUES,
+            owed_notices: 0,
             waiting: VecDeque::new(),
             refused: Vec::new(),
             next: 0,
@@ -381,7 +385,7 @@ impl ListQueries {
         let parts = l.members.into_iter().map(|m| (m.request, m.filter));
         match Refusal::of_closed(reason) {
             Refusal::TooManyValues if width > 1 => {
-                self.values = self.values.min(width / 2);
+                self.values = self.values.min(narrower(width));
                 for part in parts.rev() {
                     self.waiting.push_front(part);
                 }
@@ -418,18 +422,32 @@ impl ListQueries {
     /// A `NOTICE` on the sink link. One refusing a filter's values names
     /// no listing, and khatru answers the refused filter with an empty
     /// page after it, which would read as "the sink holds nothing": so
-    /// every batch in flight with more than half the largest one's values
-    /// is asked again (narrower, in its turn), whatever it listed so far.
+    /// every batch in flight wider than the largest one's [`narrower`]
+    /// width is asked again, in its turn, whatever it listed so far.
+    ///
+    /// khatru handles each message in a goroutine of its own, so the
+    /// notices of a burst of wide batches come in any order, and may come
+    /// after their batches were asked again: each batch closed here owes
+    /// its notice, and an owed notice narrows nothing (one per batch
+    /// closed, less the one that closed them). A batch closed that the
+    /// relay took owes none; then a later refusal is taken as owed and its
+    /// empty page as listed, which costs that batch's jobs a fetch of what
+    /// the sink holds, never an event.
+    ///
     /// `None` for any other notice, and when no batch can be narrower.
     fn on_notice(&mut self, text: &str) -> Option<ListStep> {
         if Refusal::of_notice(text) != Some(Refusal::TooManyValues) {
             return None;
         }
+        if self.owed_notices > 0 {
+            self.owed_notices -= 1;
+            return Some(ListStep::Send(Vec::new()));
+        }
         let widest = self.pending.values().map(|l| l.members.len()).max()?;
         if widest < 2 {
             return None;
         }
-        self.values = self.values.min(widest / 2);
+        self.values = self.values.min(narrower(widest));
         let values = self.values;
         let wide: Vec<String> = self
             .pending
@@ -447,6 +465,7 @@ impl ListQueries {
                 self.waiting.push_front((m.request, m.filter));
             }
         }
+        self.owed_notices = texts.len().saturating_sub(1);
         Some(ListStep::Narrowed {
             values,
             reason: text.to_owned(),
@@ -467,6 +486,7 @@ impl ListQueries {
     pub(crate) fn clear(&mut self) -> Vec<u64> {
         self.max_in_flight = self.stated;
         self.silence = SilenceGrace::default();
+        self.owed_notices = 0;
         let pending = self.pending.drain().flat_map(|(_, l)| l.members);
         let pending = pending.map(|m| m.request);
         let waiting = self.waiting.drain(..).chain(self.refused.drain(..));
@@ -562,6 +582,22 @@ impl ListQuery {
             }
         }
     }
+}
+
+/// Tag values per filter the stores GRASP relays run are known to take:
+/// eventstore's SQL backends, 100 since April 2025 and 10 before.
+const KNOWN_VALUE_LIMITS: [usize; 2] = [100, 10];
+
+/// The width to try after a batch of `width` values was refused: the
+/// largest known store limit below it, else half (never below one). A
+/// relay on eventstore's old ten is then found at the first refusal, not
+/// halved past it to six.
+fn narrower(width: usize) -> usize {
+    KNOWN_VALUE_LIMITS
+        .into_iter()
+        .find(|&limit| limit < width)
+        .unwrap_or(width / 2)
+        .max(1)
 }
 
 fn req(sub: &str, filter: &Filter, until: Option<Timestamp>) -> String {
@@ -874,17 +910,24 @@ mod tests {
     #[test]
     fn a_values_notice_asks_the_wide_batches_again_narrower() {
         let mut l = ListQueries::default();
-        let wide = one_wide_batch(&mut l, 100);
+        let wide = one_wide_batch(&mut l, 250);
         assert_eq!(values_of(&wide), MAX_VALUES);
+        assert!(matches!(page(&mut l, "list1", &[]), ListStep::Done { .. }));
+        let second = l.start_waiting();
+        assert_eq!(
+            values_of(&second[0]),
+            MAX_VALUES,
+            "two wide batches in flight"
+        );
         let notice = RelayMessage::notice("too many tag values");
         let Some(ListStep::Narrowed { values, texts, .. }) = l.on_message(T, &notice) else {
             panic!("narrowed");
         };
-        assert_eq!(values, MAX_VALUES / 2);
-        assert_eq!(
-            texts,
-            [ClientMessage::close(SubscriptionId::new("list10")).as_json()]
-        );
+        assert_eq!(values, 10, "eventstore's old limit, the one below");
+        let close = |sub: &str| ClientMessage::close(SubscriptionId::new(sub)).as_json();
+        let mut texts = texts;
+        texts.sort();
+        assert_eq!(texts, [close("list10"), close("list11")]);
         let empty = RelayMessage::eose(SubscriptionId::new("list10"));
         assert_eq!(
             l.on_message(T, &empty),
@@ -892,8 +935,18 @@ mod tests {
             "the wide batch is no listing now"
         );
         let again = l.start_waiting();
-        assert_eq!(again.len(), 1);
-        assert_eq!(values_of(&again[0]), 50);
+        assert_eq!(again.len(), 2);
+        assert!(again.iter().all(|req| values_of(req) == 10));
+        assert_eq!(
+            l.on_message(T, &notice),
+            Some(ListStep::Send(Vec::new())),
+            "the other closed batch's notice, in khatru's own order, narrows nothing"
+        );
+        assert_eq!(l.values, 10);
+        let Some(ListStep::Narrowed { values, .. }) = l.on_message(T, &notice) else {
+            panic!("a refusal of ten narrows again");
+        };
+        assert_eq!(values, 5);
         let other = RelayMessage::notice("slow down");
         assert_eq!(
             l.on_message(T, &other),
@@ -903,7 +956,7 @@ mod tests {
     }
 
     #[test]
-    fn a_values_refusal_halves_the_batches_down_to_one_part() {
+    fn a_values_refusal_narrows_the_batches_down_to_one_part() {
         let mut l = ListQueries::default();
         let wide = one_wide_batch(&mut l, 100);
         assert_eq!(values_of(&wide), 100);
@@ -923,7 +976,7 @@ mod tests {
             assert_eq!(values_of(&next[0]), *widths.last().unwrap());
             sub += 1;
         }
-        assert_eq!(widths, [50, 25, 12, 6, 3, 1]);
+        assert_eq!(widths, [10, 5, 2, 1]);
         l.clear();
         assert_eq!(l.values, 1, "a store's limit outlives the link");
     }
