@@ -21,6 +21,8 @@ use std::collections::{HashMap, VecDeque};
 
 use nostr::prelude::{Event, Filter, MatchEventOptions, SingleLetterTag};
 
+use crate::sans_io::query::filters::{one_tag, same_but_tags};
+
 /// Values one batched filter carries at most, until the own relay refuses
 /// as many (`ListQueries` learns its count): eventstore's SQL backends
 /// (khatru relays) take 100 tag values a filter, as the engine's REQs to
@@ -154,23 +156,14 @@ impl Batch {
 /// The letter of `filter`'s one tag, if it has exactly one tag and one
 /// value for it: only such filters are batched.
 fn single_value_tag(filter: &Filter) -> Option<SingleLetterTag> {
-    let mut tags = filter.generic_tags.iter();
-    match (tags.next(), tags.next()) {
-        (Some((letter, values)), None) if values.len() == 1 => Some(*letter),
-        _ => None,
-    }
+    one_tag(filter)
+        .filter(|(_, values)| values.len() == 1)
+        .map(|(letter, _)| *letter)
 }
 
 /// True when `b` is `a` but for the one value of tag `letter`.
 fn same_but_value(a: &Filter, b: &Filter, letter: SingleLetterTag) -> bool {
-    single_value_tag(b) == Some(letter)
-        && a.ids == b.ids
-        && a.authors == b.authors
-        && a.kinds == b.kinds
-        && a.search == b.search
-        && a.since == b.since
-        && a.until == b.until
-        && a.limit == b.limit
+    single_value_tag(b) == Some(letter) && same_but_tags(a, b)
 }
 
 #[cfg(test)]

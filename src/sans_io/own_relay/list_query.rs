@@ -386,9 +386,7 @@ impl ListQueries {
         match Refusal::of_closed(reason) {
             Refusal::TooManyValues if width > 1 => {
                 self.values = self.values.min(narrower(width));
-                for part in parts.rev() {
-                    self.waiting.push_front(part);
-                }
+                self.wait_first(parts);
                 Some(ListStep::Narrowed {
                     values: self.values,
                     reason: reason.to_owned(),
@@ -403,9 +401,7 @@ impl ListQueries {
             }
             Refusal::TooManySubscriptions | Refusal::RateLimited if open > 1 => {
                 self.max_in_flight = self.max_in_flight.min(open - 1);
-                for part in parts.rev() {
-                    self.waiting.push_front(part);
-                }
+                self.wait_first(parts);
                 Some(ListStep::Lowered {
                     open,
                     limit: self.max_in_flight,
@@ -461,9 +457,7 @@ impl ListQueries {
                 continue;
             };
             texts.push(ClientMessage::close(SubscriptionId::new(&sub)).as_json());
-            for m in l.members.into_iter().rev() {
-                self.waiting.push_front((m.request, m.filter));
-            }
+            self.wait_first(l.members.into_iter().map(|m| (m.request, m.filter)));
         }
         self.owed_notices = texts.len().saturating_sub(1);
         Some(ListStep::Narrowed {
@@ -471,6 +465,15 @@ impl ListQueries {
             reason: text.to_owned(),
             texts,
         })
+    }
+
+    /// Puts `parts` (a listing refused or closed for our limits, not for
+    /// good) at the front of the queue, in their order: they go first
+    /// once a slot is free.
+    fn wait_first(&mut self, parts: impl DoubleEndedIterator<Item = Part>) {
+        for part in parts.rev() {
+            self.waiting.push_front(part);
+        }
     }
 
     /// Asks again for every listing the own relay refused (in turn, behind

@@ -17,6 +17,26 @@ use crate::sans_io::memory::index::{
     Item, KIND_ANNOUNCEMENT, KIND_DELETION, KIND_STATE, ROOT_KINDS, RepoIndex,
 };
 
+/// The filter's one tag condition, if it has exactly one: a filter that
+/// is batched with others by value, or paired with its twin, must.
+pub(crate) fn one_tag(f: &Filter) -> Option<(&SingleLetterTag, &BTreeSet<String>)> {
+    let mut tags = f.generic_tags.iter();
+    let tag = tags.next()?;
+    tags.next().is_none().then_some(tag)
+}
+
+/// `a` and `b` ask the same but, maybe, for their tag conditions.
+/// Compared field by field, cheapest first: callers pair filters on every
+/// page or every REQ, and cloning one to compare it whole would copy its
+/// tag values.
+pub(crate) fn same_but_tags(a: &Filter, b: &Filter) -> bool {
+    (a.since, a.until, a.limit) == (b.since, b.until, b.limit)
+        && a.kinds == b.kinds
+        && a.ids == b.ids
+        && a.authors == b.authors
+        && a.search == b.search
+}
+
 /// Kinds of the self-subscription to the own relay: announcements, roots
 /// and deletions (which release what they delete from the index).
 /// 1619 (PR update) is not a root; it arrives through Layer 3.

@@ -7,11 +7,12 @@
 //! a relay with a 500-event cap silently loses everything older.
 
 use crate::sans_io::timing::timer::TimerId;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 
-use nostr::prelude::{Event, EventId, Filter, MatchEventOptions, SingleLetterTag, Timestamp};
+use nostr::prelude::{Event, EventId, Filter, MatchEventOptions, Timestamp};
 
 use crate::sans_io::memory::index::Item;
+use crate::sans_io::query::filters::{one_tag, same_but_tags};
 use crate::sans_io::query::result_cap::ResultCap;
 use crate::sans_io::timing::time::Time;
 
@@ -534,28 +535,12 @@ fn twins(filters: &[Filter]) -> Vec<Option<u16>> {
     twins
 }
 
-/// The filter's one tag condition, if it has exactly one.
-fn one_tag(f: &Filter) -> Option<(&SingleLetterTag, &BTreeSet<String>)> {
-    let mut tags = f.generic_tags.iter();
-    let tag = tags.next()?;
-    tags.next().is_none().then_some(tag)
-}
-
 /// `f` and `g` ask the same but for the case of their one tag letter.
-/// Compared field by field, cheapest first: a REQ is paired on every
-/// page, and its filters carry up to hundreds of tag values.
 fn are_twins(f: &Filter, g: &Filter) -> bool {
     let (Some((a, va)), Some((b, vb))) = (one_tag(f), one_tag(g)) else {
         return false;
     };
-    a != b
-        && a.eq_ignore_case(*b)
-        && (f.since, f.until, f.limit) == (g.since, g.until, g.limit)
-        && f.kinds == g.kinds
-        && f.ids == g.ids
-        && f.authors == g.authors
-        && f.search == g.search
-        && va == vb
+    a != b && a.eq_ignore_case(*b) && same_but_tags(f, g) && va == vb
 }
 
 /// Filter `f` again after a REQ that may have been cut as a whole
