@@ -107,6 +107,7 @@ fn limit_kind(lower: &str) -> Option<Refusal> {
         Some(Refusal::TooManyValues)
     } else if lower.contains("too many filters")
         || lower.contains("max_filters")
+        || lower.contains("max filter count")
         || lower.contains("arr too big")
     {
         Some(Refusal::TooManyFilters)
@@ -228,6 +229,11 @@ mod tests {
             Refusal::of_closed("ERROR: bad req: arr too big"),
             Refusal::TooManyFilters,
             "strfry: over 200 filters"
+        );
+        assert_eq!(
+            Refusal::of_closed("rate-limited: REQ exceeds max filter count 20"),
+            Refusal::TooManyFilters,
+            "rust-nostr's LocalRelay: over 20 filters, a limit, not a rate to wait out"
         );
         assert_eq!(
             Refusal::of_closed("error: message too large"),
