@@ -52,3 +52,40 @@ fn a_long_history_is_read_in_parallel_windows() {
         assert!(run.reqs < pages, "several pages per REQ: {run:?}");
     }
 }
+
+/// khatru checks no filter count, so its NIP-11 document lifts our 20 to
+/// 100; one whose operator added a policy refusing past ten (unstated,
+/// `CLOSED "error: too many filters"`) teaches it in two steps, to the
+/// known limits below (100, then 20, then 10; halving took four and
+/// ended at six), a burst of refusals stepping once, and its long
+/// history still arrives whole, a round trip or two per step later: a
+/// refused page is asked again in smaller REQs, where giving it back
+/// restarted its whole chain (15 round trips against 8).
+#[test]
+fn a_filter_limit_below_the_softwares_is_learned_in_two_steps() {
+    let (n, cap, most) = (5_000, 100, 10);
+    let run = first_sync_on(n, cap, false, RTT, None, |r| r.max_filters = Some(most));
+    assert_eq!(run.filters_per_req, [100, 20, 10], "{run:?}");
+    let refused = run.req_sizes.iter().filter(|&&f| f > most).count();
+    assert!(refused <= 4, "a burst steps once: {run:?}");
+    let unlimited = first_sync(n, cap, false, RTT, None);
+    assert!(
+        run.round_trips <= unlimited.round_trips + 4.0,
+        "{run:?} against {unlimited:?}"
+    );
+}
+
+/// A relay serving no NIP-11 document is held to 20 filters a REQ, which
+/// rust-nostr's relay builder (LocalRelay, and the GRASP relays built on
+/// it) takes and refuses past (`rate-limited: REQ exceeds max filter
+/// count 20`): its long history costs no refusal.
+#[test]
+fn a_relay_without_a_document_gets_twenty_filters_and_no_refusal() {
+    let run = first_sync_on(20_000, 100, false, RTT, None, |r| {
+        r.info = None;
+        r.max_filters = Some(20);
+    });
+    assert_eq!(run.filters_per_req, [20], "{run:?}");
+    assert!(run.req_sizes.iter().all(|&f| f <= 20), "{run:?}");
+    assert!(run.req_sizes.contains(&20), "REQs fill it: {run:?}");
+}

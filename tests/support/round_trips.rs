@@ -21,6 +21,7 @@ use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use grasp_sync::RelayInfo;
 use grasp_sync::testing::sim::*;
 use nostr::prelude::*;
 
@@ -89,7 +90,7 @@ pub fn replies(n: usize) -> Vec<Event> {
 }
 
 /// One first sync, measured.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Run {
     /// Replies in the history.
     pub n: usize,
@@ -107,6 +108,11 @@ pub struct Run {
     pub neg_opens: usize,
     /// Most subscriptions the remote saw open at once.
     pub peak_subs: usize,
+    /// Filters of each REQ the remote received, in order.
+    pub req_sizes: Vec<usize>,
+    /// Filters per REQ the engine held the remote to, each value it took
+    /// in turn.
+    pub filters_per_req: Vec<usize>,
 }
 
 /// Runs the first sync of a repo whose issue has `n` replies on one remote
@@ -120,6 +126,19 @@ pub fn first_sync(
     nip77: bool,
     rtt: Duration,
     batch_window: Option<Duration>,
+) -> Run {
+    first_sync_on(n, cap, nip77, rtt, batch_window, |_| {})
+}
+
+/// [`first_sync`] on a remote that `shape` gave more traits (a limit it
+/// keeps unstated, say).
+pub fn first_sync_on(
+    n: usize,
+    cap: usize,
+    nip77: bool,
+    rtt: Duration,
+    batch_window: Option<Duration>,
+    shape: impl FnOnce(&mut FakeRelay),
 ) -> Run {
     let issue = issue();
     let replies = replies(n);
@@ -136,6 +155,15 @@ pub fn first_sync(
         true => NegMode::Supported,
         false => NegMode::Unknown,
     };
+    // Their NIP-11 documents, as each serves it: khatru's names its
+    // software, which checks no filter count; strfry's its software and
+    // `max_limit`.
+    let doc = match cap {
+        100 => r#"{"software":"https://github.com/fiatjaf/khatru"}"#.to_string(),
+        _ => format!(r#"{{"software":"strfry","limitation":{{"max_limit":{cap}}}}}"#),
+    };
+    remote.info = RelayInfo::parse(&doc);
+    shape(remote);
     // Oldest first, as a relay that received them in order stores them.
     remote.events.push(issue.clone());
     remote.events.extend(replies.iter().rev().cloned());
@@ -148,6 +176,7 @@ pub fn first_sync(
     let mut waiting: HashSet<EventId> = replies.iter().map(|e| e.id).collect();
     waiting.insert(issue.id);
     let mut seen = 0;
+    let mut filters_per_req = Vec::new();
     while !waiting.is_empty() {
         assert!(
             sim.now.since(start) < GIVE_UP,
@@ -156,6 +185,14 @@ pub fn first_sync(
             n + 1
         );
         sim.advance(STEP);
+        let limit = sim
+            .engine
+            .relay_view(sim.id(A), sim.now)
+            .limits
+            .filters_per_req;
+        if filters_per_req.last() != Some(&limit) {
+            filters_per_req.push(limit);
+        }
         for (_, event) in &sim.ingested[seen..] {
             waiting.remove(&event.id);
         }
@@ -171,6 +208,8 @@ pub fn first_sync(
         reqs: sim.relays[A].reqs.len(),
         peak_subs: sim.relays[A].peak_subs,
         neg_opens: sim.relays[A].neg_opens,
+        req_sizes: sim.relays[A].reqs.iter().map(|(_, f)| f.len()).collect(),
+        filters_per_req,
     }
 }
 

@@ -21,7 +21,8 @@ use crate::sans_io::memory::index::{
 };
 use crate::sans_io::query::refusal::Refusal;
 use crate::sans_io::query::subscription::{
-    NextPage, PageFilter, Purpose, Saturated, Scope, Subscription, WINDOWS, WorkRef, pack, windows,
+    NextPage, PageFilter, Purpose, Saturated, Scope, Subscription, WorkRef, pack, windows,
+    windows_per_split,
 };
 use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::relay_text::{dropped, relay_text};
@@ -474,6 +475,9 @@ impl RelayState {
     /// the reason, and retry later (never drop the work).
     fn refused(&mut self, cx: &mut Ctx, sub: Subscription, refusal: Refusal, now: Time) {
         self.note_refusal(cx);
+        if refusal == Refusal::TooManyFilters && self.may_ask_narrower(&sub) {
+            return self.ask_narrower(cx, sub, now);
+        }
         self.give_back(cx, &sub, now);
         if sub.scope == Scope::Own {
             return self.pause(cx, refusal, now);
@@ -502,6 +506,36 @@ impl RelayState {
             // A limit already as low as it goes is not a limit: retrying at
             // once would loop, so it backs off like any refusal.
             self.pause(cx, refusal, now);
+        }
+    }
+
+    /// Whether a page refused for its filter count may be asked again in
+    /// smaller REQs, its chain going on: a historic page (a live set's
+    /// coverage is re-covered by consolidation instead), with a lower
+    /// limit left to learn.
+    fn may_ask_narrower(&self, sub: &Subscription) -> bool {
+        sub.purpose == Purpose::Page
+            && sub.scope == Scope::Exact
+            && !self.facts.limits.at_floor(Refusal::TooManyFilters)
+    }
+
+    /// A page refused for carrying more filters than the relay takes is
+    /// asked again first, split to the limit the refusal taught
+    /// (`split_front_page`). Giving it back restarted its whole batch
+    /// from the newest page: at a cap of 100, a first sync of 5,000
+    /// replies on a relay taking ten filters cost 15 round trips.
+    fn ask_narrower(&mut self, cx: &mut Ctx, sub: Subscription, now: Time) {
+        self.lower_limits(cx, Refusal::TooManyFilters, sub.filter_count, now);
+        let page = NextPage {
+            filters: sub.as_asked(),
+            scope: sub.scope,
+            work: sub.work,
+            page: sub.page,
+            started: sub.started,
+            reconcile: None,
+        };
+        if let Some(flight) = self.conn_mut().and_then(|c| c.flight_mut()) {
+            flight.next_pages.push_front(page);
         }
     }
 
@@ -627,7 +661,9 @@ impl RelayState {
                 // 2 to 6 filters beside the windows' 20).
                 let reqs = match self.may_split(&work, answered_in) {
                     true => {
-                        let rest = windows(&mut filters, &end.spans, WINDOWS);
+                        let filters_per_req = self.facts.limits.filters_per_req;
+                        let most = windows_per_split(filters_per_req, end.spans.len());
+                        let rest = windows(&mut filters, &end.spans, most);
                         filters.extend(rest);
                         self.pack_windows(filters)
                     }
@@ -700,7 +736,7 @@ impl RelayState {
 
     /// `windows` packed into REQs within the relay's limits on filters and
     /// bytes per REQ (`subscription::pack`).
-    fn pack_windows(&self, windows: Vec<PageFilter>) -> Vec<Vec<PageFilter>> {
+    pub(super) fn pack_windows(&self, windows: Vec<PageFilter>) -> Vec<Vec<PageFilter>> {
         let limits = &self.facts.limits;
         let bytes = limits.message_bytes.saturating_sub(REQ_OVERHEAD);
         pack(windows, limits.filters_per_req, bytes)
@@ -723,7 +759,17 @@ impl RelayState {
                 limits.subscriptions = facts.limit_probe.refused(limits.subscriptions, now);
             }
             Refusal::TooManyFilters => {
-                limits.filters_per_req = (hint.min(limits.filters_per_req) / 2).max(1)
+                // A REQ sent before an earlier refusal lowered the limit
+                // is refused for what that one taught already: a burst of
+                // refusals steps once.
+                let asked = if hint == 0 {
+                    limits.filters_per_req
+                } else {
+                    hint
+                };
+                if asked <= limits.filters_per_req {
+                    limits.filters_per_req = fewer_filters(asked);
+                }
             }
             Refusal::TooLarge => {
                 limits.message_bytes = (limits.message_bytes / 2).max(MIN_MESSAGE_BYTES)
@@ -790,6 +836,23 @@ fn fewer_values(asked: usize, current: usize) -> usize {
     } else {
         (asked / 2).max(1)
     }
+}
+
+/// Filters per REQ relays are known to refuse past, below our 100: 20,
+/// which every relay took while it was our starting limit, and
+/// nostream's 10 (which it states, but a state file or a proxy may lose
+/// that).
+const KNOWN_FILTER_LIMITS: [usize; 2] = [20, 10];
+
+/// The filter limit to try after a REQ of `asked` filters was refused: the
+/// largest known limit below it, else half (never below one). Halving
+/// from 100 took four refusals to get below nostream's 10.
+fn fewer_filters(asked: usize) -> usize {
+    KNOWN_FILTER_LIMITS
+        .into_iter()
+        .find(|&limit| limit < asked)
+        .unwrap_or(asked / 2)
+        .max(1)
 }
 
 /// The longest value list of a filter: tag values, ids or authors.
@@ -863,6 +926,16 @@ fn sub_key(id: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_filter_count_steps_to_the_known_limits_then_halves() {
+        assert_eq!(fewer_filters(100), 20);
+        assert_eq!(fewer_filters(44), 20);
+        assert_eq!(fewer_filters(20), 10);
+        assert_eq!(fewer_filters(15), 10);
+        assert_eq!(fewer_filters(10), 5);
+        assert_eq!(fewer_filters(1), 1, "never below one");
+    }
 
     #[test]
     fn peek_reads_sub_and_event_id_or_declines() {

@@ -304,7 +304,10 @@ impl RelayState {
     /// its queued work is diffed again, as the provisional limit is
     /// lifted and more may start now.
     pub(super) fn relay_info(&mut self, cx: &mut Ctx, info: Option<RelayInfo>) -> bool {
-        if self.facts.info_answered(info) {
+        if self
+            .facts
+            .info_answered(info, cx.config.max_filters_per_req)
+        {
             info!("{}: NIP-11 limits {:?}", cx.url(), self.facts.limits);
         }
         let connected = self.status() == Status::Connected;

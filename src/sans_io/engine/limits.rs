@@ -34,6 +34,13 @@ pub(super) const REQ_OVERHEAD: usize = 32;
 /// document is on its way.
 pub(super) const PROVISIONAL_LIMIT: usize = 4;
 
+/// Filters per REQ a relay gets until its NIP-11 document shows it takes
+/// more: rust-nostr's relay builder (LocalRelay, and the GRASP relays
+/// built on it) serves no document and refuses a REQ of 21 with
+/// `rate-limited: REQ exceeds max filter count 20`. Every relay met takes
+/// 20.
+pub(super) const UNPROVEN_FILTERS: usize = 20;
+
 /// The smallest message limit a refusal may lower us to.
 pub(super) const MIN_MESSAGE_BYTES: usize = 4096;
 
@@ -61,7 +68,7 @@ impl Limits {
         Limits {
             subscriptions: config.max_subscriptions.max(1),
             neg_sessions: config.max_subscriptions.max(1),
-            filters_per_req: config.max_filters_per_req.max(1),
+            filters_per_req: config.max_filters_per_req.clamp(1, UNPROVEN_FILTERS),
             message_bytes: config.max_message_bytes.max(1024),
             page_limit: config.page_limit.max(1),
             tag_values: config.chunk_size.max(1),
@@ -90,6 +97,17 @@ impl Limits {
         lower(&mut self.tag_values, stated.tag_values, 1);
         lower(&mut self.kinds, stated.kinds, 1);
         lower(&mut self.value_bytes, stated.value_bytes, MIN_VALUE_BYTES);
+    }
+
+    /// Raises the filters per REQ from where they started to what the
+    /// relay's NIP-11 document shows it takes (`taken`: its
+    /// `max_filters`, or what its software is known to take), up to
+    /// `ours`. Only from the start: a limit a refusal or a saved state
+    /// lowered is the relay's word, and stays.
+    pub(super) fn raise_filters(&mut self, taken: usize, ours: usize) {
+        if self.filters_per_req == ours.clamp(1, UNPROVEN_FILTERS) {
+            self.filters_per_req = self.filters_per_req.max(taken.min(ours));
+        }
     }
 
     /// Items per historic chunk and per live per-id filter: `ours`, or

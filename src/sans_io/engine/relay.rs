@@ -143,8 +143,10 @@ impl Facts {
 
     /// The relay's NIP-11 document came (`None`: none could be had): the
     /// fetch is over, and the limits it states lower ours (never raise
-    /// them: ours are what we can afford). True when there was one.
-    pub(super) fn info_answered(&mut self, info: Option<RelayInfo>) -> bool {
+    /// them past ours, `ours_filters` for filters per REQ: ours are what
+    /// we can afford), the filters per REQ raised from their unproven
+    /// start to what it shows it takes. True when there was one.
+    pub(super) fn info_answered(&mut self, info: Option<RelayInfo>, ours_filters: usize) -> bool {
         self.info = InfoFetch::Answered;
         let Some(info) = info else {
             return false;
@@ -159,6 +161,9 @@ impl Facts {
         });
         if let Some(stated) = info.max_subscriptions {
             self.limit_probe.cap(stated);
+        }
+        if let Some(taken) = info.max_filters {
+            self.limits.raise_filters(taken, ours_filters);
         }
         true
     }

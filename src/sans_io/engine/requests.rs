@@ -149,6 +149,7 @@ impl RelayState {
     /// subscription would read the same window again and ask the same
     /// page, forever. It waits for the next free slot instead.
     fn take_next_page(&mut self, cx: &mut Ctx, now: Time) -> Option<NextPage> {
+        self.split_front_page();
         let conn = self.conn().filter(|c| c.paused_until.is_none())?;
         let next = conn.flight()?.next_pages.front()?;
         let may_evict = !next.work.is_empty();
@@ -160,6 +161,42 @@ impl RelayState {
             return None;
         }
         self.conn_mut()?.flight_mut()?.next_pages.pop_front()
+    }
+
+    /// Splits the first follow-up page into REQs the relay takes, if it
+    /// carries more filters than the relay's limit: pages queued before a
+    /// refusal lowered it would each be refused in turn. Each part is a
+    /// chain of its own, so the page's chunks wait for them all.
+    fn split_front_page(&mut self) {
+        let limit = self.facts.limits.filters_per_req;
+        let Some(flight) = self.conn_mut().and_then(|c| c.flight_mut()) else {
+            return;
+        };
+        if flight
+            .next_pages
+            .front()
+            .is_none_or(|p| p.filters.len() <= limit)
+        {
+            return;
+        }
+        let Some(page) = flight.next_pages.pop_front() else {
+            return;
+        };
+        let parts = self.pack_windows(page.filters);
+        let Some(flight) = self.conn_mut().and_then(|c| c.flight_mut()) else {
+            return;
+        };
+        flight.add_chains(&page.work, parts.len().saturating_sub(1) as u32);
+        for filters in parts.into_iter().rev() {
+            flight.next_pages.push_front(NextPage {
+                filters,
+                scope: page.scope,
+                work: page.work.clone(),
+                page: page.page,
+                started: page.started,
+                reconcile: None,
+            });
+        }
     }
 
     /// When live subscriptions fill the relay's whole budget and history

@@ -259,6 +259,25 @@ impl Subscription {
         }
     }
 
+    /// The filters as asked, each with what its previous page returned
+    /// ([`Self::set_previous`]): the page again, to ask in smaller REQs.
+    pub(crate) fn as_asked(&self) -> Vec<PageFilter> {
+        let asked = self.filters.iter().enumerate().map(|(i, f)| {
+            let first = PageFilter::first(f.clone());
+            match self.stats.get(i) {
+                Some(s) => PageFilter {
+                    prev: s.prev,
+                    prev_short: s.prev_short,
+                    prev_oldest: s.prev_oldest,
+                    prev_reach: s.prev_reach,
+                    ..first
+                },
+                None => first,
+            }
+        });
+        asked.collect()
+    }
+
     /// Stored events are over: the ids counted for paging are not needed.
     pub(crate) fn end_stored(&mut self) {
         self.counted = HashSet::new();
@@ -617,9 +636,23 @@ fn fill(full: usize) -> u64 {
     (full as u64 * 9 / 10).max(1)
 }
 
-/// Most windows one full page's rest is split into. Packed into REQs of
-/// many filters (`pack`), they cost a few REQs, not one each.
-pub(crate) const WINDOWS: usize = 16;
+/// Fewest windows one full page's rest is split into, whatever the
+/// relay's filters per REQ. Packed into REQs of many filters (`pack`),
+/// they cost a few REQs, not one each.
+const MIN_WINDOWS: usize = 16;
+
+/// Windows one full page's rest is split into when `spans` of its filters
+/// were cut, on a relay taking `filters_per_req` filters in a REQ: enough
+/// to fill one REQ beside the continuation, so a split is one REQ of
+/// windows, not a third of one (at a cap of 100, sixteen windows of a
+/// twin pair filled 34 of a REQ's 100 filters, and 100,000 replies cost
+/// 13 round trips, 11 once a split filled its REQ). Bounded by the
+/// relay's limit, so what a relay answers cannot grow it.
+pub(crate) fn windows_per_split(filters_per_req: usize, spans: usize) -> usize {
+    (filters_per_req / spans.max(1))
+        .saturating_sub(1)
+        .max(MIN_WINDOWS)
+}
 
 /// Splits the rest of the range of the filters of `next` that followed a
 /// cut page (`spans`) into time windows, each read by a chain of its

@@ -22,7 +22,9 @@ pub struct RelayInfo {
     pub max_limit: Option<usize>,
     /// `max_subscriptions`: concurrent subscriptions per connection.
     pub max_subscriptions: Option<usize>,
-    /// `max_filters`: filters per REQ.
+    /// `max_filters`: filters per REQ; where the document states none,
+    /// what its `software` is known to take (strfry 200; khatru and
+    /// nostr-rs-relay any number).
     pub max_filters: Option<usize>,
     /// `max_message_length`: bytes per message the relay reads.
     pub max_message_length: Option<usize>,
@@ -34,6 +36,26 @@ pub struct RelayInfo {
 
 /// strfry's longest filter tag value (its `filter item too large`).
 const STRFRY_VALUE_BYTES: usize = 255;
+
+/// Filters per REQ the relays whose NIP-11 `software` names them are
+/// known to take, from their sources: strfry refuses past
+/// `relay.maxReqFilterSize` (200); khatru and nostr-rs-relay check no
+/// count (`NO_FILTER_LIMIT`). Neither states it, and a relay we know
+/// nothing of gets 20 (`Limits`), so this is what lets a long history on
+/// them be read many windows to a REQ.
+fn known_filters(software: &str) -> Option<usize> {
+    let software = software.to_ascii_lowercase();
+    if software.contains("strfry") {
+        Some(200)
+    } else if software.contains("khatru") || software.contains("nostr-rs-relay") {
+        Some(NO_FILTER_LIMIT)
+    } else {
+        None
+    }
+}
+
+/// "No limit" on filters per REQ, as [`known_filters`] reports it.
+pub(crate) const NO_FILTER_LIMIT: usize = UNLIMITED as usize;
 
 /// The largest document we read; real ones are a few KiB.
 pub(crate) const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
@@ -52,14 +74,14 @@ impl RelayInfo {
         }
         let doc: Value = serde_json::from_str(json).ok()?;
         let doc = doc.as_object()?;
-        let strfry = doc
-            .get("software")
-            .and_then(Value::as_str)
-            .is_some_and(|s| s.to_ascii_lowercase().contains("strfry"));
+        let software = doc.get("software").and_then(Value::as_str).unwrap_or("");
+        let strfry = software.to_ascii_lowercase().contains("strfry");
         let max_value_bytes = strfry.then_some(STRFRY_VALUE_BYTES);
+        let known_filters = known_filters(software);
         let Some(limitation) = doc.get("limitation").and_then(Value::as_object) else {
             return Some(RelayInfo {
                 max_value_bytes,
+                max_filters: known_filters,
                 ..RelayInfo::default()
             });
         };
@@ -70,7 +92,7 @@ impl RelayInfo {
         Some(RelayInfo {
             max_limit: field("max_limit"),
             max_subscriptions: field("max_subscriptions"),
-            max_filters: field("max_filters"),
+            max_filters: field("max_filters").or(known_filters),
             max_message_length: field("max_message_length"),
             max_value_bytes,
         })
@@ -107,6 +129,21 @@ mod tests {
         assert_eq!(info.max_limit, Some(500));
         let bare = RelayInfo::parse(r#"{"software":"strfry"}"#).unwrap();
         assert_eq!(bare.max_value_bytes, Some(255));
+        assert_eq!(info.max_filters, Some(200), "maxReqFilterSize");
+    }
+
+    #[test]
+    fn filters_per_req_come_from_the_document_else_from_known_software() {
+        let filters = |doc: &str| RelayInfo::parse(doc).unwrap().max_filters;
+        let khatru = r#"{"software":"https://github.com/fiatjaf/khatru"}"#;
+        assert_eq!(filters(khatru), Some(NO_FILTER_LIMIT));
+        let rs = r#"{"software":"https://git.sr.ht/~gheartsfield/nostr-rs-relay",
+            "limitation":{"max_subscriptions":32}}"#;
+        assert_eq!(filters(rs), Some(NO_FILTER_LIMIT));
+        let stated = r#"{"software":"strfry","limitation":{"max_filters":50}}"#;
+        assert_eq!(filters(stated), Some(50), "the relay's word first");
+        assert_eq!(filters(r#"{"software":"ngit-grasp"}"#), None);
+        assert_eq!(filters(r#"{"name":"x"}"#), None);
     }
 
     #[test]

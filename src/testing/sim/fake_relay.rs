@@ -87,6 +87,10 @@ pub struct FakeRelay {
     pub value_refusals: usize,
     /// Most subscriptions open at once, and how one more is refused.
     pub max_subs: Option<(usize, Refuse)>,
+    /// Most filters one REQ may carry; a REQ with more is refused with
+    /// `CLOSED "error: too many filters"`, as relays with an unstated
+    /// limit answer.
+    pub max_filters: Option<usize>,
     /// Open subscriptions and their filters.
     pub subs: HashMap<String, Vec<Filter>>,
     /// Every REQ received: (sub id, filters).
@@ -187,6 +191,7 @@ impl FakeRelay {
             value_bytes: None,
             value_refusals: 0,
             max_subs: None,
+            max_filters: None,
             subs: HashMap::new(),
             reqs: Vec::new(),
             neg_opens_before: Vec::new(),
@@ -444,6 +449,9 @@ impl FakeRelay {
             return closed(&format!(
                 "ERROR: bad req: error parsing #{letter}: filter item too large"
             ));
+        }
+        if self.max_filters.is_some_and(|max| filters.len() > max) {
+            return closed("error: too many filters");
         }
         // Not `pop_front_if`: it needs Rust 1.93, above the crate's rust-version.
         if let Some(reason) = tagged.then(|| self.close_next.pop_front()).flatten() {

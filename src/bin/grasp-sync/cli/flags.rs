@@ -231,8 +231,8 @@ pub(super) static FLAGS: &[Flag] = &[
             o.config.max_filters_per_req = integer(v, 1)?;
             Ok(())
         }),
-        default: "20",
-        help: "Filters per REQ to start with (lowered when a relay refuses).",
+        default: "100",
+        help: "Most filters per REQ (20 until a relay's NIP-11 shows it takes more; lowered when a relay refuses).",
     },
     Flag {
         name: "chunk-size",
