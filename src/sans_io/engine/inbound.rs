@@ -19,7 +19,7 @@ use super::{ConnTimer, Engine, Offence, Output};
 use crate::sans_io::memory::index::{
     Item, KIND_ANNOUNCEMENT, KIND_STATE, ROOT_KINDS, RelayId, RepoIndex, is_index_kind,
 };
-use crate::sans_io::query::refusal::Refusal;
+use crate::sans_io::query::refusal::{Refusal, step_below};
 use crate::sans_io::query::subscription::{
     NextPage, PageFilter, Purpose, Saturated, Scope, Subscription, WorkRef, pack, windows,
     windows_per_split,
@@ -838,21 +838,16 @@ fn fewer_values(asked: usize, current: usize) -> usize {
     }
 }
 
-/// Filters per REQ relays are known to refuse past, below our 100: 20,
-/// which every relay took while it was our starting limit, and
-/// nostream's 10 (which it states, but a state file or a proxy may lose
-/// that).
+/// Filters per REQ relays are known to refuse past, below our 100:
+/// rust-nostr's relay builder's 20 and nostream's 10 (nostream states
+/// it, but a proxy may hide the document).
 const KNOWN_FILTER_LIMITS: [usize; 2] = [20, 10];
 
-/// The filter limit to try after a REQ of `asked` filters was refused: the
-/// largest known limit below it, else half (never below one). Halving
-/// from 100 took four refusals to get below nostream's 10.
+/// The filter limit to try after a REQ of `asked` filters was refused
+/// (`step_below`): halving from 100 took four refusals to get below
+/// nostream's 10.
 fn fewer_filters(asked: usize) -> usize {
-    KNOWN_FILTER_LIMITS
-        .into_iter()
-        .find(|&limit| limit < asked)
-        .unwrap_or(asked / 2)
-        .max(1)
+    step_below(&KNOWN_FILTER_LIMITS, asked)
 }
 
 /// The longest value list of a filter: tag values, ids or authors.

@@ -30,7 +30,7 @@ use nostr::prelude::{
 };
 
 use super::list_batch::{Batch, MAX_VALUES, Part, batch_filter, take_batch};
-use crate::sans_io::query::refusal::Refusal;
+use crate::sans_io::query::refusal::{Refusal, step_below};
 use crate::sans_io::timing::silence::SilenceGrace;
 use crate::sans_io::timing::time::Time;
 
@@ -596,11 +596,7 @@ const KNOWN_VALUE_LIMITS: [usize; 2] = [100, 10];
 /// relay on eventstore's old ten is then found at the first refusal, not
 /// halved past it to six.
 fn narrower(width: usize) -> usize {
-    KNOWN_VALUE_LIMITS
-        .into_iter()
-        .find(|&limit| limit < width)
-        .unwrap_or(width / 2)
-        .max(1)
+    step_below(&KNOWN_VALUE_LIMITS, width)
 }
 
 fn req(sub: &str, filter: &Filter, until: Option<Timestamp>) -> String {

@@ -80,6 +80,15 @@ impl Refusal {
     }
 }
 
+/// The limit to try after `refused` (a count of filters, values, ...) was
+/// refused: the largest of `known`, the limits relays are known to set
+/// (largest first), below it, else half, never below one. A relay on a
+/// known limit is found at the first refusal, not halved past it.
+pub(crate) fn step_below(known: &[usize], refused: usize) -> usize {
+    let below = known.iter().copied().find(|&limit| limit < refused);
+    below.unwrap_or(refused / 2).max(1)
+}
+
 /// Recognises the ways relays word their per-connection limits.
 fn limit_kind(lower: &str) -> Option<Refusal> {
     let subs = [
