@@ -826,16 +826,13 @@ fn root_item(index: &RepoIndex, hex: &str) -> Option<Item> {
 }
 
 /// The next value cap below a refused filter's `asked` values (its current
-/// cap if the filter is gone): straight to 10 from above it, the cap of
-/// eventstore's SQL backends (the commonest that refuses), halving below.
+/// cap if the filter is gone, `step_below`): straight to 10 from above
+/// it, the cap of eventstore's SQL backends (the commonest that refuses),
+/// halving below.
 fn fewer_values(asked: usize, current: usize) -> usize {
-    const COMMON_CAP: usize = 10;
+    const KNOWN_VALUE_CAPS: [usize; 1] = [10];
     let asked = if asked == 0 { current } else { asked };
-    if asked > COMMON_CAP {
-        COMMON_CAP
-    } else {
-        (asked / 2).max(1)
-    }
+    step_below(&KNOWN_VALUE_CAPS, asked)
 }
 
 /// Filters per REQ relays are known to refuse past, below our 100:
