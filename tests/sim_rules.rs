@@ -983,6 +983,39 @@ fn an_echo_only_batch_window_closes_when_quiet() {
     );
 }
 
+/// The engine knows what it handed to the sink: once every root it
+/// handed over is back, the window of their echoes closes at once, not a
+/// quiet period later (200 ms, two round trips at 100 ms, paid by every
+/// generation of discovery). Here the quiet is set past the test's end:
+/// only the echoes being all back can close the window in time.
+#[test]
+fn an_echo_only_batch_window_closes_once_all_handed_roots_are_back() {
+    let mut config = config();
+    config.echo_quiet = Duration::from_secs(4);
+    let mut sim = Sim::new(config);
+    let owner = keys(1);
+    let own = sim.own.clone();
+    let repo = coord(&owner, "r");
+    sim.seed(&own, &announcement(&owner, "r", &[A], T0 - 100));
+    let issues: Vec<Event> = (0..3)
+        .map(|i| root(&owner, 1621, &[&repo], T0 - 50 + i, &format!("issue {i}")))
+        .collect();
+    let mut replies = Vec::new();
+    for issue in &issues {
+        sim.seed(A, issue);
+        let reply = reply(&keys(2), issue, T0 - 10, "a reply");
+        sim.seed(A, &reply);
+        replies.push(reply);
+    }
+    sim.advance(Duration::from_secs(1));
+    assert!(issues.iter().all(|i| sim.synced(&i.id)));
+    assert_eq!(
+        sim.missing(&replies),
+        Vec::<EventId>::new(),
+        "the replies of all three within a second, not after the 4 s quiet"
+    );
+}
+
 /// A relay whose backoff had passed was connected by the diff (a repo
 /// naming it came in) before its reconnect timer ran; the late timer then
 /// set its link down, dropping the new attempt without a `Disconnect` or

@@ -13,6 +13,7 @@ use nostr::prelude::Event;
 
 use super::connection::Batch;
 use super::ctx::Ctx;
+use super::echo_wait::EchoWait;
 use super::relay::{Link, RelayState};
 use super::targets::ItemState;
 use super::{Engine, Status, Timer};
@@ -34,6 +35,9 @@ pub(super) struct Batching {
     /// Every event in the open window is an echo of one the engine handed
     /// to the sink, and the last came at this time (`Config::echo_quiet`).
     echoes: Option<Echoes>,
+    /// What the engine handed to the sink and awaits back as echoes: an
+    /// echo-only window closes once all are back.
+    pub(super) echo_wait: EchoWait,
     /// The id of the next pending batch.
     next_batch: u64,
     /// Scratch list of target changes, kept for its allocation.
@@ -63,9 +67,13 @@ impl Engine {
     /// An `echo` (an event the engine itself handed to the sink, back
     /// through the self-subscription or the embedding relay) is news the
     /// engine caused: while the window holds nothing else, it closes once
-    /// the echoes stop for `Config::echo_quiet`.
+    /// everything the engine handed over is back (`echo_wait`), or else
+    /// once the echoes stop for `Config::echo_quiet`.
     pub(super) fn push_to_batch(&mut self, now: Time, event: Event, echo: bool) {
         let opening = self.batching.window.is_none();
+        if echo {
+            self.batching.echo_wait.ended(&event.id);
+        }
         self.batching.events.push(event);
         self.open_batch_window(now);
         match (&mut self.batching.echoes, echo) {
@@ -78,6 +86,9 @@ impl Engine {
                 })
             }
             (None, true) => {}
+        }
+        if self.batching.echoes.is_some() && self.batching.echo_wait.all_back() {
+            return self.close_batch_window_early(now);
         }
         self.arm_batch_quiet(now);
     }
@@ -98,6 +109,8 @@ impl Engine {
     /// last one.
     pub(super) fn on_batch_quiet(&mut self, now: Time) {
         let quiet = self.config.echo_quiet;
+        let stale = self.config.batch_window;
+        self.batching.echo_wait.forget_older(now, stale);
         let Some(echoes) = self.batching.echoes.as_mut() else {
             return;
         };

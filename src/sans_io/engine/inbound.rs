@@ -202,6 +202,9 @@ impl Engine {
         // Announcements and roots reach the index only once the own relay
         // accepted them (its `OK`, the self-subscription, or the embedding
         // relay's feed), so the index never holds what the own relay refused.
+        if is_index_kind(event.kind) {
+            self.batching.echo_wait.handed(event.id, now);
+        }
         self.outputs.push_back(Output::Ingest {
             relay,
             event: Box::new(event),

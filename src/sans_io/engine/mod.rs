@@ -97,6 +97,7 @@ mod connection;
 mod coverage;
 mod ctx;
 mod diff;
+mod echo_wait;
 mod failure_log;
 mod id_budget;
 mod inbound;
@@ -638,6 +639,7 @@ impl Engine {
     /// re-syncs neither fetch nor offer it again, and the state file keeps
     /// it (bounded: `refused`). Refusals that can change are not for this.
     pub fn handle_refused_for_good(&mut self, id: EventId) {
+        self.batching.echo_wait.ended(&id);
         self.refused.insert(id);
     }
 
@@ -658,6 +660,7 @@ impl Engine {
     /// (from any relay, or the next historic sync) is offered again instead
     /// of being dropped as already handed over.
     pub fn handle_sink_rejected(&mut self, _now: Time, id: &EventId) {
+        self.batching.echo_wait.ended(id);
         self.seen.remove(id);
     }
 
