@@ -541,11 +541,12 @@ fn a_job_past_the_bound_on_ids_held_goes_to_req_and_loses_nothing() {
 
 /// A relay refusing a reconciliation for its size (rust-nostr's relays:
 /// `NEG-ERR "rate-limited: too many negentropy items"`; strfry: `"blocked:
-/// too many query results"`) speaks NIP-77: the job reads by REQ, and the
-/// relay is asked by negentropy again. When the refused session was the
-/// relay's first, it was remembered as not speaking NIP-77, and every
-/// later sync of it (the daily one included) paged by REQ until a
-/// restart.
+/// too many query results"`) speaks NIP-77: a filter that cannot be split
+/// in time windows (here the sink holds none of its events, so no second
+/// to split it at) has the job read by REQ, and the relay is asked by
+/// negentropy again. When the refused session was the relay's first, it
+/// was remembered as not speaking NIP-77, and every later sync of it (the
+/// daily one included) paged by REQ until a restart.
 #[test]
 fn a_session_refused_for_its_size_falls_back_without_forgetting_negentropy() {
     let mut config: Config = config();
@@ -565,12 +566,58 @@ fn a_session_refused_for_its_size_falls_back_without_forgetting_negentropy() {
     sim.advance(Duration::from_secs(10));
     assert!(sim.missing(&all).is_empty());
     assert!(tag_reqs(&sim) >= 1, "read by REQ");
+    assert_eq!(sim.engine.stats().neg_size_splits, 0, "nothing to split");
     let opens = sim.relays[A].neg_opens;
     sim.relays.get_mut(A).unwrap().max_neg_items = None;
     sim.advance(Duration::from_secs(3_700));
     assert!(
         sim.relays[A].neg_opens > opens,
         "the daily sync asks by negentropy again"
+    );
+    sim.engine.check_invariants().unwrap();
+}
+
+/// A relay refusing a reconciliation for its size speaks NIP-77, and
+/// refused every filter of a big repo at every daily sync and restart:
+/// the job then re-read the whole history by REQ paging, though the sink
+/// held nearly all of it. Now the refused filter is split in time windows
+/// at the sink's median second, each reconciled apart, and only what is
+/// missing is fetched.
+#[test]
+fn a_filter_refused_for_its_size_is_reconciled_in_time_windows() {
+    let mut sim = Sim::new(config());
+    let relay = sim.add_relay(A);
+    relay.negentropy = NegMode::Supported;
+    relay.max_neg_items = Some(150);
+    let replies = issue_with_replies(&mut sim, &[A], 400, T0 - 9_000);
+    let own = sim.own.clone();
+    let mut gone = Vec::new();
+    for (i, r) in replies.iter().enumerate() {
+        sim.seed(A, r);
+        if i % 20 == 7 {
+            gone.push(r.clone());
+        } else {
+            sim.seed(&own, r);
+        }
+    }
+    sim.advance(Duration::from_secs(60));
+    assert!(
+        sim.missing(&replies).is_empty(),
+        "{:?}",
+        sim.missing(&replies)
+    );
+    let stats = sim.engine.stats();
+    let opens = sim.relays[A].neg_opens;
+    assert_eq!(tag_reqs(&sim), 0, "no history re-read by REQ");
+    assert_eq!(ids_asked(&sim), gone.len(), "only the missing fetched");
+    assert_eq!(stats.events_received, gone.len() as u64);
+    assert_eq!(stats.neg_ids_fetched, gone.len() as u64);
+    assert_eq!(stats.neg_fallbacks, 0);
+    assert!(stats.neg_size_splits > 0);
+    // Each split follows one refused NEG-OPEN and adds one window.
+    assert!(
+        opens > stats.neg_size_splits as usize + 1,
+        "{opens} NEG-OPENs"
     );
     sim.engine.check_invariants().unwrap();
 }

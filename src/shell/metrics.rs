@@ -277,7 +277,7 @@ fn history(out: &mut String, s: &Stats, shell: &ShellStats) {
     counter_labeled(
         out,
         "grasp_sync_negentropy_total",
-        "NIP-77: sessions, NEG-MSG rounds, ids found missing, fallbacks to REQ (over_id_budget: those of them that would have held more missing ids than the engine's bound over all relays), jobs that fetched a filter's missing ids while reconciling the next (fetched_ahead), jobs skipped (nothing held), events the sink listed.",
+        "NIP-77: sessions, NEG-MSG rounds, ids found missing, fallbacks to REQ (over_id_budget: those of them that would have held more missing ids than the engine's bound over all relays), jobs that fetched a filter's missing ids while reconciling the next (fetched_ahead), filters or windows the relay refused for their size split in two time windows reconciled apart (size_split), jobs skipped (nothing held), events the sink listed.",
         "event",
         &[
             ("session", s.neg_sessions),
@@ -286,6 +286,7 @@ fn history(out: &mut String, s: &Stats, shell: &ShellStats) {
             ("fallback", s.neg_fallbacks),
             ("over_id_budget", s.neg_over_id_budget),
             ("fetched_ahead", s.neg_fetched_ahead),
+            ("size_split", s.neg_size_splits),
             ("skipped_nothing_held", s.neg_skipped),
             ("sink_listed", shell.sink_listed),
         ],

@@ -315,6 +315,10 @@ pub struct Stats {
     /// Negentropy jobs sent to REQ because they would have held more ids
     /// than `Config::neg_ids_held` allows over all relays.
     pub neg_over_id_budget: u64,
+    /// Filters (or time windows of them) a relay refused to reconcile for
+    /// matching more than it takes at once, split in two time windows
+    /// reconciled apart instead of read whole by REQ.
+    pub neg_size_splits: u64,
     /// Negentropy jobs sent to REQ because the sink held nothing for them.
     pub neg_skipped: u64,
     /// The most negentropy jobs ever in flight at once, over all relays

@@ -10,12 +10,25 @@
 
 use std::collections::HashMap;
 
-use nostr::prelude::{EventId, Filter, RelayMessage};
+use nostr::prelude::{EventId, Filter, RelayMessage, Timestamp};
 
 use super::listing_cache::Listed;
 use crate::sans_io::query::reconcile::{LimitTooSmall, Reconciliation, Step};
 use crate::sans_io::query::subscription::{Saturated, Scope, WorkRef};
 use crate::sans_io::timing::time::Time;
+
+/// Splits of a filter refused for its size ([`NegJob::split_current`])
+/// one job may make. Each split costs a refused `NEG-OPEN` and one more
+/// session: a hostile relay refusing windows down to single events could
+/// otherwise make one job open a session per event the sink holds. Halving
+/// at the sink's median, 32 splits reconcile a filter at least 16 times
+/// what the relay takes at once; past them the job reads by REQ, as it
+/// did before windows.
+const MAX_SIZE_SPLITS: u32 = 32;
+
+/// A time window of a filter: `since` and `until`, both inclusive like
+/// nostr's; `None` leaves the filter's own bound.
+type Window = (Option<Timestamp>, Option<Timestamp>);
 
 /// Whether a relay speaks NIP-77, as far as we know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,6 +86,14 @@ pub(super) struct NegJob {
     listings: Vec<(usize, Option<Listed>)>,
     /// The filter being reconciled.
     current: usize,
+    /// The current filter's time windows left to reconcile, the one being
+    /// reconciled last; empty, the whole filter. A relay refuses a filter
+    /// matching more than it reconciles at once, and each window of it is
+    /// reconciled apart ([`NegJob::split_current`]) instead of paging
+    /// the whole history by REQ.
+    windows: Vec<Window>,
+    /// Splits made so far ([`MAX_SIZE_SPLITS`]).
+    splits: u32,
     /// The session of the current filter.
     session: Option<Reconciliation>,
     /// Ids found missing so far.
@@ -106,6 +127,8 @@ impl NegJob {
             filters,
             listings,
             current: 0,
+            windows: Vec::new(),
+            splits: 0,
             session: None,
             need: Vec::new(),
             asked: Vec::new(),
@@ -171,33 +194,97 @@ impl NegJob {
         }
     }
 
-    /// Starts the session of the current filter as subscription `id`,
-    /// against its parts' listings; returns the `NEG-OPEN`.
+    /// Starts the session of the current filter's window as subscription
+    /// `id`, against its parts' listings inside the window; returns the
+    /// `NEG-OPEN`.
     pub(super) fn open_session(
         &mut self,
         id: u64,
         message_bytes: usize,
     ) -> Result<String, LimitTooSmall> {
-        let current = self.current;
-        let listed = self
-            .listings
-            .iter()
-            .filter(|(i, _)| *i == current)
-            .filter_map(|(_, l)| l.as_deref())
-            .flatten()
-            .copied();
-        let filter = &self.filters[current];
+        let filter = self.window_filter();
+        let listed = self.current_items();
         let (session, open) =
-            Reconciliation::start(&format!("{id:x}"), filter, listed, message_bytes)?;
+            Reconciliation::start(&format!("{id:x}"), &filter, listed, message_bytes)?;
         self.session = Some(session);
         Ok(open)
     }
 
-    /// The current filter is reconciled, finding `need`: true when
-    /// another filter is left.
-    pub(super) fn reconciled(&mut self, need: Vec<EventId>) -> bool {
-        self.current += 1;
+    /// The window being reconciled: the top of the stack, or the whole
+    /// filter.
+    fn window(&self) -> Window {
+        self.windows.last().copied().unwrap_or((None, None))
+    }
+
+    /// The current filter narrowed to its window: the later `since`, the
+    /// earlier `until`.
+    fn window_filter(&self) -> Filter {
+        let (since, until) = self.window();
+        let mut filter = self.filters[self.current].clone();
+        filter.since = filter.since.max(since);
+        filter.until = match (filter.until, until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        filter
+    }
+
+    /// The sink's listing items of the current filter inside its window.
+    fn current_items(&self) -> impl Iterator<Item = (EventId, Timestamp)> + '_ {
+        let current = self.current;
+        let (since, until) = self.window();
+        self.listings
+            .iter()
+            .filter(move |(i, _)| *i == current)
+            .filter_map(|(_, l)| l.as_deref())
+            .flatten()
+            .copied()
+            .filter(move |(_, t)| since.is_none_or(|s| *t >= s) && until.is_none_or(|u| *t <= u))
+    }
+
+    /// The relay refused the current window (or the whole filter) for
+    /// matching more than it reconciles at once: splits it in two at the
+    /// median second of the sink's items inside it, `[since, m]` then
+    /// `[m + 1, until]`, each reconciled apart; the session is gone, and
+    /// what it found so far with it. Returns `m`, or `None` when it cannot
+    /// split: both halves must hold items of the sink (a window can only
+    /// shrink where the sink's listing shows how the history spreads; all
+    /// in one second, it cannot), and at most [`MAX_SIZE_SPLITS`] per job.
+    pub(super) fn split_current(&mut self) -> Option<Timestamp> {
+        if self.splits >= MAX_SIZE_SPLITS {
+            return None;
+        }
+        let mut seconds: Vec<Timestamp> = self.current_items().map(|(_, t)| t).collect();
+        seconds.sort_unstable();
+        let &last = seconds.last()?;
+        // In bounds: `seconds` is not empty, it has a last.
+        let median = seconds[(seconds.len() - 1) / 2];
+        // A median in the last second leaves the upper half empty: split
+        // below that second instead.
+        let m = if median < last {
+            median
+        } else {
+            *seconds.iter().rev().find(|&&t| t < last)?
+        };
+        let (since, until) = self.window();
+        self.windows.pop();
+        // `m < last`, so `m + 1` does not overflow.
+        let above = Timestamp::from_secs(m.as_secs() + 1);
+        self.windows.push((Some(above), until));
+        self.windows.push((since, Some(m)));
+        self.splits += 1;
         self.session = None;
+        Some(m)
+    }
+
+    /// The current window (or filter) is reconciled, finding `need`: true
+    /// when another window or filter is left.
+    pub(super) fn reconciled(&mut self, need: Vec<EventId>) -> bool {
+        self.session = None;
+        self.windows.pop();
+        if self.windows.is_empty() {
+            self.current += 1;
+        }
         // The filters of one job overlap (a NIP-22 reply tags its root with
         // both `E` and `e`): an id two of them miss is one event to fetch,
         // and counted twice it sent a 10,001-reply issue to REQ paging.
@@ -346,8 +433,113 @@ impl std::fmt::Debug for NegJob {
             .field("work", &self.work)
             .field("filters", &self.filters.len())
             .field("current", &self.current)
+            .field("windows", &self.windows.len())
             .field("reconciling", &self.session.is_some())
             .field("need", &self.need.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::Kind;
+
+    const T: Time = Time::from_secs(1_000);
+
+    /// A job over `filters`, each listed as the seconds in `seconds`.
+    fn job(filters: Vec<Filter>, seconds: &[&[u64]]) -> NegJob {
+        let mut n = 0u8;
+        let listings = seconds
+            .iter()
+            .enumerate()
+            .map(|(i, secs)| {
+                let items: Vec<(EventId, Timestamp)> = secs
+                    .iter()
+                    .map(|&s| {
+                        n += 1;
+                        (EventId::from_byte_array([n; 32]), Timestamp::from_secs(s))
+                    })
+                    .collect();
+                (i, Some(Listed::from(items)))
+            })
+            .collect();
+        NegJob::new(Vec::new(), filters, listings, T, T, None)
+    }
+
+    fn filter() -> Filter {
+        Filter::new().kind(Kind::from(1111))
+    }
+
+    /// The seconds of the current filter's items inside its window.
+    fn seconds(job: &NegJob) -> Vec<u64> {
+        let mut s: Vec<u64> = job.current_items().map(|(_, t)| t.as_secs()).collect();
+        s.sort_unstable();
+        s
+    }
+
+    /// The current window's bounds as the `NEG-OPEN` filter states them.
+    fn bounds(job: &NegJob) -> (Option<u64>, Option<u64>) {
+        let f = job.window_filter();
+        (f.since.map(|t| t.as_secs()), f.until.map(|t| t.as_secs()))
+    }
+
+    #[test]
+    fn a_refused_filter_splits_at_its_median_second_into_two_inclusive_windows() {
+        let mut f = filter();
+        f.since = Some(Timestamp::from_secs(5));
+        f.until = Some(Timestamp::from_secs(20));
+        let mut job = job(vec![f], &[&[10, 11, 12, 13, 14]]);
+        assert_eq!(job.split_current(), Some(Timestamp::from_secs(12)));
+        // `since` and `until` are inclusive: the halves meet with no
+        // second lost or in both, within the filter's own bounds.
+        assert_eq!(bounds(&job), (Some(5), Some(12)));
+        assert_eq!(seconds(&job), [10, 11, 12]);
+        // The lower half splits again; its upper half is one second.
+        assert_eq!(job.split_current(), Some(Timestamp::from_secs(11)));
+        assert_eq!(bounds(&job), (Some(5), Some(11)));
+        assert_eq!(seconds(&job), [10, 11]);
+        assert!(job.reconciled(Vec::new()), "windows are left");
+        assert_eq!(bounds(&job), (Some(12), Some(12)));
+        assert_eq!(seconds(&job), [12]);
+        assert_eq!(job.split_current(), None, "one item cannot split");
+        assert!(job.reconciled(Vec::new()));
+        assert_eq!(bounds(&job), (Some(13), Some(20)));
+        assert_eq!(seconds(&job), [13, 14]);
+        assert_eq!(job.current, 0, "still the first filter");
+        assert!(!job.reconciled(Vec::new()), "the last window ends the job");
+        assert_eq!(job.current, 1);
+    }
+
+    #[test]
+    fn a_window_splits_only_where_both_halves_hold_the_sinks_items() {
+        let mut one_second = job(vec![filter()], &[&[50, 50, 50]]);
+        assert_eq!(one_second.split_current(), None);
+        assert_eq!(bounds(&one_second), (None, None), "left whole");
+        // The median in the last second: split below it.
+        let mut last = job(vec![filter()], &[&[1, 5, 5]]);
+        assert_eq!(last.split_current(), Some(Timestamp::from_secs(1)));
+        assert_eq!((bounds(&last), seconds(&last)), ((None, Some(1)), vec![1]));
+        assert!(last.reconciled(Vec::new()));
+        assert_eq!(
+            (bounds(&last), seconds(&last)),
+            ((Some(2), None), vec![5, 5])
+        );
+        let mut nothing = job(vec![filter()], &[&[]]);
+        assert_eq!(nothing.split_current(), None);
+    }
+
+    #[test]
+    fn a_job_splits_at_most_max_size_splits_times() {
+        let filters = vec![filter(); MAX_SIZE_SPLITS as usize + 1];
+        let listed = vec![&[1u64, 2][..]; filters.len()];
+        let mut job = job(filters, &listed);
+        for _ in 0..MAX_SIZE_SPLITS {
+            assert!(job.split_current().is_some());
+            assert!(job.reconciled(Vec::new()));
+            assert!(job.reconciled(Vec::new()));
+        }
+        assert_eq!(job.split_current(), None, "past the bound");
+        assert_eq!(seconds(&job), [1, 2], "though it could split");
     }
 }

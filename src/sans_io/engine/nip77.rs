@@ -558,6 +558,12 @@ impl Engine {
                 cx.send(text);
             }
             Some(SessionStep::Reconciled(need)) => self.filter_reconciled(relay, id, need, now),
+            Some(SessionStep::Split) => {
+                // The refused session's ids in hand are gone with it.
+                self.recount_ids(relay);
+                self.open_session(relay, id, now);
+                self.after_jobs_ended(now);
+            }
             Some(SessionStep::ToReq(why)) => self.job_to_req(relay, id, why, now),
         }
     }
@@ -790,7 +796,11 @@ impl RelayState {
     /// A `NEG-MSG` or `NEG-ERR` for job `id`'s session at `now`: what
     /// its step leaves the engine to do, `None` if no session of ours
     /// takes it. A reconciled filter proves the relay speaks NIP-77; a
-    /// failure is logged, closed, and read for why the job goes to REQ.
+    /// failure is logged, closed, and read for why the job goes to REQ,
+    /// unless the relay refused the filter for its size and the job could
+    /// split it: each window is then reconciled apart, so only what the
+    /// sink lacks is fetched, where REQ paging re-read the whole history
+    /// (every daily sync and restart of a big repo).
     fn session_step(
         &mut self,
         cx: &mut Ctx,
@@ -810,14 +820,29 @@ impl RelayState {
                 SessionStep::Reconciled(need)
             }
             Step::Failed { reason, close } => {
+                if let Some(close) = close {
+                    cx.send(close);
+                }
+                let failure = failure(&reason, answered_before);
+                if failure == Failure::TooBig
+                    && let Some(m) = self.neg_job_mut(id)?.split_current()
+                {
+                    cx.stats.neg_size_splits += 1;
+                    if let Some(n) = cx.admit_log(now) {
+                        let (url, text) = (cx.url(), relay_text(&reason));
+                        let m = m.as_secs();
+                        info!(
+                            "{url}: negentropy refused for its size: {text}; reconciled in two time windows, up to {m} and after{}",
+                            dropped(n)
+                        );
+                    }
+                    return Some(SessionStep::Split);
+                }
                 if let Some(n) = cx.admit_log(now) {
                     let (url, text) = (cx.url(), relay_text(&reason));
                     info!("{url}: negentropy failed: {text}{}", dropped(n));
                 }
-                if let Some(close) = close {
-                    cx.send(close);
-                }
-                SessionStep::ToReq(match failure(&reason, answered_before) {
+                SessionStep::ToReq(match failure {
                     Failure::Limit => self.session_limit_refusal(cx),
                     Failure::TooBig | Failure::Job => ToReq::Failed,
                     Failure::Unsupported => ToReq::Unsupported,
@@ -996,8 +1021,12 @@ impl RelayState {
 enum SessionStep {
     /// Send this reply, unless the ids in hand went past the bound.
     Reply(String),
-    /// The filter is reconciled, finding these ids missing.
+    /// The filter (or its window) is reconciled, finding these ids missing.
     Reconciled(Vec<EventId>),
+    /// The relay refused the filter (or its window) for its size, and the
+    /// job split it in time windows (`NegJob::split_current`): open the
+    /// session of the next one.
+    Split,
     /// The job goes to REQ.
     ToReq(ToReq),
 }
