@@ -89,3 +89,16 @@ fn a_relay_without_a_document_gets_twenty_filters_and_no_refusal() {
     assert!(run.req_sizes.iter().all(|&f| f <= 20), "{run:?}");
     assert!(run.req_sizes.contains(&20), "REQs fill it: {run:?}");
 }
+
+/// A chain's first full page splits the rest of its range into windows at
+/// once: the issue the relay sent a round trip before, asked again by id
+/// up to its own second beside the replies' first page, shows that the
+/// relay's `until` takes in its second, which windows meeting at a second
+/// boundary need. Before, only a follow-up page showed it, and the first
+/// split waited for one: 6 round trips for 20,000 replies at a cap of
+/// 500, now 5 (the issue, the first page, the windows and what they cut).
+#[test]
+fn the_first_full_page_splits_once_a_probe_showed_the_until() {
+    let run = first_sync(20_000, 500, false, RTT, None);
+    assert!(run.round_trips < 5.5, "{run:?}");
+}

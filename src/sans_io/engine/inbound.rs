@@ -195,6 +195,10 @@ impl Engine {
         self.seen.insert(event.id);
         self.stats.events_ingested += 1;
         self.note_ingested(relay);
+        if event.kind.is_regular() {
+            let cap = &mut self.relays[relay.index()].facts.result_cap;
+            cap.witness(event.id, event.created_at);
+        }
         let (state, cx) = self.at(relay);
         if !state.fresh_item(&cx, now, &event) {
             self.offended(now, relay, Offence::ItemFlood);

@@ -26,6 +26,8 @@
 //! once instead of a probe first) but never settles one. Each connection,
 //! and each daily full sync, starts its evidence afresh ([`ResultCap::renew`]).
 
+use nostr::prelude::{EventId, Filter, Timestamp};
+
 /// The lowest per-filter cap relays in the wild are known to have:
 /// khatru over eventstore's SQL backends, 100.
 pub(crate) const LOWEST_CAP_IN_THE_WILD: usize = 100;
@@ -41,12 +43,16 @@ pub(crate) struct Hint {
 
 /// Whether a relay's `until` takes in its own second. NIP-01 says it does;
 /// nostr-relay's SQL (`created_at < until`) does not. Paging asks again
-/// the second a page ended on, so a page after the first shows which.
+/// the second a page ended on, so a page after the first shows which; so
+/// does asking a stored event the relay sent again by id, up to its own
+/// second ([`ResultCap::until_probe`]), a round trip sooner.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 enum UntilBound {
     /// No follow-up page has shown it yet.
     #[default]
     Unknown,
+    /// Not shown yet, and the probe is out.
+    Probed,
     /// A follow-up page brought events of its `until` second again.
     Inclusive,
     /// A follow-up page reached below its `until` second without any of
@@ -69,6 +75,9 @@ pub(crate) struct ResultCap {
     req_floor: usize,
     /// What this connection's pages showed of `until`.
     until: UntilBound,
+    /// The first regular event this connection brought
+    /// ([`ResultCap::witness`]).
+    witness: Option<(EventId, Timestamp)>,
 }
 
 impl ResultCap {
@@ -133,6 +142,7 @@ impl ResultCap {
         self.floor = 0;
         self.req_floor = 0;
         self.until = UntilBound::Unknown;
+        self.witness = None;
     }
 
     /// A follow-up page asked again the second its filter's last page
@@ -153,6 +163,35 @@ impl ResultCap {
     /// at a second boundary.
     pub(crate) fn until_inclusive(&self) -> bool {
         self.until == UntilBound::Inclusive
+    }
+
+    /// The relay sent event `id` of second `at`, a regular one (a
+    /// replaceable one may be gone by the time it is asked again), on this
+    /// connection: the first is the witness [`ResultCap::until_probe`]
+    /// asks again.
+    pub(crate) fn witness(&mut self, id: EventId, at: Timestamp) {
+        if self.witness.is_none() {
+            self.witness = Some((id, at));
+        }
+    }
+
+    /// While nothing showed the relay's `until` yet, once per connection:
+    /// a filter asking the witness again by id with `until` at its own
+    /// second, to go in a history REQ beside its first pages. The witness
+    /// coming back shows the relay takes in the `until` second (the
+    /// probe's page learns it as a follow-up does: `learn_until`), so the
+    /// REQ's full pages may already split into windows; without it, the
+    /// first split waited for a follow-up page, one round trip of every
+    /// first sync. Its absence proves nothing (the event may be gone, or
+    /// the REQ cut as a whole): only a follow-up page reaching below its
+    /// second does.
+    pub(crate) fn until_probe(&mut self) -> Option<Filter> {
+        if self.until != UntilBound::Unknown {
+            return None;
+        }
+        let (id, at) = self.witness?;
+        self.until = UntilBound::Probed;
+        Some(Filter::new().id(id).until(at).limit(1))
     }
 
     /// The best knowledge to carry to a later process: this connection's
@@ -226,6 +265,40 @@ mod tests {
             !cap.until_inclusive(),
             "a follow-up that went below its second without it is final"
         );
+    }
+
+    #[test]
+    fn the_until_probe_asks_the_first_witness_once_per_connection() {
+        let mut cap = ResultCap::default();
+        assert_eq!(cap.until_probe(), None, "no event came yet");
+        let (first, second) = (
+            EventId::from_byte_array([0; 32]),
+            EventId::from_byte_array([1; 32]),
+        );
+        cap.witness(first, Timestamp::from_secs(50));
+        cap.witness(second, Timestamp::from_secs(60));
+        let probe = cap.until_probe().expect("one is due");
+        assert_eq!(
+            probe.ids.map(|ids| ids.into_iter().collect::<Vec<_>>()),
+            Some(vec![first])
+        );
+        assert_eq!(probe.until, Some(Timestamp::from_secs(50)));
+        assert_eq!(probe.limit, Some(1));
+        assert_eq!(cap.until_probe(), None, "once per connection");
+        assert!(!cap.until_inclusive(), "a probe out proves nothing");
+        cap.learn_until(false, false);
+        assert_eq!(cap.until_probe(), None, "nor does its absence");
+        cap.learn_until(true, false);
+        assert!(cap.until_inclusive(), "the witness came back");
+        cap.renew();
+        assert_eq!(
+            cap.until_probe(),
+            None,
+            "a new connection needs its own witness"
+        );
+        cap.witness(second, Timestamp::from_secs(60));
+        cap.learn_until(false, true);
+        assert_eq!(cap.until_probe(), None, "a follow-up showed it first");
     }
 
     #[test]

@@ -829,6 +829,16 @@ impl PageFilter {
         }
     }
 
+    /// A probe of the relay's `until` (`ResultCap::until_probe`): it
+    /// counts as the follow-up of a page that ended on its `until`
+    /// second, so its page learns the bound as any follow-up does.
+    pub(crate) fn until_probe(filter: Filter) -> Self {
+        PageFilter {
+            prev_oldest: filter.until,
+            ..PageFilter::first(filter)
+        }
+    }
+
     /// The first page of `filter`: no previous page to compare with.
     pub(crate) fn first(filter: Filter) -> Self {
         PageFilter {
