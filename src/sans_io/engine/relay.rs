@@ -254,8 +254,13 @@ impl RelayState {
     /// nothing and waits for a slot anyway (ten times the listings, at
     /// 110,000 items).
     pub(super) fn req_room(&self) -> bool {
+        self.req_room_beside(0)
+    }
+
+    /// True when one more REQ fits beside `more` about to open.
+    pub(super) fn req_room_beside(&self, more: usize) -> bool {
         self.conn().is_some_and(|c| {
-            c.subs.len() + c.neg_jobs() < self.budget(self.facts.limits.subscriptions)
+            c.subs.len() + c.neg_jobs() + more < self.budget(self.facts.limits.subscriptions)
         })
     }
 

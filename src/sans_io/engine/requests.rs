@@ -29,11 +29,6 @@ use crate::sans_io::query::subscription::{
 };
 use crate::sans_io::timing::time::Time;
 
-/// Bytes the `until` probe adds to a REQ at most
-/// (`{"ids":["` + 64 hex digits + `"],"until":` + ten digits +
-/// `,"limit":1}` and its comma: 101), rounded up.
-const PROBE_BYTES: usize = 128;
-
 impl Engine {
     /// Starts as much queued historic work on `relay` as its limits allow.
     pub(super) fn schedule(&mut self, relay: RelayId, now: Time) {
@@ -315,39 +310,31 @@ impl RelayState {
             items.collect()
         });
         let scope = Scope::Exact;
-        let (filters, pages) = self.with_until_probe(filters);
+        self.open_until_probe(cx, now);
         let id = self.open_subscription(cx, filters, purpose, scope, chunks, 1, now, now);
-        if let (Some(pages), Some(s)) = (pages, self.conn_mut().and_then(|c| c.subs.get_mut(id))) {
-            s.set_previous(&pages);
-        }
         self.set_cover(id, covers, false);
     }
 
-    /// `filters` of a history REQ, with the relay's `until` probe beside
-    /// them where one is due and the REQ has room for it within the
-    /// relay's limits (`ResultCap::until_probe`); with it, each filter as
-    /// its page's stats start (the probe's as a follow-up of its second).
-    fn with_until_probe(
-        &mut self,
-        mut filters: Vec<Encoded>,
-    ) -> (Vec<Encoded>, Option<Vec<PageFilter>>) {
-        let limits = &self.facts.limits;
-        let bytes: usize = filters.iter().map(|f| f.json.len() + 1).sum();
-        if filters.len() >= limits.filters_per_req
-            || bytes + PROBE_BYTES + REQ_OVERHEAD > limits.message_bytes
-        {
-            return (filters, None);
+    /// Opens the relay's `until` probe (`ResultCap::until_probe`) as a REQ
+    /// of its own just before a history REQ, where one is due and a
+    /// subscription slot is left beside that REQ: a relay answering in
+    /// order answers it first, so the history REQ's full pages may split
+    /// at once. Inside the history REQ it would share that REQ's cut on a
+    /// relay capping per REQ, and its accounting.
+    fn open_until_probe(&mut self, cx: &mut Ctx, now: Time) {
+        if !self.req_room_beside(1) {
+            return;
         }
         let Some(probe) = self.facts.result_cap.until_probe() else {
-            return (filters, None);
+            return;
         };
-        let mut pages: Vec<PageFilter> = filters
-            .iter()
-            .map(|f| PageFilter::first(f.filter.clone()))
-            .collect();
-        pages.push(PageFilter::until_probe(probe.clone()));
-        filters.push(Encoded::new(probe));
-        (filters, Some(pages))
+        let page = PageFilter::until_probe(probe.clone());
+        let (purpose, scope) = (Purpose::Page, Scope::Exact);
+        let filters = vec![Encoded::new(probe)];
+        let id = self.open_subscription(cx, filters, purpose, scope, Vec::new(), 1, now, now);
+        if let Some(s) = self.conn_mut().and_then(|c| c.subs.get_mut(id)) {
+            s.set_previous(&[page]);
+        }
     }
 
     /// A new historic REQ stays open for live events when the relay's live

@@ -177,14 +177,13 @@ impl ResultCap {
 
     /// While nothing showed the relay's `until` yet, once per connection:
     /// a filter asking the witness again by id with `until` at its own
-    /// second, to go in a history REQ beside its first pages. The witness
+    /// second, sent just before a history REQ's first pages. The witness
     /// coming back shows the relay takes in the `until` second (the
     /// probe's page learns it as a follow-up does: `learn_until`), so the
     /// REQ's full pages may already split into windows; without it, the
     /// first split waited for a follow-up page, one round trip of every
-    /// first sync. Its absence proves nothing (the event may be gone, or
-    /// the REQ cut as a whole): only a follow-up page reaching below its
-    /// second does.
+    /// first sync. Its absence proves nothing (the event may be gone):
+    /// only a follow-up page reaching below its second does.
     pub(crate) fn until_probe(&mut self) -> Option<Filter> {
         if self.until != UntilBound::Unknown {
             return None;

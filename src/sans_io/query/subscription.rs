@@ -323,8 +323,17 @@ impl Subscription {
             &[a, b] => self.stats[a].twin.is_some_and(|t| usize::from(t) == b),
             _ => false,
         };
+        // An event of a filter's `until` second shows the relay takes in
+        // that second only if no filter it also matched could have
+        // brought it below its own `until`: on nostr-relay, whose `until`
+        // excludes its second, such an event still comes for the other
+        // filter, and windows meeting at a second boundary would then
+        // skip a second each.
+        let shows_until = matched
+            .iter()
+            .all(|&j| self.filters[j].until == Some(created_at));
         for &i in matched {
-            let at_until = self.filters[i].until == Some(created_at);
+            let at_until = shows_until && self.filters[i].until == Some(created_at);
             let s = &mut self.stats[i];
             s.at_until |= at_until;
             if s.all.oldest.is_none_or(|o| created_at < o) {
@@ -888,6 +897,39 @@ mod tests {
     /// 100 events, newest first, one per second from `top` down.
     fn hundred(top: u64) -> Vec<u64> {
         (0..100).map(|i| top - i).collect()
+    }
+
+    /// A REQ of an `#e` filter and an `until` probe for event 0 at 500:
+    /// the page and what it teaches of `until` once event 0 came (matching
+    /// the probe, and the `#e` filter too when `also_e`).
+    fn probed(also_e: bool) -> ResultCap {
+        let probe = Filter::new()
+            .id(id(0))
+            .until(Timestamp::from_secs(500))
+            .limit(1);
+        let mut sub = Subscription::new(
+            vec![filter(), probe.clone()],
+            Purpose::Page,
+            Scope::Exact,
+            Vec::new(),
+            1,
+            Time::default(),
+        );
+        sub.set_previous(&[PageFilter::first(filter()), PageFilter::until_probe(probe)]);
+        let matched: &[usize] = if also_e { &[0, 1] } else { &[1] };
+        sub.count_stored(id(0), Timestamp::from_secs(500), 1111, matched);
+        let mut cap = ResultCap::default();
+        sub.next_page(500, &mut cap);
+        cap
+    }
+
+    #[test]
+    fn an_until_probe_teaches_only_what_no_other_filter_could_have_brought() {
+        assert!(probed(false).until_inclusive(), "the witness came back");
+        assert!(
+            !probed(true).until_inclusive(),
+            "the `#e` filter, with no `until`, may have brought it on a relay excluding it"
+        );
     }
 
     #[test]
