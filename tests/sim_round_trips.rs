@@ -95,10 +95,11 @@ fn a_relay_without_a_document_gets_twenty_filters_and_no_refusal() {
 /// up to its own second beside the replies' first page, shows that the
 /// relay's `until` takes in its second, which windows meeting at a second
 /// boundary need. Before, only a follow-up page showed it, and the first
-/// split waited for one: 6 round trips for 20,000 replies at a cap of
-/// 500, now 5 (the issue, the first page, the windows and what they cut).
+/// split waited for one: 7 round trips for 20,000 replies at a cap of
+/// 500, now 6 (the issue, the echo's settle, the first page, the windows
+/// and what they cut).
 #[test]
 fn the_first_full_page_splits_once_a_probe_showed_the_until() {
     let run = first_sync(20_000, 500, false, RTT, None);
-    assert!(run.round_trips < 5.5, "{run:?}");
+    assert!(run.round_trips < 6.5, "{run:?}");
 }

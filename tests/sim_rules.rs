@@ -984,14 +984,15 @@ fn an_echo_only_batch_window_closes_when_quiet() {
 }
 
 /// The engine knows what it handed to the sink: once every root it
-/// handed over is back, the window of their echoes closes at once, not a
-/// quiet period later (200 ms, two round trips at 100 ms, paid by every
-/// generation of discovery). Here the quiet is set past the test's end:
-/// only the echoes being all back can close the window in time.
+/// handed over is back, the window of their echoes closes after half the
+/// quiet period (100 ms of 200, one round trip at 100 ms instead of two,
+/// paid by every generation of discovery). Here the quiet is set past
+/// the test's end: only the echoes being all back can close the window
+/// in time.
 #[test]
 fn an_echo_only_batch_window_closes_once_all_handed_roots_are_back() {
     let mut config = config();
-    config.echo_quiet = Duration::from_secs(4);
+    config.echo_quiet = Duration::from_millis(2_400);
     let mut sim = Sim::new(config);
     let owner = keys(1);
     let own = sim.own.clone();
@@ -1007,12 +1008,12 @@ fn an_echo_only_batch_window_closes_once_all_handed_roots_are_back() {
         sim.seed(A, &reply);
         replies.push(reply);
     }
-    sim.advance(Duration::from_secs(1));
+    sim.advance(Duration::from_secs(2));
     assert!(issues.iter().all(|i| sim.synced(&i.id)));
     assert_eq!(
         sim.missing(&replies),
         Vec::<EventId>::new(),
-        "the replies of all three within a second, not after the 4 s quiet"
+        "the replies of all three within 2 s, not after the 2.4 s quiet"
     );
 }
 

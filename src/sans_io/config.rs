@@ -33,8 +33,8 @@ pub struct Config {
     /// embedding relay) closes once none came for this long, within
     /// `batch_window`: the burst it collects is over, and each generation
     /// of discovery (roots, then their replies) would otherwise wait out
-    /// a whole window. It closes sooner once every root the engine handed
-    /// over is back: this is the bound for echoes that never come.
+    /// a whole window. Once every root the engine handed over is back, it
+    /// waits half as long.
     pub echo_quiet: Duration,
     /// First reconnect backoff; doubles per consecutive failure.
     pub backoff_base: Duration,

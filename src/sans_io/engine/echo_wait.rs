@@ -8,8 +8,11 @@
 //! `Config::echo_quiet` (200 ms): two round trips at 100 ms, paid by every
 //! generation of discovery the engine caused itself. But the engine knows
 //! what it handed over: once every one of them is back, the burst it
-//! caused is over, and the window closes at once. The quiet stays the
-//! bound for what never echoes (a write the sink dropped unseen).
+//! caused is over, and the window closes after half the quiet. (At once
+//! made a generation of REQs of every few roots while the own relay's
+//! outbox was full and echoes trickled back: the demo's REQs grew by
+//! half.) The whole quiet stays the bound for what never echoes (a write
+//! the sink dropped unseen).
 
 use std::collections::HashMap;
 use std::time::Duration;
