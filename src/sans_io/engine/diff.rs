@@ -41,8 +41,8 @@ pub(super) struct Batching {
     /// Every event in the open window is an echo of one the engine handed
     /// to the sink, and the last came at this time (`Config::echo_quiet`).
     echoes: Option<Echoes>,
-    /// What the engine handed to the sink and awaits back as echoes: an
-    /// echo-only window closes once all are back.
+    /// What the engine handed to the sink and awaits back as echoes: once
+    /// all are back, an echo-only window waits half the quiet.
     pub(super) echo_wait: EchoWait,
     /// The id of the next pending batch.
     next_batch: u64,
@@ -123,8 +123,8 @@ impl Engine {
     }
 
     /// The quiet check of an echo-only window: closes it if no echo came
-    /// for `Config::echo_quiet`, else checks again that long after the
-    /// last one.
+    /// for `Config::echo_quiet` (half that once everything handed over
+    /// is back, `echo_settle`), else checks again when that is due.
     pub(super) fn on_batch_quiet(&mut self, now: Time) {
         let (quiet, settle) = (self.config.echo_quiet, self.echo_settle());
         let stale = self.config.batch_window;
