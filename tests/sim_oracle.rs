@@ -1439,23 +1439,22 @@ impl World {
     }
 
     fn run(mut self, steps: usize, verbose: bool) -> Result<Tally, Failure> {
-        self.setup_repos();
-        if self.seed.is_multiple_of(2) {
-            self.first_sync();
-        }
+        // A panic (the sim's guard against an instant that never settles)
+        // keeps the world's description and steps, to replay it by.
         let mut labels = Vec::new();
-        for i in 0..steps {
-            if i == steps / 2 {
-                self.drop_cap();
+        let played = catch_unwind(AssertUnwindSafe(|| self.play(steps)));
+        match played {
+            Ok(found) => labels.extend(found),
+            Err(panic) => {
+                let mut report = String::from("steps:\n");
+                for line in &self.log {
+                    let _ = writeln!(report, "  {line}");
+                }
+                return Err(Failure {
+                    labels: vec![format!("panic: {}", panic_text(&*panic))],
+                    report: format!("{}{report}", self.desc),
+                });
             }
-            self.step();
-            if let Err(e) = self.sim.engine.check_invariants() {
-                labels.push(format!("invariant: at step {i}: {e}"));
-                break;
-            }
-        }
-        if labels.is_empty() {
-            self.quiet();
         }
         labels.append(&mut self.late);
         let (tally, mut report) = self.check(&mut labels);
@@ -1476,6 +1475,26 @@ impl World {
                 report: format!("{}{report}", self.desc),
             })
         }
+    }
+
+    /// The world's life: its repos, its first sync on even seeds, `steps`
+    /// random steps and the quiet after them. What broke an invariant.
+    fn play(&mut self, steps: usize) -> Option<String> {
+        self.setup_repos();
+        if self.seed.is_multiple_of(2) {
+            self.first_sync();
+        }
+        for i in 0..steps {
+            if i == steps / 2 {
+                self.drop_cap();
+            }
+            self.step();
+            if let Err(e) = self.sim.engine.check_invariants() {
+                return Some(format!("invariant: at step {i}: {e}"));
+            }
+        }
+        self.quiet();
+        None
     }
 
     /// The model: which repos are ours at the end, on which relays.
@@ -1892,6 +1911,15 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 /// Runs worlds `first..first + count` on a few threads; returns the
 /// failures by seed.
+/// The message a panic carries.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 fn run_worlds(first: u64, count: u64, avoid: Avoid, verbose: bool) -> Vec<(u64, Failure)> {
     let threads = env_u64(
         "ORACLE_THREADS",
@@ -1928,14 +1956,7 @@ fn run_worlds(first: u64, count: u64, avoid: Avoid, verbose: bool) -> Vec<(u64, 
                         }
                         Ok(Err(f)) => f,
                         Err(panic) => Failure {
-                            labels: vec![format!(
-                                "panic: {}",
-                                panic
-                                    .downcast_ref::<String>()
-                                    .cloned()
-                                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                                    .unwrap_or_default()
-                            )],
+                            labels: vec![format!("panic: {}", panic_text(&*panic))],
                             report: String::new(),
                         },
                     };

@@ -452,7 +452,9 @@ impl Subscription {
             }
             if !(cut || capped) {
                 if req_cut {
-                    next.extend(below_req_cut(f, s, req_oldest, limit));
+                    let (below, second) = below_req_cut(f, s, req_oldest, limit);
+                    next.extend(below);
+                    end.saturated.extend(second);
                 }
                 continue;
             }
@@ -576,19 +578,47 @@ fn are_twins(f: &Filter, g: &Filter) -> bool {
 /// relay returned everything newer, for every filter, so `f` is asked
 /// from that second (inclusive: a cut there may have left some of it)
 /// down. Its page says nothing of a per-filter cap (not short).
+///
+/// If that second is the one `f`'s page began at, asking from it again
+/// brings the same page without end: a REQ all in one second, as large
+/// as any the relay returned before (135 replies in one second over
+/// `#e`, `#E` and `#q`, 10,000 pages at one instant in the oracle). `f`
+/// then goes on below the second, and the second is asked for `f` alone
+/// (a saturated second whose count may be its siblings'), which a cut of
+/// the whole REQ cannot reach.
 fn below_req_cut(
     f: &Filter,
     stats: &PageStats,
     oldest: Option<Timestamp>,
     limit: usize,
-) -> Option<PageFilter> {
-    let oldest = oldest?;
-    let until = f.until.map_or(oldest, |u| u.min(oldest));
+) -> (Option<PageFilter>, Option<Saturated>) {
+    let Some(oldest) = oldest else {
+        return (None, None);
+    };
+    let (until, second) = match f.until {
+        Some(u) if u == oldest => match u.as_secs().checked_sub(1) {
+            Some(back) => (Timestamp::from_secs(back), Some(stuck(f, stats, u, limit))),
+            None => return (None, Some(stuck(f, stats, u, limit))),
+        },
+        _ => (oldest, None),
+    };
     if f.since.is_some_and(|since| since > until) {
-        return None;
+        return (None, second);
     }
     let filter = f.clone().until(until).limit(limit);
-    Some(PageFilter::after(filter, 0, stats, false, None))
+    (
+        Some(PageFilter::after(filter, 0, stats, false, None)),
+        second,
+    )
+}
+
+/// Second `at` of filter `f`, where a cut of its whole REQ left it:
+/// asked for `f` alone, as a saturated second shared with siblings.
+fn stuck(f: &Filter, stats: &PageStats, at: Timestamp, limit: usize) -> Saturated {
+    Saturated {
+        alone: false,
+        ..saturated(f, stats, at, limit)
+    }
 }
 
 /// Filter `f`'s page of `stats`, all at second `at`, as a saturated second.
@@ -1250,6 +1280,55 @@ mod tests {
         assert_eq!(sat.kinds, vec![1111]);
         let next = end.next.expect("and below it");
         assert_eq!(next[0].filter.until, Some(Timestamp::from_secs(699)));
+    }
+
+    /// A REQ of a root's `#e`, `#E` and `#q` filters from second 700,
+    /// answered with 135 events all at 700, 45 each, on a connection that
+    /// returned 100 for one filter before (none of the three is cut by
+    /// itself): as large as any REQ of it, so it may have been cut whole.
+    fn stuck_req(cap: &mut ResultCap) -> PageEnd {
+        cap.observe(100);
+        let root = "ab".repeat(32);
+        let filters: Vec<Filter> = [
+            SingleLetterTag::LOWERCASE_E,
+            SingleLetterTag::UPPERCASE_E,
+            SingleLetterTag::LOWERCASE_Q,
+        ]
+        .into_iter()
+        .map(|t| {
+            Filter::new()
+                .custom_tag(t, root.clone())
+                .until(Timestamp::from_secs(700))
+                .limit(500)
+        })
+        .collect();
+        let mut sub = page(filters, &[]);
+        for i in 0..135 {
+            let matched = [i * 3 / 135];
+            sub.count_stored(id(i), Timestamp::from_secs(700), 1111, &matched);
+        }
+        sub.next_page(500, cap)
+    }
+
+    #[test]
+    fn a_req_cut_whole_in_the_second_it_began_at_goes_below_it() {
+        let mut cap = ResultCap::default();
+        let end = stuck_req(&mut cap);
+        let next = end.next.expect("the cut may have left older events");
+        assert_eq!(next.len(), 3);
+        for p in &next {
+            assert_eq!(
+                p.filter.until,
+                Some(Timestamp::from_secs(699)),
+                "asked from 700 again, the relay returns the same page"
+            );
+        }
+        assert_eq!(end.saturated.len(), 3, "700 asked for each filter alone");
+        for sat in &end.saturated {
+            assert_eq!(sat.filter.since, Some(Timestamp::from_secs(700)));
+            assert_eq!(sat.filter.until, Some(Timestamp::from_secs(700)));
+            assert!(!sat.alone, "the REQ's cap, not the filter's, may have cut");
+        }
     }
 
     #[test]
