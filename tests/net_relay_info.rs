@@ -658,14 +658,6 @@ fn tls_front_config() -> (String, Arc<ServerConfig>) {
     (ca.pem(), config)
 }
 
-fn write_ca(contents: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("grasp-sync-nip11-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("ca.pem");
-    std::fs::write(&path, contents).unwrap();
-    path
-}
-
 #[test]
 fn https_fetch_trusts_the_configured_private_ca_through_the_dns_pool() {
     let (ca, config) = tls_front_config();
@@ -674,8 +666,8 @@ fn https_fetch_trusts_the_configured_private_ca_through_the_dns_pool() {
     let front = Front::start_with(reply, None, Some(config), "localhost");
     assert!(front.url.starts_with("wss://localhost:"));
     own.publish(announcement(&keys(1), "repo", &[&front.url], T0));
-    let ca_file = write_ca(&ca);
-    let running = start(&own, |_, o| o.extra_ca_files = vec![ca_file]);
+    let ca_file = ScratchFile::new("nip11", "ca.pem", &ca);
+    let running = start(&own, |_, o| o.extra_ca_files = vec![ca_file.path()]);
     assert!(
         wait_for(20, || running.metric(OK) == 1),
         "document read over TLS: ok {} failed {}",

@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use grasp_sync::testing::relay::{RelayOptions, TestRelay, server_tls_config};
@@ -30,14 +29,6 @@ fn test_ca() -> (String, String, String) {
     (ca.pem(), leaf.pem(), leaf_key.serialize_pem())
 }
 
-fn write_temp(name: &str, contents: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("grasp-sync-tls-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("ca.pem");
-    std::fs::write(&path, contents).unwrap();
-    path
-}
-
 fn tls_relay() -> (TestRelay, String) {
     let (ca, leaf, key) = test_ca();
     let tls = server_tls_config(leaf.as_bytes(), key.as_bytes()).unwrap();
@@ -60,8 +51,8 @@ fn wss_with_a_configured_private_ca_syncs() {
     own.publish(announcement(&owner, "repo", &[&secure.url()], T0));
     let comment = repo_comment(&keys(2), &coord(&owner, "repo"), T0, "over TLS");
     secure.publish(comment.clone());
-    let ca_file = write_temp("trusted", &ca);
-    let running = Running::start(&own, |_, o| o.extra_ca_files = vec![ca_file]);
+    let ca_file = ScratchFile::new("tls-trusted", "ca.pem", &ca);
+    let running = Running::start(&own, |_, o| o.extra_ca_files = vec![ca_file.path()]);
     assert!(wait_for(20, || own.has(&comment.id)), "synced over wss");
     running.stop();
 }

@@ -78,13 +78,29 @@ mod tests {
     use super::*;
     use nostr::prelude::ToBech32;
 
-    fn temp_file(name: &str, content: &str, mode: u32) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("grasp-sync-key-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
-        std::fs::write(&path, content).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-        path
+    /// A directory of one test's own, removed when the test ends.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(test: &str) -> Scratch {
+            let dir =
+                std::env::temp_dir().join(format!("grasp-sync-key-{}-{test}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+
+        fn file(&self, name: &str, content: &str, mode: u32) -> PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, content).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            path
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 
     #[test]
@@ -103,7 +119,8 @@ mod tests {
 
     #[test]
     fn a_file_that_is_not_a_key_is_not_echoed() {
-        let path = temp_file("garbage", "nsec1notquiteakey\n", 0o600);
+        let scratch = Scratch::new("garbage");
+        let path = scratch.file("garbage", "nsec1notquiteakey\n", 0o600);
         let e = read_key_file(&path).unwrap_err().to_string();
         assert!(e.ends_with("not an nsec or hex secret key"), "{e}");
         assert!(!e.contains("notquiteakey"), "{e}");
@@ -112,8 +129,9 @@ mod tests {
     #[test]
     fn group_or_world_readable_key_files_are_noticed() {
         let hex = Keys::generate().secret_key().to_secret_hex();
+        let scratch = Scratch::new("modes");
         for (mode, loose) in [(0o600, false), (0o400, false), (0o640, true), (0o604, true)] {
-            let path = temp_file(&format!("key{mode:o}"), &hex, mode);
+            let path = scratch.file(&format!("key{mode:o}"), &hex, mode);
             assert_eq!(readable_by_others(&path).is_some(), loose, "{mode:o}");
             assert!(read_key_file(&path).is_ok());
         }

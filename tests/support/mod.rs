@@ -14,3 +14,31 @@ pub mod running;
 
 pub use grasp_sync::testing::limits::ValueCaps;
 pub use grasp_sync::testing::sim::*;
+
+/// A file written in a directory of its own under the temp directory,
+/// named after `name` and this process; the directory goes on drop, so a
+/// test run leaves nothing behind.
+pub struct ScratchFile {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+}
+
+impl ScratchFile {
+    pub fn new(name: &str, file: &str, contents: &str) -> ScratchFile {
+        let dir = std::env::temp_dir().join(format!("grasp-sync-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(file);
+        std::fs::write(&path, contents).unwrap();
+        ScratchFile { dir, path }
+    }
+
+    pub fn path(&self) -> std::path::PathBuf {
+        self.path.clone()
+    }
+}
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
