@@ -452,9 +452,7 @@ impl Subscription {
             }
             if !(cut || capped) {
                 if req_cut {
-                    let (below, second) = below_req_cut(f, s, req_oldest, limit);
-                    next.extend(below);
-                    end.saturated.extend(second);
+                    next.extend(below_req_cut(f, s, req_oldest, limit));
                 }
                 continue;
             }
@@ -532,8 +530,50 @@ impl Subscription {
                 next.push(PageFilter::after(filter, bound, s, false, Some(oldest)));
             }
         }
+        if req_cut && self.repeats(&next) {
+            next = self.below_stuck_seconds(&mut end, limit);
+        }
         end.next = (!next.is_empty()).then_some(next);
         end
+    }
+
+    /// True when `next` asks again exactly what this page asked: the
+    /// relay would answer the same page, and the chain would go round
+    /// without end.
+    fn repeats(&self, next: &[PageFilter]) -> bool {
+        next.len() == self.filters.len()
+            && next.iter().zip(&self.filters).all(|(p, f)| p.filter == *f)
+    }
+
+    /// The continuation of a REQ that may have been cut as a whole in the
+    /// very second each of its filters began at ([`below_req_cut`] asks
+    /// every filter from where it began): a REQ all in one second, as
+    /// large as any the relay returned before (135 replies in one second
+    /// over `#e`, `#E` and `#q` went round 10,000 pages at one instant in
+    /// the oracle). Each filter goes on below its second, and the second
+    /// is asked for that filter alone (a saturated second whose count may
+    /// be its siblings'), which a cut of the whole REQ cannot reach. An
+    /// `ids` filter is asked again as it was: the others no longer repeat.
+    fn below_stuck_seconds(&self, end: &mut PageEnd, limit: usize) -> Vec<PageFilter> {
+        end.spans.clear();
+        let mut next = Vec::new();
+        for (f, s) in self.filters.iter().zip(&self.stats) {
+            let Some(until) = f.until.filter(|_| f.ids.is_none()) else {
+                next.push(PageFilter::after(f.clone(), 0, s, false, None));
+                continue;
+            };
+            end.saturated.push(Saturated {
+                alone: false,
+                ..saturated(f, s, until, limit)
+            });
+            if let Some(back) = until.as_secs().checked_sub(1)
+                && f.since.is_none_or(|since| since.as_secs() <= back)
+            {
+                let filter = f.clone().until(Timestamp::from_secs(back)).limit(limit);
+                next.push(PageFilter::after(filter, 0, s, false, None));
+            }
+        }
+        next
     }
 }
 
@@ -578,47 +618,19 @@ fn are_twins(f: &Filter, g: &Filter) -> bool {
 /// relay returned everything newer, for every filter, so `f` is asked
 /// from that second (inclusive: a cut there may have left some of it)
 /// down. Its page says nothing of a per-filter cap (not short).
-///
-/// If that second is the one `f`'s page began at, asking from it again
-/// brings the same page without end: a REQ all in one second, as large
-/// as any the relay returned before (135 replies in one second over
-/// `#e`, `#E` and `#q`, 10,000 pages at one instant in the oracle). `f`
-/// then goes on below the second, and the second is asked for `f` alone
-/// (a saturated second whose count may be its siblings'), which a cut of
-/// the whole REQ cannot reach.
 fn below_req_cut(
     f: &Filter,
     stats: &PageStats,
     oldest: Option<Timestamp>,
     limit: usize,
-) -> (Option<PageFilter>, Option<Saturated>) {
-    let Some(oldest) = oldest else {
-        return (None, None);
-    };
-    let (until, second) = match f.until {
-        Some(u) if u == oldest => match u.as_secs().checked_sub(1) {
-            Some(back) => (Timestamp::from_secs(back), Some(stuck(f, stats, u, limit))),
-            None => return (None, Some(stuck(f, stats, u, limit))),
-        },
-        _ => (oldest, None),
-    };
+) -> Option<PageFilter> {
+    let oldest = oldest?;
+    let until = f.until.map_or(oldest, |u| u.min(oldest));
     if f.since.is_some_and(|since| since > until) {
-        return (None, second);
+        return None;
     }
     let filter = f.clone().until(until).limit(limit);
-    (
-        Some(PageFilter::after(filter, 0, stats, false, None)),
-        second,
-    )
-}
-
-/// Second `at` of filter `f`, where a cut of its whole REQ left it:
-/// asked for `f` alone, as a saturated second shared with siblings.
-fn stuck(f: &Filter, stats: &PageStats, at: Timestamp, limit: usize) -> Saturated {
-    Saturated {
-        alone: false,
-        ..saturated(f, stats, at, limit)
-    }
+    Some(PageFilter::after(filter, 0, stats, false, None))
 }
 
 /// Filter `f`'s page of `stats`, all at second `at`, as a saturated second.
@@ -1286,7 +1298,8 @@ mod tests {
     /// answered with 135 events all at 700, 45 each, on a connection that
     /// returned 100 for one filter before (none of the three is cut by
     /// itself): as large as any REQ of it, so it may have been cut whole.
-    fn stuck_req(cap: &mut ResultCap) -> PageEnd {
+    /// With `last_at`, the last of them is at that second instead.
+    fn req_in_one_second(cap: &mut ResultCap, last_at: u64) -> PageEnd {
         cap.observe(100);
         let root = "ab".repeat(32);
         let filters: Vec<Filter> = [
@@ -1305,7 +1318,8 @@ mod tests {
         let mut sub = page(filters, &[]);
         for i in 0..135 {
             let matched = [i * 3 / 135];
-            sub.count_stored(id(i), Timestamp::from_secs(700), 1111, &matched);
+            let at = if i == 134 { last_at } else { 700 };
+            sub.count_stored(id(i), Timestamp::from_secs(at), 1111, &matched);
         }
         sub.next_page(500, cap)
     }
@@ -1313,7 +1327,7 @@ mod tests {
     #[test]
     fn a_req_cut_whole_in_the_second_it_began_at_goes_below_it() {
         let mut cap = ResultCap::default();
-        let end = stuck_req(&mut cap);
+        let end = req_in_one_second(&mut cap, 700);
         let next = end.next.expect("the cut may have left older events");
         assert_eq!(next.len(), 3);
         for p in &next {
@@ -1329,6 +1343,18 @@ mod tests {
             assert_eq!(sat.filter.until, Some(Timestamp::from_secs(700)));
             assert!(!sat.alone, "the REQ's cap, not the filter's, may have cut");
         }
+    }
+
+    #[test]
+    fn a_req_cut_whole_below_where_it_began_goes_on_from_its_oldest_second() {
+        let mut cap = ResultCap::default();
+        let end = req_in_one_second(&mut cap, 690);
+        let next = end.next.expect("the cut may have left older events");
+        assert_eq!(next.len(), 3);
+        for p in &next {
+            assert_eq!(p.filter.until, Some(Timestamp::from_secs(690)));
+        }
+        assert!(end.saturated.is_empty(), "the next REQ is another one");
     }
 
     #[test]
