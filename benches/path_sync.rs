@@ -59,6 +59,7 @@ mod support;
 
 use std::time::Duration;
 
+use engine_process::cpu_seconds;
 use grasp_sync::testing::farm::{FarmOptions, Link, RelayFarm, RelayProfile};
 use load_run::{Own, OwnKind, direct_run, engine_run, spread};
 use nostr::prelude::*;
@@ -144,19 +145,23 @@ fn discover(n: usize, remotes: &[Remote], rounds: usize, kind: OwnKind) {
     let mut local = None;
     let mut next_farm = 0;
     for remote in remotes {
-        let (url, label, rtt) = match remote {
+        // The remote's process, for its CPU: the LocalRelay's, or this
+        // one, whose farm thread serves (and which polls the metrics).
+        let (url, label, rtt, remote_pid) = match remote {
             Remote::Local => {
                 let relay = local.get_or_insert_with(|| {
                     let relay = PyRelay::start();
                     publish_bulk(&relay.url, &events);
                     relay
                 });
-                (relay.url.clone(), "local".to_owned(), Duration::ZERO)
+                let pid = relay.pid();
+                (relay.url.clone(), "local".to_owned(), Duration::ZERO, pid)
             }
             Remote::Farm(rtt) => {
                 let url = farm.url(next_farm);
                 next_farm += 1;
-                (url, format!("{}ms", rtt.as_millis()), *rtt)
+                let label = format!("{}ms", rtt.as_millis());
+                (url, label, *rtt, std::process::id())
             }
         };
         let world = World {
@@ -166,10 +171,12 @@ fn discover(n: usize, remotes: &[Remote], rounds: usize, kind: OwnKind) {
         let (mut direct, mut engine, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
             let d = direct_run(kind, &world.events, &ids);
+            let remote_cpu = cpu_seconds(remote_pid);
             let e = measure(kind, &world, &ids);
+            let remote_cpu = cpu_seconds(remote_pid) - remote_cpu;
             eprintln!(
                 "discover {label} round {round}: direct {d:.2} s, engine {:.2} s ({:.2} s CPU, \
-                 {} duplicates), ratio {:.2}{}",
+                 remote {remote_cpu:.2} s CPU, {} duplicates), ratio {:.2}{}",
                 e.seconds,
                 e.cpu_seconds,
                 e.duplicates,
