@@ -522,11 +522,7 @@ impl Subscription {
             if count >= asked || part || reasked || cap.may_saturate(count) {
                 end.saturated.push(saturated(f, s, oldest, limit));
             }
-            // Below the second, unless the filter asked only that second.
-            if let Some(back) = oldest.as_secs().checked_sub(1)
-                && f.since.is_none_or(|since| since.as_secs() <= back)
-            {
-                let filter = f.clone().until(Timestamp::from_secs(back)).limit(limit);
+            if let Some(filter) = below_second(f, oldest, limit) {
                 next.push(PageFilter::after(filter, bound, s, false, Some(oldest)));
             }
         }
@@ -566,10 +562,7 @@ impl Subscription {
                 alone: false,
                 ..saturated(f, s, until, limit)
             });
-            if let Some(back) = until.as_secs().checked_sub(1)
-                && f.since.is_none_or(|since| since.as_secs() <= back)
-            {
-                let filter = f.clone().until(Timestamp::from_secs(back)).limit(limit);
+            if let Some(filter) = below_second(f, until, limit) {
                 next.push(PageFilter::after(filter, 0, s, false, None));
             }
         }
@@ -631,6 +624,15 @@ fn below_req_cut(
     }
     let filter = f.clone().until(until).limit(limit);
     Some(PageFilter::after(filter, 0, stats, false, None))
+}
+
+/// Filter `f` from the second below `at` down, unless it asked nothing
+/// below `at` (its `since`, or the first second of all).
+fn below_second(f: &Filter, at: Timestamp, limit: usize) -> Option<Filter> {
+    let back = at.as_secs().checked_sub(1)?;
+    f.since
+        .is_none_or(|since| since.as_secs() <= back)
+        .then(|| f.clone().until(Timestamp::from_secs(back)).limit(limit))
 }
 
 /// Filter `f`'s page of `stats`, all at second `at`, as a saturated second.
