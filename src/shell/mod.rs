@@ -84,7 +84,7 @@ mod slots;
 mod state_file;
 pub(crate) mod status;
 mod status_page;
-mod tcp_keepalive;
+mod tcp_options;
 pub(crate) mod tls;
 pub(crate) mod tls_stream;
 pub(crate) mod ws;

@@ -48,7 +48,7 @@ use crate::sans_io::timing::time::Time;
 use crate::sans_io::wire::info_fetch::{Progress, ResponseReader};
 use crate::sans_io::wire::ws_reader::{Incoming, WsReader};
 use crate::sans_io::wire::ws_writer::WsWriter;
-use crate::shell::tcp_keepalive;
+use crate::shell::tcp_options;
 use crate::shell::tls::MaybeTls;
 use crate::shell::tls_stream::TlsStream;
 use crate::shell::ws_upgrade::{Step, Upgrade};
@@ -178,7 +178,7 @@ impl WsConnection {
     ) -> io::Result<Self> {
         let stream = TcpStream::connect(addr)?;
         stream.set_nodelay(true)?;
-        if let Err(e) = tcp_keepalive::enable(&stream) {
+        if let Err(e) = tcp_options::enable_keepalive(&stream) {
             // The engine's pings still find a dead connection, later.
             debug!("{url}: no TCP keepalive: {e}");
         }
@@ -409,6 +409,7 @@ impl WsConnection {
                 }
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    tcp_options::ack_now(stream.transport_mut());
                     return Phase::Upgrading(stream, up);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -483,6 +484,7 @@ impl WsConnection {
                     // Nothing more is waiting; the budget is not spent.
                     self.charge(before.0, wire);
                     self.budget = self.budget.max(1);
+                    tcp_options::ack_now(stream.transport_mut());
                     break;
                 }
                 // TLS records without plaintext, a read's share of them.
@@ -760,7 +762,10 @@ impl HttpGet {
             let progress = match stream.read(&mut buf) {
                 Ok(0) => self.response.finish(),
                 Ok(n) => self.response.feed(&buf[..n]),
-                Err(e) if would_block(&e) => return GetEvent::Pending,
+                Err(e) if would_block(&e) => {
+                    tcp_options::ack_now(stream.transport_mut());
+                    return GetEvent::Pending;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // TLS closed without close_notify: the framing decides
                 // whether the response is complete.
@@ -1073,6 +1078,93 @@ mod tests {
         };
         assert_eq!(got, body.into_bytes());
         assert!(calls >= 2, "{calls}");
+    }
+
+    /// Reads one small masked client frame from `server` (blocking).
+    fn read_client_frame(server: &mut std::net::TcpStream) {
+        let mut head = [0u8; 2];
+        server.read_exact(&mut head).unwrap();
+        let len = usize::from(head[1] & 0x7f);
+        assert!(len < 126, "the test's frames are small");
+        let mut rest = vec![0u8; 4 + len];
+        server.read_exact(&mut rest).unwrap();
+    }
+
+    /// A relay that leaves Nagle's algorithm on writes an answer's first
+    /// message at once and holds the rest until it is acknowledged; Linux
+    /// delays that ACK by 40 ms at least, so each exchange cost 40 ms
+    /// unless the client acknowledges at once what it read (issue 46: a
+    /// LocalRelay's page 44 ms late on loopback). 100 exchanges take at
+    /// least 4 s with the delay, and a few milliseconds without it: the
+    /// 2 s bound leaves a loaded machine room.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_answer_a_nagle_relay_writes_in_two_pieces_is_not_held_for_our_ack() {
+        const EXCHANGES: usize = 100;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let relay = std::thread::spawn(move || {
+            let (mut server, _) = listener.accept().unwrap();
+            let mut request = Vec::new();
+            while !request.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                server.read_exact(&mut byte).unwrap();
+                request.push(byte[0]);
+            }
+            let text = String::from_utf8(request).unwrap();
+            let key = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
+                .unwrap();
+            let accept = tungstenite::handshake::derive_accept_key(key.trim().as_bytes());
+            let response = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+            );
+            server.write_all(response.as_bytes()).unwrap();
+            for _ in 0..EXCHANGES {
+                read_client_frame(&mut server);
+                // Two writes, as a relay writes EVENT and then EOSE.
+                server.write_all(b"\x81\x05EVENT").unwrap();
+                server.write_all(b"\x81\x04EOSE").unwrap();
+            }
+            // Open until the client is done with it.
+            let _ = server.read(&mut [0u8; 1]);
+        });
+        let config = WebSocketConfig::default();
+        let mut ws = WsConnection::connect(addr, &format!("ws://{addr}/"), None, config).unwrap();
+        let mut poll = mio::Poll::new().unwrap();
+        let interest = mio::Interest::READABLE | mio::Interest::WRITABLE;
+        poll.registry()
+            .register(ws.socket().unwrap(), mio::Token(0), interest)
+            .unwrap();
+        let mut buf = vec![0; READ_BUFFER_BYTES];
+        assert!(matches!(
+            next_events(&mut poll, &mut ws, &mut buf)[..],
+            [WsEvent::Open]
+        ));
+        let started = std::time::Instant::now();
+        for i in 0..EXCHANGES {
+            let mut out = Vec::new();
+            ws.send_text("REQ".to_owned(), &mut out);
+            assert!(out.is_empty(), "{out:?}");
+            let mut texts = Vec::new();
+            while texts.len() < 2 {
+                for event in next_events(&mut poll, &mut ws, &mut buf) {
+                    match event {
+                        WsEvent::Text(t) => texts.push(t),
+                        other => panic!("exchange {i}, {texts:?}: {other:?}"),
+                    }
+                }
+            }
+            assert_eq!(texts, ["EVENT", "EOSE"]);
+        }
+        let took = started.elapsed();
+        drop(ws);
+        relay.join().unwrap();
+        assert!(
+            took < std::time::Duration::from_secs(2),
+            "{EXCHANGES} exchanges took {took:?}: the relay waited for delayed ACKs"
+        );
     }
 
     #[test]
