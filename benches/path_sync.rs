@@ -18,8 +18,8 @@
 //! - `discover N RTTS [rounds]`: the own relay gets one announcement; one
 //!   remote holds the repo's issue and its N replies. The remote is a
 //!   relay of the in-process farm behind a [`Link`] of each round-trip
-//!   time in `RTTS` (milliseconds; 500 results per filter and NIP-77, as a
-//!   LocalRelay), or, for `local`, a real LocalRelay on loopback. Timed:
+//!   time in `RTTS` (milliseconds; 500 results per filter, NIP-77 and Nagle
+//!   left on, as a LocalRelay), or, for `local`, a real LocalRelay on loopback. Timed:
 //!   engine start until the own relay holds all N+1 events, against
 //!   "direct", the same N+1 events published straight to a fresh own
 //!   relay; rounds alternate direct and engine; the figure is direct /
@@ -119,7 +119,7 @@ fn discover(n: usize, remotes: &[Remote], rounds: usize, kind: OwnKind) {
         .collect();
     // One farm relay per round-trip time, each holding the whole history:
     // the engine never writes to a remote, so the rounds share them.
-    // As a LocalRelay: 500 results per filter, NIP-77.
+    // As a LocalRelay: 500 results per filter, NIP-77, Nagle left on.
     let farm = RelayFarm::start(
         rtts.len(),
         FarmOptions {
@@ -130,6 +130,7 @@ fn discover(n: usize, remotes: &[Remote], rounds: usize, kind: OwnKind) {
                 .map(|&(i, _)| {
                     let profile = RelayProfile {
                         max_results_per_filter: Some(500),
+                        nagle: true,
                         ..RelayProfile::default()
                     };
                     (i, profile)

@@ -972,3 +972,48 @@ fn relays_that_do_not_require_auth_never_challenge() {
     assert_eq!(ids(&c.req("t", vec![kinds(1)])), [e.id]);
     assert_eq!(farm.stats().auth_refusals, 0);
 }
+
+/// A relay profile with `nagle` leaves Nagle's algorithm on, as relays on
+/// tokio and tungstenite do: the `EOSE` after an `EVENT` waits for the
+/// client's ACK of the `EVENT`, which Linux delays by 40 ms at least for
+/// a client that (like this blocking one) does not ask for quick ACKs. So
+/// 20 exchanges take 0.4 s at least (half of them delayed leaves room
+/// for the kernel's quick ACKs of a new connection); the bound is the
+/// kernel's timer, not this machine's speed. The default profile's
+/// relay answers each exchange at once.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_relay_that_leaves_nagle_on_holds_an_answers_tail_for_the_ack() {
+    use grasp_sync::testing::farm::RelayProfile;
+    const EXCHANGES: u32 = 20;
+    let nagle = RelayProfile {
+        nagle: true,
+        ..RelayProfile::default()
+    };
+    let opts = FarmOptions {
+        profiles: vec![(1, nagle)],
+        ..FarmOptions::default()
+    };
+    let farm = RelayFarm::start(2, opts).unwrap();
+    let event = note(&keys(3), T0, "stored");
+    farm.seed(0, vec![event.clone()]);
+    farm.seed(1, vec![event.clone()]);
+    let exchanges = |relay: usize| {
+        let mut c = connect(&farm.own_url(relay));
+        let started = Instant::now();
+        for i in 0..EXCHANGES {
+            assert_eq!(ids(&c.req(&format!("s{i}"), vec![kinds(1)])), [event.id]);
+        }
+        started.elapsed()
+    };
+    let held = exchanges(1);
+    assert!(
+        held >= Duration::from_millis(40) * EXCHANGES / 2,
+        "{EXCHANGES} exchanges took {held:?}: no tail waited for an ACK"
+    );
+    let direct = exchanges(0);
+    assert!(
+        direct < held,
+        "{direct:?} with TCP_NODELAY, {held:?} without"
+    );
+}

@@ -280,6 +280,13 @@ pub struct RelayProfile {
     /// `max_subscriptions` (strfry has its own); `no_negentropy` is
     /// strfry's `relay.negentropy.enabled = false`.
     pub strfry: Option<StrfryLimits>,
+    /// Leave Nagle's algorithm on, as relays on tokio and tungstenite do
+    /// (rust-nostr's LocalRelay and relay builder, nostr-rs-relay): the
+    /// tail of an answer waits until what went before it is
+    /// acknowledged, so a client that delays its ACKs pays for it.
+    /// `false`: replies go at once (strfry, and Go's khatru, set
+    /// `TCP_NODELAY`).
+    pub nagle: bool,
 }
 
 impl RelayProfile {

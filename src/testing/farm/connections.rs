@@ -87,8 +87,11 @@ impl Farm {
         }
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1) & GEN_MASK;
-        // Nagle would delay small replies; failing to disable it is harmless.
-        let _ = tcp.set_nodelay(true);
+        // Nagle would delay small replies, unless the relay emulates one
+        // that leaves it on; failing to disable it is harmless.
+        if !self.relays[relay].profile.nagle {
+            let _ = tcp.set_nodelay(true);
+        }
         let token = conn_token(key, generation);
         if let Err(e) =
             self.poll
