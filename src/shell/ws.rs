@@ -802,6 +802,30 @@ mod tests {
         out
     }
 
+    /// The server's answer to the websocket upgrade `request`.
+    fn switching_protocols(request: &str) -> String {
+        let key = request
+            .lines()
+            .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
+            .unwrap();
+        let accept = tungstenite::handshake::derive_accept_key(key.trim().as_bytes());
+        format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+        )
+    }
+
+    /// A `ws://` connection to `addr` started, and a poll it is registered with.
+    fn polled_ws(addr: SocketAddr) -> (WsConnection, mio::Poll) {
+        let config = WebSocketConfig::default();
+        let mut ws = WsConnection::connect(addr, &format!("ws://{addr}/"), None, config).unwrap();
+        let poll = mio::Poll::new().unwrap();
+        let interest = mio::Interest::READABLE | mio::Interest::WRITABLE;
+        poll.registry()
+            .register(ws.socket().unwrap(), mio::Token(0), interest)
+            .unwrap();
+        (ws, poll)
+    }
+
     /// A TLS server the test drives itself, over a loopback socket: it
     /// reads and writes only when told, so what the client finds waiting
     /// is what the test wrote.
@@ -911,15 +935,7 @@ mod tests {
             },
             |peer| peer.got.ends_with(b"\r\n\r\n"),
         );
-        let text = String::from_utf8_lossy(&peer.got).into_owned();
-        let key = text
-            .lines()
-            .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
-            .unwrap();
-        let accept = tungstenite::handshake::derive_accept_key(key.trim().as_bytes());
-        let response = format!(
-            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
-        );
+        let response = switching_protocols(&String::from_utf8_lossy(&peer.got));
         peer.conn.writer().write_all(response.as_bytes()).unwrap();
         peer.write_out();
         let mut out = Vec::new();
@@ -1111,15 +1127,7 @@ mod tests {
                 server.read_exact(&mut byte).unwrap();
                 request.push(byte[0]);
             }
-            let text = String::from_utf8(request).unwrap();
-            let key = text
-                .lines()
-                .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
-                .unwrap();
-            let accept = tungstenite::handshake::derive_accept_key(key.trim().as_bytes());
-            let response = format!(
-                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
-            );
+            let response = switching_protocols(&String::from_utf8(request).unwrap());
             server.write_all(response.as_bytes()).unwrap();
             for _ in 0..EXCHANGES {
                 read_client_frame(&mut server);
@@ -1130,13 +1138,7 @@ mod tests {
             // Open until the client is done with it.
             let _ = server.read(&mut [0u8; 1]);
         });
-        let config = WebSocketConfig::default();
-        let mut ws = WsConnection::connect(addr, &format!("ws://{addr}/"), None, config).unwrap();
-        let mut poll = mio::Poll::new().unwrap();
-        let interest = mio::Interest::READABLE | mio::Interest::WRITABLE;
-        poll.registry()
-            .register(ws.socket().unwrap(), mio::Token(0), interest)
-            .unwrap();
+        let (mut ws, mut poll) = polled_ws(addr);
         let mut buf = vec![0; READ_BUFFER_BYTES];
         assert!(matches!(
             next_events(&mut poll, &mut ws, &mut buf)[..],
@@ -1172,20 +1174,14 @@ mod tests {
         use std::io::{BufRead, BufReader};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let config = WebSocketConfig::default();
-        let mut ws = WsConnection::connect(addr, &format!("ws://{addr}/"), None, config).unwrap();
-        let mut poll = mio::Poll::new().unwrap();
-        let interest = mio::Interest::READABLE | mio::Interest::WRITABLE;
-        poll.registry()
-            .register(ws.socket().unwrap(), mio::Token(0), interest)
-            .unwrap();
+        let (mut ws, mut poll) = polled_ws(addr);
         let (server, _) = listener.accept().unwrap();
         let mut buf = vec![0; READ_BUFFER_BYTES];
         // The client writes its upgrade request once connected; the server
         // reads it (blocking: the kernel holds what the client wrote).
         let mut events = mio::Events::with_capacity(8);
         let mut request = BufReader::new(server.try_clone().unwrap());
-        let mut key = None;
+        let mut text = String::new();
         let mut line = String::new();
         while line != "\r\n" {
             if !request.buffer().contains(&b'\n') {
@@ -1195,16 +1191,12 @@ mod tests {
             }
             line.clear();
             request.read_line(&mut line).unwrap();
-            if let Some(k) = line.strip_prefix("Sec-WebSocket-Key: ") {
-                key = Some(k.trim().to_owned());
-            }
+            text.push_str(&line);
         }
-        let accept = tungstenite::handshake::derive_accept_key(key.unwrap().as_bytes());
         let mut server = server;
-        let response = format!(
-            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
-        );
-        server.write_all(response.as_bytes()).unwrap();
+        server
+            .write_all(switching_protocols(&text).as_bytes())
+            .unwrap();
         assert!(matches!(
             next_events(&mut poll, &mut ws, &mut buf)[..],
             [WsEvent::Open]
