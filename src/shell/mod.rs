@@ -77,6 +77,7 @@ mod options;
 mod own_sink;
 mod process_metrics;
 pub(crate) mod read_budget;
+mod ready_again;
 pub(crate) mod report;
 pub(crate) mod rlimit;
 pub(crate) mod sink;
@@ -128,6 +129,7 @@ use crate::shell::own_sink::SinkState;
 use crate::shell::read_budget::{
     GLOBAL_FRAMES_PER_SEC, READ_BUDGET, ReadEnd, ReadRate, read_relay,
 };
+use crate::shell::ready_again::ReadyAgain;
 use crate::shell::slots::{Conn, Slot, SlotKind, Slots};
 use crate::shell::state_file::StateFile;
 use crate::shell::status::Window;
@@ -204,7 +206,7 @@ pub struct Shell {
     deferred: BTreeSet<Token>,
     /// Connections whose read budget ran out with data maybe waiting; read
     /// again on the next turn, after every other ready socket had its turn.
-    ready_again: Vec<Token>,
+    ready_again: ReadyAgain,
     metrics: Option<MetricsListener>,
     /// Metrics connections, oldest first (some maybe closed already).
     metrics_conns: VecDeque<Token>,
@@ -340,7 +342,7 @@ impl Shell {
             ws_config,
             sink,
             deferred: BTreeSet::new(),
-            ready_again: Vec::new(),
+            ready_again: ReadyAgain::default(),
             metrics,
             metrics_conns: VecDeque::new(),
             pages: Pages::default(),
@@ -411,12 +413,9 @@ impl Shell {
                 return Err(e);
             }
             let now = self.clock.now();
-            for event in events.iter() {
-                self.on_token(event.token(), now);
-                self.drive(now);
-            }
-            for token in std::mem::take(&mut self.ready_again) {
-                self.on_slot_ready(token, now);
+            let ready = events.iter().map(|e| e.token());
+            for token in self.ready_again.take_turn(ready) {
+                self.on_token(token, now);
                 self.drive(now);
             }
             self.engine.handle_timeout(now);
@@ -660,7 +659,7 @@ impl Shell {
             self.defer(token, relay, now);
         }
         if again {
-            self.ready_again.push(token);
+            self.ready_again.insert(token);
         }
         self.handle_ws_events(token, &mut out, now);
         self.scratch = out;
