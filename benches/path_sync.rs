@@ -19,12 +19,12 @@
 //!   remote holds the repo's issue and its N replies. The remote is a
 //!   relay of the in-process farm behind a [`Link`] of each round-trip
 //!   time in `RTTS` (milliseconds; 500 results per filter, NIP-77 and Nagle
-//!   left on, as a LocalRelay), or, for `local`, a real LocalRelay on loopback. Timed:
-//!   engine start until the own relay holds all N+1 events, against
-//!   "direct", the same N+1 events published straight to a fresh own
-//!   relay; rounds alternate direct and engine; the figure is direct /
-//!   engine (the issue's goals: ≥ 0.8 at 0 ms, ≥ 0.6 at 100 ms, ≥ 0.4 at
-//!   300 ms).
+//!   left on, as a LocalRelay), or, for `local`, a real LocalRelay on
+//!   loopback. Timed: engine start until the own relay holds all N+1
+//!   events, against "direct", the same N+1 events published straight to
+//!   a fresh own relay; rounds alternate direct and engine; the figure is
+//!   direct / engine (the issue's goals: ≥ 0.8 at 0 ms, ≥ 0.6 at 100 ms,
+//!   ≥ 0.4 at 300 ms).
 //! - `grasp REPOS RELAYS EVENTS [rounds]`: a GRASP-shaped world. REPOS
 //!   repos of 100 owners, each on 2–4 of RELAYS farm relays; the relays'
 //!   round-trip times spread evenly over 20–300 ms; even relays cap

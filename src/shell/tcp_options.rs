@@ -22,6 +22,7 @@
 //! LocalRelay on loopback, against 0.1 ms with the ACK sent at once
 //! (issue 46). Once a read drains a socket the loop waits on the peer,
 //! and an ACK the kernel still holds only stalls it: [`ack_now`] sends it.
+
 use std::io;
 use std::os::fd::AsRawFd;
 
