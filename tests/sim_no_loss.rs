@@ -1150,6 +1150,46 @@ fn a_second_with_more_events_than_the_cap_is_read_whole_by_negentropy() {
     }
 }
 
+/// Oracle world 334153: a relay allowing one NIP-77 session is asked to
+/// reconcile four crowded seconds at once (two roots, each tagged `e` and
+/// `E`). It takes the first, whose one round lists every id, and refuses
+/// the other three by NOTICEs that name none. Each refusal was tied to
+/// the newest session without an answer: a session opened again after the
+/// first refusal took the second, and a refused one stayed waiting until
+/// its timeout, when its second was given up as unreachable (here the
+/// sibling filter's chain read it; in the oracle's world six events were
+/// lost with it).
+/// Now refusals are tied once no more sessions wait than refusals came,
+/// and no session opens meanwhile: each second is reconciled in turn.
+#[test]
+fn sessions_refused_by_notices_are_told_apart_and_wait_for_room() {
+    let mut sim = Sim::new(config());
+    sim.listing = Listing::Empty;
+    let a = sim.add_relay(A);
+    a.filter_cap = 30;
+    a.negentropy = NegMode::Supported;
+    a.max_neg = Some(1);
+    let owner = keys(1);
+    let repo = announce(&mut sim, &owner, "r", &[A], T0);
+    let own = sim.own.clone();
+    let mut bulk = Vec::new();
+    for i in 0..2 {
+        let issue = root(&owner, 1621, &[&repo], T0 - 100_000 + i, "issue");
+        bulk.extend(burst(&mut sim, A, &issue, 50, T0 - 50_000 + i * 10_000));
+        sim.publish(&own, &issue);
+    }
+    sim.advance(Duration::from_secs(120));
+    let stats = *sim.engine.stats();
+    assert!(
+        sim.relay(A).neg_refusals >= 1,
+        "the limit was met: {stats:?}"
+    );
+    assert_eq!(sim.missing(&bulk), vec![], "every second whole: {stats:?}");
+    assert_eq!(stats.neg_fallbacks, 0, "no session given up: {stats:?}");
+    assert_eq!(stats.seconds_unreachable + stats.seconds_unverified, 0);
+    sim.check();
+}
+
 /// Issue 23, finding 3, without NIP-77: a saturated second spread over
 /// several roots is split by value until each part returns a short page.
 #[test]

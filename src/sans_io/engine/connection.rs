@@ -112,6 +112,10 @@ pub(super) struct Flight {
     pub neg_jobs: NegJobs,
     /// Batches whose chunks fell back from negentropy: REQ for them.
     pub neg_bypass: HashSet<u64>,
+    /// NOTICEs refusing a session for the relay's limit, which name none,
+    /// not yet tied to the sessions they refused
+    /// (`RelayState::settle_refusals`).
+    pub neg_refused: usize,
     /// A value or kind refusal heard by NOTICE, which names no
     /// subscription: the next subscription not heard from yet that the
     /// relay answers is the refused one (see `RelayState::blame_value_notice`).

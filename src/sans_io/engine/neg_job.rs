@@ -96,6 +96,11 @@ pub(super) struct NegJob {
     splits: u32,
     /// The session of the current filter.
     session: Option<Reconciliation>,
+    /// Our other sessions open on the connection when the current one
+    /// opened. The relay reads a connection's messages in order, so these
+    /// are the sessions it counted against its limit when it judged this
+    /// one, even if they have ended since.
+    opened_beside: usize,
     /// Ids found missing so far.
     need: Vec<EventId>,
     /// Ids its finished filters found and it already fetches
@@ -130,6 +135,7 @@ impl NegJob {
             windows: Vec::new(),
             splits: 0,
             session: None,
+            opened_beside: 0,
             need: Vec::new(),
             asked: Vec::new(),
             started,
@@ -195,19 +201,27 @@ impl NegJob {
     }
 
     /// Starts the session of the current filter's window as subscription
-    /// `id`, against its parts' listings inside the window; returns the
-    /// `NEG-OPEN`.
+    /// `id`, against its parts' listings inside the window, with
+    /// `beside` other sessions of ours open; returns the `NEG-OPEN`.
     pub(super) fn open_session(
         &mut self,
         id: u64,
         message_bytes: usize,
+        beside: usize,
     ) -> Result<String, LimitTooSmall> {
         let filter = self.window_filter();
         let listed = self.current_items();
         let (session, open) =
             Reconciliation::start(&format!("{id:x}"), &filter, listed, message_bytes)?;
         self.session = Some(session);
+        self.opened_beside = beside;
         Ok(open)
+    }
+
+    /// Our other sessions the relay saw open when it judged this job's
+    /// current session.
+    pub(super) fn opened_beside(&self) -> usize {
+        self.opened_beside
     }
 
     /// The window being reconciled: the top of the stack, or the whole

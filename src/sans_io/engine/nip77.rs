@@ -41,6 +41,7 @@ use log::{debug, info};
 use nostr::prelude::{ClientMessage, EventId, Filter, RelayMessage, SubscriptionId, Timestamp};
 use std::borrow::Cow;
 
+use super::connection::Connection;
 use super::ctx::Ctx;
 use super::id_budget::IdBudget;
 use super::listing_cache::{Join, Listed, ListingCache, Waiter, parts};
@@ -566,6 +567,7 @@ impl Engine {
             }
             Some(SessionStep::ToReq(why)) => self.job_to_req(relay, id, why, now),
         }
+        self.settle_refusals(relay, now);
     }
 
     /// A NOTICE refusing a negentropy session for the relay's limit
@@ -575,10 +577,19 @@ impl Engine {
             return false;
         }
         let (state, mut cx) = self.at(relay);
-        if let Some((id, why)) = state.session_limit_notice(&mut cx, text) {
+        for (id, why) in state.session_limit_notice(&mut cx, text) {
             self.job_to_req(relay, id, why, now);
         }
         true
+    }
+
+    /// Sessions of `relay` that limit NOTICEs refused, once they can be
+    /// told (`RelayState::settle_refusals`), go as the refusal says.
+    fn settle_refusals(&mut self, relay: RelayId, now: Time) {
+        let (state, cx) = self.at(relay);
+        for (id, why) in state.settle_refusals(&cx) {
+            self.job_to_req(relay, id, why, now);
+        }
     }
 
     /// A NOTICE; true when it told a job's relay that NEG is unknown there.
@@ -737,6 +748,7 @@ impl Engine {
         let (state, mut cx) = self.at(relay);
         if let Some(why) = state.neg_timeout(&mut cx, id, listing_timeout, now) {
             self.job_to_req(relay, id, why, now);
+            self.settle_refusals(relay, now);
         }
     }
 }
@@ -746,6 +758,11 @@ impl Engine {
 /// counters handed to the engine through [`Ctx`].
 impl RelayState {
     /// Job `id` of the connection, if it runs.
+    fn neg_job(&self, id: u64) -> Option<&NegJob> {
+        self.conn()?.flight()?.neg_jobs.get(id)
+    }
+
+    /// The same, to change.
     fn neg_job_mut(&mut self, id: u64) -> Option<&mut NegJob> {
         self.conn_mut()?.flight_mut()?.neg_jobs.get_mut(id)
     }
@@ -777,10 +794,13 @@ impl RelayState {
     /// other relays asking the same filter meanwhile use it too.
     fn open_session(&mut self, cx: &mut Ctx, id: u64) -> bool {
         let limit = self.facts.limits.message_bytes;
+        let beside = self
+            .conn()
+            .map_or(0, |c| c.sessions().filter(|&s| s != id).count());
         let Some(job) = self.neg_job_mut(id) else {
             return true;
         };
-        match job.open_session(id, limit) {
+        match job.open_session(id, limit, beside) {
             Ok(open) => {
                 cx.stats.neg_sessions += 1;
                 cx.send(open);
@@ -843,7 +863,10 @@ impl RelayState {
                     info!("{url}: negentropy failed: {text}{}", dropped(n));
                 }
                 SessionStep::ToReq(match failure {
-                    Failure::Limit => self.session_limit_refusal(cx),
+                    Failure::Limit => {
+                        let beside = self.neg_job(id).map_or(0, NegJob::opened_beside);
+                        self.session_limit_refusal(cx, beside)
+                    }
                     Failure::TooBig | Failure::Job => ToReq::Failed,
                     Failure::Unsupported => ToReq::Unsupported,
                 })
@@ -852,32 +875,71 @@ impl RelayState {
     }
 
     /// A NOTICE refusing a negentropy session for the relay's limit
-    /// (strfry: `ERROR: too many concurrent NEG requests`) names none: the
-    /// newest session not answered yet is the refused one. It and why it
-    /// goes to REQ, if there is one.
-    fn session_limit_notice(&mut self, cx: &mut Ctx, text: &str) -> Option<(u64, ToReq)> {
-        let refused = self.conn().and_then(|c| c.unanswered_sessions().max());
+    /// (strfry: `ERROR: too many concurrent NEG requests`) names none: it
+    /// is counted, and the sessions it and the others refused are returned
+    /// once they can be told (`settle_refusals`), each with why it goes.
+    fn session_limit_notice(&mut self, cx: &mut Ctx, text: &str) -> Vec<(u64, ToReq)> {
         let text = relay_text(text);
         info!(
             "{}: negentropy session refused for its limit: {text}",
             cx.url()
         );
-        let why = self.session_limit_refusal(cx);
-        Some((refused?, why))
+        if let Some(flight) = self.conn_mut().and_then(Connection::flight_mut) {
+            flight.neg_refused += 1;
+        }
+        self.settle_refusals(cx)
     }
 
-    /// A session refused for the relay's limit: the relay refused one
-    /// session more than it allows, so it allows those open besides that
-    /// one, and the job waits for room. If nothing else of ours is open,
-    /// the relay refuses even one (sessions counted that we cannot see):
-    /// waiting would ask again at once, forever, so the job goes to REQ.
-    fn session_limit_refusal(&mut self, cx: &Ctx) -> ToReq {
-        let open = self.conn().map_or(0, |c| c.sessions().count());
+    /// Ties the limit NOTICEs not tied yet to the sessions they refused,
+    /// once that can be told; those sessions, each with why its job goes
+    /// (`session_limit_refusal`). A relay refuses in the order it reads
+    /// the sessions, but answers the ones it takes in its own time (strfry
+    /// answers one once its query ran, after refusing the next), and our
+    /// own sessions open while refusals are on their way: neither the
+    /// newest nor the oldest session without an answer is surely the
+    /// refused one. Every session it took is answered in the end, so once
+    /// no more wait for an answer than refusals came, the ones waiting are
+    /// the refused ones. Taking a wrong one left a refused session waiting
+    /// out its timeout, and a crowded second it reconciled was given up
+    /// (oracle world 334153).
+    fn settle_refusals(&mut self, cx: &Ctx) -> Vec<(u64, ToReq)> {
+        let Some(conn) = self.conn_mut() else {
+            return Vec::new();
+        };
+        let mut refused: Vec<u64> = conn.unanswered_sessions().collect();
+        let Some(flight) = conn.flight_mut() else {
+            return Vec::new();
+        };
+        if flight.neg_refused == 0 || refused.len() > flight.neg_refused {
+            return Vec::new();
+        }
+        flight.neg_refused = 0;
+        if refused.is_empty() {
+            // The refused sessions ended otherwise (timed out): they say
+            // nothing of the limit any more.
+            return Vec::new();
+        }
+        refused.sort_unstable();
+        // Each was counted open beside the refused ones sent before it.
+        let seen = refused.iter().enumerate().map(|(i, &id)| {
+            let beside = self.neg_job(id).map_or(0, NegJob::opened_beside);
+            beside.saturating_sub(i)
+        });
+        let why = self.session_limit_refusal(cx, seen.min().unwrap_or(0));
+        refused.into_iter().map(|id| (id, why)).collect()
+    }
+
+    /// A session refused for the relay's limit while it had `seen` of ours
+    /// open: it allows those, and the job waits for room. If it saw none
+    /// of ours, the relay refuses even one (sessions counted that we
+    /// cannot see): waiting would ask again at once, forever, so the job
+    /// goes to REQ.
+    fn session_limit_refusal(&mut self, cx: &Ctx, seen: usize) -> ToReq {
         let limits = &mut self.facts.limits;
-        limits.neg_sessions = open.saturating_sub(1).clamp(1, limits.neg_sessions);
+        limits.neg_sessions = seen.clamp(1, limits.neg_sessions);
         let limit = limits.neg_sessions;
         debug!("{}: negentropy sessions now at most {limit}", cx.url());
-        if open > 1 {
+        if seen > 0 {
             ToReq::Limit
         } else {
             ToReq::Failed

@@ -266,12 +266,14 @@ impl RelayState {
 
     /// True when one more negentropy job fits: the subscription limit and
     /// the relay's own limit on sessions (strfry counts them apart and
-    /// refuses one over it by its own NOTICE).
+    /// refuses one over it by its own NOTICE), and no such refusal is
+    /// still untied to its session: the limit it teaches is not known yet.
     pub(super) fn neg_room(&self) -> bool {
         self.req_room()
-            && self
-                .conn()
-                .is_some_and(|c| c.neg_jobs() < self.budget(self.facts.limits.neg_sessions))
+            && self.conn().is_some_and(|c| {
+                c.neg_jobs() < self.budget(self.facts.limits.neg_sessions)
+                    && c.flight().is_none_or(|f| f.neg_refused == 0)
+            })
     }
 
     /// `limit`, or [`PROVISIONAL_LIMIT`] below it until the relay's NIP-11
