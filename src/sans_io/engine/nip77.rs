@@ -587,9 +587,14 @@ impl Engine {
     /// told (`RelayState::settle_refusals`), go as the refusal says.
     fn settle_refusals(&mut self, relay: RelayId, now: Time) {
         let (state, cx) = self.at(relay);
-        for (id, why) in state.settle_refusals(&cx) {
+        let Some(refused) = state.settle_refusals(&cx) else {
+            return;
+        };
+        for (id, why) in refused {
             self.job_to_req(relay, id, why, now);
         }
+        // Work waited for the refusals to be tied (`neg_room`).
+        self.flush(now);
     }
 
     /// A NOTICE; true when it told a job's relay that NEG is unknown there.
@@ -887,12 +892,12 @@ impl RelayState {
         if let Some(flight) = self.conn_mut().and_then(Connection::flight_mut) {
             flight.neg_refused += 1;
         }
-        self.settle_refusals(cx)
+        self.settle_refusals(cx).unwrap_or_default()
     }
 
     /// Ties the limit NOTICEs not tied yet to the sessions they refused,
-    /// once that can be told; those sessions, each with why its job goes
-    /// (`session_limit_refusal`). A relay refuses in the order it reads
+    /// once that can be told: then those sessions, each with why its job
+    /// goes (`session_limit_refusal`), else `None`. A relay refuses in the order it reads
     /// the sessions, but answers the ones it takes in its own time (strfry
     /// answers one once its query ran, after refusing the next), and our
     /// own sessions open while refusals are on their way: neither the
@@ -902,22 +907,18 @@ impl RelayState {
     /// the refused ones. Taking a wrong one left a refused session waiting
     /// out its timeout, and a crowded second it reconciled was given up
     /// (oracle world 334153).
-    fn settle_refusals(&mut self, cx: &Ctx) -> Vec<(u64, ToReq)> {
-        let Some(conn) = self.conn_mut() else {
-            return Vec::new();
-        };
+    fn settle_refusals(&mut self, cx: &Ctx) -> Option<Vec<(u64, ToReq)>> {
+        let conn = self.conn_mut()?;
         let mut refused: Vec<u64> = conn.unanswered_sessions().collect();
-        let Some(flight) = conn.flight_mut() else {
-            return Vec::new();
-        };
+        let flight = conn.flight_mut()?;
         if flight.neg_refused == 0 || refused.len() > flight.neg_refused {
-            return Vec::new();
+            return None;
         }
         flight.neg_refused = 0;
         if refused.is_empty() {
             // The refused sessions ended otherwise (timed out): they say
             // nothing of the limit any more.
-            return Vec::new();
+            return Some(Vec::new());
         }
         refused.sort_unstable();
         // Each was counted open beside the refused ones sent before it.
@@ -926,7 +927,7 @@ impl RelayState {
             beside.saturating_sub(i)
         });
         let why = self.session_limit_refusal(cx, seen.min().unwrap_or(0));
-        refused.into_iter().map(|id| (id, why)).collect()
+        Some(refused.into_iter().map(|id| (id, why)).collect())
     }
 
     /// A session refused for the relay's limit while it had `seen` of ours
