@@ -1190,6 +1190,36 @@ fn sessions_refused_by_notices_are_told_apart_and_wait_for_room() {
     sim.check();
 }
 
+/// Oracle world 338235: a crowded second found only once the history
+/// that showed it had ended (the relay's cap shows as its largest page)
+/// is asked in a part no batch waits for. The relay refused that REQ
+/// (`too many concurrent REQs`), and with no batch to fail and ask again
+/// the part was dropped, and the second's events with it. Now it goes
+/// back to the follow-up pages and is asked again.
+#[test]
+fn a_refused_part_of_a_second_no_batch_waits_for_is_asked_again() {
+    let mut sim = Sim::new(config());
+    sim.listing = Listing::Empty;
+    let a = sim.add_relay(A);
+    a.filter_cap = 30;
+    a.negentropy = NegMode::Supported;
+    let crowded = Timestamp::from_secs(T0 - 50_000);
+    // One refusal for each part: the `e` and the `E` filter.
+    let busy = (crowded, "error: too many concurrent REQs".to_string());
+    a.close_second = vec![busy.clone(), busy];
+    let owner = keys(1);
+    let repo = announce(&mut sim, &owner, "r", &[A], T0);
+    let issue = root(&owner, 1621, &[&repo], T0 - 100_000, "issue");
+    let bulk = burst(&mut sim, A, &issue, 50, crowded.as_secs());
+    let own = sim.own.clone();
+    sim.publish(&own, &issue);
+    sim.advance(Duration::from_secs(120));
+    let stats = *sim.engine.stats();
+    assert!(sim.relay(A).close_second.is_empty(), "both parts refused");
+    assert_eq!(sim.missing(&bulk), vec![], "the second whole: {stats:?}");
+    sim.check();
+}
+
 /// Issue 23, finding 3, without NIP-77: a saturated second spread over
 /// several roots is split by value until each part returns a short page.
 #[test]

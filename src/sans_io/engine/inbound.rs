@@ -489,6 +489,7 @@ impl RelayState {
         if sub.scope == Scope::Own {
             return self.pause(cx, refusal, now);
         }
+        self.ask_orphan_again(cx, &sub, refusal);
         if refusal == Refusal::AuthRequired {
             self.auth_required(cx, now);
         }
@@ -593,6 +594,40 @@ impl RelayState {
             self.coverage.owe_layer1(layer1);
             self.coverage.gap_from(lost);
         }
+    }
+
+    /// A refused page that no batch waits for (a crowded second's part, or
+    /// the chain after it, asked once the history that found it ended)
+    /// has no batch to fail and ask again: it goes back to the follow-up
+    /// pages itself, to be asked when the relay has room or its pause
+    /// ends. Not when the relay refused what it asks (a value, a kind
+    /// count, `restricted:`), which asking again cannot change. Dropped,
+    /// a second's events were lost (oracle world 338235: `too many
+    /// concurrent REQs`). The relay is marked for scheduling, which
+    /// counts the ids an `ids` page holds (`Engine::recount_ids`).
+    fn ask_orphan_again(&mut self, cx: &mut Ctx, sub: &Subscription, refusal: Refusal) {
+        let passing = matches!(
+            refusal,
+            Refusal::TooManySubscriptions
+                | Refusal::RateLimited
+                | Refusal::AuthRequired
+                | Refusal::Error
+        );
+        if sub.purpose != Purpose::Page || !sub.work.is_empty() || !passing {
+            return;
+        }
+        let Some(conn) = self.conn_mut() else {
+            return;
+        };
+        conn.start_flight().next_pages.push_back(NextPage {
+            filters: sub.filters.iter().cloned().map(PageFilter::first).collect(),
+            scope: sub.scope,
+            work: Vec::new(),
+            page: sub.page,
+            started: sub.started,
+            reconcile: None,
+        });
+        cx.mark_dirty();
     }
 
     /// A refusing NOTICE names no subscription: the newest that has heard

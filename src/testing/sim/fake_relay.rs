@@ -100,6 +100,10 @@ pub struct FakeRelay {
     /// Answer the next REQs that ask tags (Layer 2/3 work, not Layer 1)
     /// with CLOSED and these reasons, in order.
     pub close_next: VecDeque<String>,
+    /// Answer a REQ that asks only one of these seconds (every filter's
+    /// `since` and `until` on it: a crowded second asked in parts) with
+    /// CLOSED and its reason, once each.
+    pub close_second: Vec<(Timestamp, String)>,
     /// Never send EOSE.
     pub silent: bool,
     /// Take this many of the next REQs that ask `#e` (replies to roots)
@@ -196,6 +200,7 @@ impl FakeRelay {
             reqs: Vec::new(),
             neg_opens_before: Vec::new(),
             close_next: VecDeque::new(),
+            close_second: Vec::new(),
             silent: false,
             drop_next: 0,
             reply_delay: Duration::ZERO,
@@ -455,6 +460,15 @@ impl FakeRelay {
         }
         // Not `pop_front_if`: it needs Rust 1.93, above the crate's rust-version.
         if let Some(reason) = tagged.then(|| self.close_next.pop_front()).flatten() {
+            return closed(&reason);
+        }
+        let on = |at: Timestamp| {
+            filters
+                .iter()
+                .all(|f| f.since == Some(at) && f.until == Some(at))
+        };
+        if let Some(i) = self.close_second.iter().position(|(at, _)| on(*at)) {
+            let (_, reason) = self.close_second.remove(i);
             return closed(&reason);
         }
         // eventstore's value caps: a refused filter is queried for nothing.
