@@ -576,10 +576,9 @@ impl Engine {
         if !refuses_session(text) {
             return false;
         }
-        let (state, mut cx) = self.at(relay);
-        for (id, why) in state.session_limit_notice(&mut cx, text) {
-            self.job_to_req(relay, id, why, now);
-        }
+        let (state, cx) = self.at(relay);
+        state.session_limit_notice(&cx, text);
+        self.settle_refusals(relay, now);
         true
     }
 
@@ -881,9 +880,9 @@ impl RelayState {
 
     /// A NOTICE refusing a negentropy session for the relay's limit
     /// (strfry: `ERROR: too many concurrent NEG requests`) names none: it
-    /// is counted, and the sessions it and the others refused are returned
-    /// once they can be told (`settle_refusals`), each with why it goes.
-    fn session_limit_notice(&mut self, cx: &mut Ctx, text: &str) -> Vec<(u64, ToReq)> {
+    /// is counted, to be tied to the session it refused once that can be
+    /// told (`settle_refusals`).
+    fn session_limit_notice(&mut self, cx: &Ctx, text: &str) {
         let text = relay_text(text);
         info!(
             "{}: negentropy session refused for its limit: {text}",
@@ -892,17 +891,16 @@ impl RelayState {
         if let Some(flight) = self.conn_mut().and_then(Connection::flight_mut) {
             flight.neg_refused += 1;
         }
-        self.settle_refusals(cx).unwrap_or_default()
     }
 
     /// Ties the limit NOTICEs not tied yet to the sessions they refused,
     /// once that can be told: then those sessions, each with why its job
-    /// goes (`session_limit_refusal`), else `None`. A relay refuses in the order it reads
-    /// the sessions, but answers the ones it takes in its own time (strfry
-    /// answers one once its query ran, after refusing the next), and our
-    /// own sessions open while refusals are on their way: neither the
-    /// newest nor the oldest session without an answer is surely the
-    /// refused one. Every session it took is answered in the end, so once
+    /// goes (`session_limit_refusal`), else `None`. A relay refuses in the
+    /// order it reads the sessions, but answers the ones it takes in its
+    /// own time (strfry answers one once its query ran, after refusing the
+    /// next), and our own sessions open while refusals are on their way:
+    /// neither the newest nor the oldest session without an answer is
+    /// surely the refused one. Every session it took is answered in the end, so once
     /// no more wait for an answer than refusals came, the ones waiting are
     /// the refused ones. Taking a wrong one left a refused session waiting
     /// out its timeout, and a crowded second it reconciled was given up
